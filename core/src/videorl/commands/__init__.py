@@ -1,0 +1,1 @@
+"""The commands of the ``videorl`` command line that ship with core (one module per command group)."""

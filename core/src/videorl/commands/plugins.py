@@ -1,0 +1,47 @@
+"""``videorl plugins``: what is installed, what each plugin registers, and what failed."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from videorl.plugins import Plugins
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of the plugins.")
+@click.option("--requirements", is_flag=True, help="Print name==version lines (recorded by every run).")
+@click.option("--all", "include_builtin", is_flag=True, help="Include core's built-in components.")
+@click.option("--hook", default=None, metavar="NAME", help="Only plugins that implement this hook.")
+@click.pass_obj
+def plugins_command(
+    plugins: Plugins, as_json: bool, requirements: bool, include_builtin: bool, hook: str | None
+) -> None:
+    """List installed plugins with their version, hooks, components and status."""
+    if requirements:
+        click.echo("\n".join(plugins.requirements()))
+        return
+    infos = [
+        i for i in plugins.list(include_builtin) if hook is None or hook in i.hooks
+    ]
+    if as_json:
+        click.echo(json.dumps([i.as_dict() for i in infos], indent=2))
+        return
+    rows = []
+    for info in infos:
+        components = "; ".join(f"{k}: {', '.join(v)}" for k, v in info.components.items())
+        detail = components if info.status == "ok" else (info.error or "").splitlines()[-1]
+        rows.append([info.name, info.version or "-", info.status, detail])
+    if not rows:
+        click.echo("No plugins installed. `pip install ./plugins/rewards` installs the reward library.")
+        return
+    click.echo(_table(rows, ["plugin", "version", "status", "components / error"]))

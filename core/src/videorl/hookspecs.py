@@ -1,0 +1,120 @@
+"""Hook specifications: every extension point of videorl, in one module.
+
+A plugin is a module (or object) with functions marked ``@videorl.hookimpl`` whose names match the
+specifications below. It is discovered through the ``videorl`` entry-point group, the entry-point
+name being the distribution name::
+
+    [project.entry-points.videorl]
+    videorl-myreward = "videorl_myreward.plugin"
+
+Every ``register_*`` hook receives a ``register`` callback with the signature of
+:class:`videorl.registry.Register`::
+
+    register(name, target, *, aliases=(), description="")
+
+``target`` is the component itself (a class or factory) or a lazy ``"module:attr"`` string that is
+imported only when the component is first used, so that ``videorl --help`` and ``videorl plugins``
+never import torch or vllm. Registering a name that another plugin already registered is an error
+naming both distributions.
+
+Hook implementations may accept a subset of the arguments of a specification; they must not give
+their arguments defaults (pluggy does not pass those).
+
+Lifecycle: the CLI creates a plugin manager, registers the built-ins and the installed plugins, then
+calls each ``register_*`` hook once to fill one registry per kind, and ``register_commands`` once
+to extend the command line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from videorl.registry import Register
+
+PROJECT = "videorl"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+__all__ = [
+    "PROJECT",
+    "hookimpl",
+    "hookspec",
+    "register_benchmarks",
+    "register_commands",
+    "register_model_backends",
+    "register_prompt_templates",
+    "register_rewards",
+    "register_rollout_engines",
+]
+
+
+# --- components ---------------------------------------------------------------------------------
+
+
+@hookspec
+def register_rewards(register: Register) -> None:
+    """Register reward functions.
+
+    A reward target is a class or factory that, called with keyword options from the config (or none),
+    returns an object implementing :class:`videorl.api.Reward`. The name is what a config's
+    ``rewards`` section and a sample's ``problem_type`` routing refer to; ``aliases`` are further
+    ``problem_type`` spellings that route to it (e.g. ``"multiple choice"`` for ``"multiple_choice"``).
+    """
+
+
+@hookspec
+def register_benchmarks(register: Register) -> None:
+    """Register benchmark adapters.
+
+    A benchmark target is a class or factory that returns an object implementing
+    :class:`videorl.api.Benchmark`: it loads a benchmark's rows from a local directory, builds prompts,
+    extracts answers, scores them and aggregates the official categories.
+    """
+
+
+@hookspec
+def register_model_backends(register: Register) -> None:
+    """Register model backends.
+
+    A backend target is a class or factory that returns an object implementing
+    :class:`videorl.api.ModelBackend`. The name is a model family (``"qwen2_5_vl"``); ``aliases``
+    list the further ``model_type`` values of ``config.json`` that the backend serves.
+    """
+
+
+@hookspec
+def register_prompt_templates(register: Register) -> None:
+    """Register Jinja2 prompt templates.
+
+    A template target is a :class:`videorl.api.PromptTemplate` (or a factory returning one). Names are
+    ``problem_type`` values, optionally suffixed with a variant: ``"multiple_choice"``,
+    ``"multiple_choice/thinking"``.
+    """
+
+
+@hookspec
+def register_rollout_engines(register: Register) -> None:
+    """Register rollout engines (vLLM, HF ``generate``, ...).
+
+    An engine target is a class or factory that returns an object implementing
+    :class:`videorl.api.RolloutEngine`.
+    """
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+@hookspec
+def register_commands(cli: click.Group) -> None:
+    """Add commands to the ``videorl`` command line.
+
+    ``cli`` is the root :class:`click.Group`; add commands with ``@cli.command()`` or
+    ``cli.add_command(...)``. Keep heavy imports (torch, vllm) inside the command bodies so that
+    ``videorl --help`` stays fast.
+    """

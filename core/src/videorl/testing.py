@@ -1,0 +1,226 @@
+"""A pytest plugin for plugin authors: fixtures and contract checks.
+
+Opt in from a ``conftest.py`` with ``pytest_plugins = ["videorl.testing"]`` (or ``pytest -p
+videorl.testing``). Fixtures:
+
+- ``videorl_plugins(*plugins, entry_points=False, disable=(), strict=False)``: a fresh plugin set
+  with the built-ins and the given plugin objects (modules, classes or instances with hookimpls),
+  without the installed entry points unless asked;
+- ``fake_entry_points({"dist-name": target})``: make the loader see these entry points instead of
+  the installed ones (``target`` is a plugin object, a ``"module"`` string, or an exception to raise
+  on load), to test loading, blocking and collisions without installing anything;
+- ``run_cli(*args)``: run the ``videorl`` command line in-process and get a :class:`CliResult`.
+
+Contract checks, to call from a plugin's own tests: :func:`assert_reward_contract`,
+:func:`assert_benchmark_contract`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from videorl import plugins as plugins_module
+from videorl.benchmark import Benchmark, BenchmarkRow
+from videorl.plugins import Plugins, load_plugins
+from videorl.rewards.types import RewardInput, RewardOutput
+
+__all__ = [
+    "CliResult",
+    "FakeEntryPoint",
+    "assert_benchmark_contract",
+    "assert_reward_contract",
+    "call_reward",
+]
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def videorl_plugins(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Plugins]:
+    """Factory of fresh plugin sets; ``VIDEORL_*`` variables are cleared for the test."""
+    for var in (plugins_module.DISABLE_ENV, plugins_module.STRICT_ENV):
+        monkeypatch.delenv(var, raising=False)
+
+    def make(
+        *extra: Any, entry_points: bool = False, disable: Sequence[str] = (), strict: bool = False
+    ) -> Plugins:
+        return load_plugins(extra=extra, entry_points=entry_points, disable=disable, strict=strict)
+
+    return make
+
+
+@dataclass
+class FakeEntryPoint:
+    """Stands in for an ``importlib.metadata.EntryPoint`` of group ``videorl``."""
+
+    name: str
+    target: Any
+    version: str = "0.0.0"
+    group: str = plugins_module.ENTRY_POINT_GROUP
+
+    @property
+    def value(self) -> str:
+        return self.target if isinstance(self.target, str) else repr(self.target)
+
+    @property
+    def dist(self) -> SimpleNamespace:
+        return SimpleNamespace(name=self.name, version=self.version)
+
+    def load(self) -> Any:
+        if isinstance(self.target, BaseException):
+            raise self.target
+        if isinstance(self.target, str):
+            import importlib
+
+            return importlib.import_module(self.target)
+        return self.target
+
+
+@pytest.fixture
+def fake_entry_points(monkeypatch: pytest.MonkeyPatch) -> Callable[[Mapping[str, Any]], None]:
+    """Replace the installed ``videorl`` entry points with the given ``{dist-name: target}``."""
+
+    def install(eps: Mapping[str, Any] | Sequence[FakeEntryPoint]) -> None:
+        items = (
+            [FakeEntryPoint(n, t) for n, t in eps.items()] if isinstance(eps, Mapping) else list(eps)
+        )
+        monkeypatch.setattr(plugins_module, "_entry_points", lambda: items)
+
+    return install
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    output: str
+    stderr: str
+    exception: BaseException | None
+
+    def json(self) -> Any:
+        return json.loads(self.output)
+
+    def assert_success(self) -> CliResult:
+        assert self.exit_code == 0, f"exit code {self.exit_code}\n{self.output}\n{self.stderr}"
+        return self
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CliResult]]:
+    """Run ``videorl ARGS...`` in-process (plugins are loaded as the real command would)."""
+    from click.testing import CliRunner
+
+    from videorl import cli
+
+    def run(*args: str, env: Mapping[str, str] | None = None) -> CliResult:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        disabled, extra, strict = cli._global_flags(args)
+        plugins = load_plugins(disable=disabled, extra=extra, strict=strict or None)
+        result = CliRunner().invoke(cli.make_cli(plugins), list(args), catch_exceptions=True)
+        exc = result.exception if not isinstance(result.exception, SystemExit) else None
+        return CliResult(result.exit_code, result.stdout, result.stderr, exc)
+
+    yield run
+
+
+# --- contract checks ----------------------------------------------------------------------------
+
+
+def call_reward(reward: Any, inp: RewardInput) -> RewardOutput | None:
+    """Call a sync or async reward and return its output."""
+    out = reward(inp)
+    if inspect.isawaitable(out):
+        out = asyncio.run(_await(out))
+    return out  # type: ignore[no-any-return]
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _check_output(out: Any, where: str) -> None:
+    if out is None:
+        return
+    assert isinstance(out, RewardOutput), f"{where}: returned {type(out).__name__}, not RewardOutput"
+    assert isinstance(out.score, (int, float)) and not math.isnan(out.score), f"{where}: score {out.score!r}"
+    assert 0.0 <= out.score <= 1.0, f"{where}: score {out.score} outside [0, 1]"
+    for key, value in out.parts.items():
+        assert isinstance(key, str), f"{where}: part name {key!r} is not a string"
+        assert isinstance(value, (int, float)) and not math.isnan(value), f"{where}: part {key}={value!r}"
+
+
+def assert_reward_contract(
+    reward: Any, cases: Sequence[tuple[RewardInput, float | None]], *, tol: float = 1e-6
+) -> None:
+    """Check a reward against hand-computed cases and the rules every reward must keep.
+
+    ``cases`` pairs inputs with the expected score (``None``: the reward abstains). Beyond them, the
+    reward must be deterministic and must score an empty, a garbage and a 1 MB response in [0, 1]
+    (or abstain) without raising.
+    """
+    assert cases, "give at least one hand-computed case"
+    for i, (inp, expected) in enumerate(cases):
+        where = f"case {i} ({inp.problem_type}, response {inp.response[:40]!r})"
+        out = call_reward(reward, inp)
+        _check_output(out, where)
+        again = call_reward(reward, inp)
+        assert (out is None) == (again is None) and (
+            out is None or again is None or out.score == again.score
+        ), f"{where}: not deterministic ({out} then {again})"
+        if expected is None:
+            assert out is None, f"{where}: expected to abstain, got {out}"
+        else:
+            assert out is not None, f"{where}: abstained, expected {expected}"
+            assert abs(out.score - expected) <= tol, f"{where}: score {out.score}, expected {expected}"
+    base = cases[0][0]
+    for label, text in [("empty", ""), ("garbage", "\x00<answer><answer>}{"), ("1 MB", "A" * 1_000_000)]:
+        inp = RewardInput(**{**base.__dict__, "response": text})
+        _check_output(call_reward(reward, inp), f"{label} response")
+
+
+def assert_benchmark_contract(
+    benchmark: Benchmark,
+    data_root: Path,
+    *,
+    responses: Mapping[str, str] | None = None,
+    expected: Mapping[str, Any] | None = None,
+) -> list[BenchmarkRow]:
+    """Check an adapter on a fixture directory in the benchmark's official format.
+
+    Rows must load with unique ids; prompts must be non-empty with and without thinking; extraction
+    must survive an empty response; scores must lie in [0, 1]; the aggregate must carry ``overall``
+    and ``categories``. With ``responses`` (row id -> response text) and ``expected`` (the
+    hand-computed aggregate, or part of it), the aggregate must equal it.
+    """
+    rows = benchmark.load(Path(data_root))
+    assert rows, f"{benchmark.name}: no rows loaded from {data_root}"
+    ids = [r.id for r in rows]
+    assert len(set(ids)) == len(ids), f"{benchmark.name}: duplicate row ids"
+    scores = []
+    for row in rows:
+        for thinking in (False, True):
+            prompt = benchmark.build_prompt(row, family=None, thinking=thinking)
+            assert isinstance(prompt, str) and prompt.strip(), f"{row.id}: empty prompt"
+        assert benchmark.score(row, benchmark.extract(row, "")) == 0.0, f"{row.id}: empty answer scored"
+        response = (responses or {}).get(row.id, "")
+        score = benchmark.score(row, benchmark.extract(row, response))
+        assert 0.0 <= score <= 1.0, f"{row.id}: score {score} outside [0, 1]"
+        scores.append(score)
+    summary = benchmark.aggregate(rows, scores)
+    assert "overall" in summary and "categories" in summary, f"{benchmark.name}: aggregate {summary}"
+    assert 0.0 <= summary["overall"] <= 1.0
+    for key, value in (expected or {}).items():
+        got = summary.get(key)
+        assert got == pytest.approx(value), f"{benchmark.name}: {key} = {got}, expected {value}"
+    return rows

@@ -1,0 +1,3 @@
+"""videorl-benchmarks: a videorl plugin distribution."""
+
+__version__ = "0.1.0"
