@@ -9,7 +9,6 @@ from videorl.hookspecs import hookimpl
 if TYPE_CHECKING:
     import click
 
-    from videorl.registry import Register
 
 
 @hookimpl

@@ -42,7 +42,7 @@ def _global_flags(argv: Sequence[str]) -> tuple[list[str], list[str], bool]:
 
 def _version_text(plugins: Plugins) -> str:
     lines = [f"videorl {__version__}"]
-    for info in plugins.list(include_builtin=False):
+    for info in plugins.report(include_builtin=False):
         lines.append(f"  {info.name} {info.version or '?'} [{info.status}]")
     return "\n".join(lines)
 
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     disabled, extra, strict = _global_flags(args)
     try:
         plugins = load_plugins(disable=disabled, extra=extra, strict=strict or None)
-    except Exception as exc:  # noqa: BLE001 - strict mode and bad --plugin paths end here
+    except Exception as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
     make_cli(plugins).main(args=args, prog_name="videorl")

@@ -131,7 +131,7 @@ class Plugins:
             return
         try:
             self.pm.register(plugin, name=info.name)
-        except Exception as exc:  # noqa: BLE001 - pluggy's PluginValidationError and friends
+        except Exception as exc:
             self._fail(info, exc)
             return
         unknown = [c.name for c in self.pm.get_hookcallers(plugin) or [] if not c.has_spec()]
@@ -175,14 +175,14 @@ class Plugins:
         caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
         try:
             caller(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - a plugin's bug is reported, not fatal
+        except Exception as exc:
             for registry in self.registries.values():
                 registry.remove_origin(name)
             self._fail(self.infos[name], exc)
 
     # -- reporting -------------------------------------------------------------------------------
 
-    def list(self, include_builtin: bool = True) -> list[PluginInfo]:
+    def report(self, include_builtin: bool = True) -> list[PluginInfo]:
         return [i for i in self.infos.values() if include_builtin or not i.builtin]
 
     def requirements(self) -> list[str]:
@@ -238,7 +238,7 @@ def load_plugins(
                 continue
             try:
                 obj = ep.load()
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the CLI down
+            except Exception as exc:
                 plugins.infos[ep.name] = info
                 plugins._fail(info, exc)
                 continue

@@ -60,7 +60,7 @@ class Entry:
                 obj: Any = importlib.import_module(module_name)
                 for part in attr.split("."):
                     obj = getattr(obj, part)
-            except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+            except Exception as exc:
                 raise ComponentImportError(
                     f"{kind} {self.name!r} from distribution {self.origin!r} could not be imported "
                     f"({self.target}): {type(exc).__name__}: {exc}. Reinstall or upgrade "

@@ -126,10 +126,13 @@ def run_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CliResult
         for key, value in (env or {}).items():
             monkeypatch.setenv(key, value)
         disabled, extra, strict = cli._global_flags(args)
-        plugins = load_plugins(disable=disabled, extra=extra, strict=strict or None)
+        try:
+            plugins = load_plugins(disable=disabled, extra=extra, strict=strict or None)
+        except Exception as load_error:  # reported as `videorl` itself reports it
+            return CliResult(2, "", f"Error: {load_error}\n", load_error)
         result = CliRunner().invoke(cli.make_cli(plugins), list(args), catch_exceptions=True)
-        exc = result.exception if not isinstance(result.exception, SystemExit) else None
-        return CliResult(result.exit_code, result.stdout, result.stderr, exc)
+        raised = result.exception if not isinstance(result.exception, SystemExit) else None
+        return CliResult(result.exit_code, result.stdout, result.stderr, raised)
 
     yield run
 
@@ -142,7 +145,7 @@ def call_reward(reward: Any, inp: RewardInput) -> RewardOutput | None:
     out = reward(inp)
     if inspect.isawaitable(out):
         out = asyncio.run(_await(out))
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 async def _await(awaitable: Any) -> Any:

@@ -31,7 +31,7 @@ def plugins_command(
         click.echo("\n".join(plugins.requirements()))
         return
     infos = [
-        i for i in plugins.list(include_builtin) if hook is None or hook in i.hooks
+        i for i in plugins.report(include_builtin) if hook is None or hook in i.hooks
     ]
     if as_json:
         click.echo(json.dumps([i.as_dict() for i in infos], indent=2))

@@ -1,0 +1,61 @@
+"""The benchmark: rows of ``annotations.jsonl`` (id, question, options, answer, category, video)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from videorl.api import BenchmarkRow, DataError
+
+_LETTER = re.compile(r"<answer>\s*\(?([A-Z])\)?", re.IGNORECASE)
+
+
+class JsonlBenchmark:
+    name = "{{ cookiecutter.underscored }}"
+
+    def load(self, data_root: Path) -> list[BenchmarkRow]:
+        path = Path(data_root) / "annotations.jsonl"
+        if not path.is_file():
+            raise DataError(f"{path}: not found; put the benchmark's annotations.jsonl there")
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                rows.append(
+                    BenchmarkRow(
+                        id=str(item["id"]),
+                        problem=item["question"],
+                        options=item["options"],
+                        answer=item["answer"],
+                        video=item.get("video"),
+                        categories={"category": item.get("category", "all")},
+                    )
+                )
+            except (KeyError, ValueError) as exc:
+                raise DataError(f"{path}:{number}: malformed row ({exc})") from exc
+        return rows
+
+    def build_prompt(self, row: BenchmarkRow, *, family: str | None, thinking: bool) -> str:
+        options = "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(row.options or []))
+        tail = "Think in <think></think>, then" if thinking else "Put"
+        return f"{row.problem}\n{options}\n{tail} the letter in <answer></answer>."
+
+    def extract(self, row: BenchmarkRow, response: str) -> Any:
+        found = _LETTER.findall(response)
+        return found[-1].upper() if found else None
+
+    def score(self, row: BenchmarkRow, prediction: Any) -> float:
+        return 1.0 if prediction is not None and prediction == row.answer else 0.0
+
+    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+        by: dict[str, list[float]] = {}
+        for row, score in zip(rows, scores):
+            by.setdefault(row.categories["category"], []).append(score)
+        return {
+            "overall": sum(scores) / len(scores) if scores else 0.0,
+            "categories": {"category": {k: sum(v) / len(v) for k, v in sorted(by.items())}},
+        }

@@ -1,0 +1,1 @@
+"""Example third-party videorl plugin: a reward for counting questions."""

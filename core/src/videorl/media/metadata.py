@@ -1,0 +1,53 @@
+"""``VideoMetadata``: what was decoded, from where, and how; it travels with every set of frames."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class VideoMetadata:
+    """How a ``T×3×H×W`` uint8 frame tensor was produced from its source video.
+
+    ``frame_indices`` are the indices of the sampled frames in the source video and ``timestamps``
+    their times in seconds; ``width``/``height`` are the resized size of the frames, and
+    ``source_width``/``source_height`` the size of the source (after applying its rotation).
+    """
+
+    source_fps: float
+    total_frames: int
+    duration: float
+    frame_indices: tuple[int, ...]
+    timestamps: tuple[float, ...]
+    source_width: int
+    source_height: int
+    width: int
+    height: int
+    decoder: str = "pyav"
+    decoder_version: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.frame_indices)
+
+    @property
+    def sampled_fps(self) -> float:
+        """The effective rate of the sampled frames (frames per second of source time)."""
+        if self.num_frames < 2 or self.duration <= 0:
+            return self.source_fps
+        return self.num_frames / self.duration
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["frame_indices"] = list(self.frame_indices)
+        d["timestamps"] = list(self.timestamps)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VideoMetadata:
+        d = dict(d)
+        d["frame_indices"] = tuple(int(i) for i in d["frame_indices"])
+        d["timestamps"] = tuple(float(t) for t in d["timestamps"])
+        return cls(**d)

@@ -1,0 +1,94 @@
+"""``videorl plugins`` and the global plugin flags of the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from videorl import hookimpl
+from videorl.cli import _global_flags
+
+
+class CommandPlugin:
+    @hookimpl
+    def register_commands(self, cli: Any) -> None:
+        import click
+
+        @cli.command("hello")
+        def hello() -> None:
+            click.echo("hello from a plugin")
+
+
+class BrokenCommandPlugin:
+    @hookimpl
+    def register_commands(self, cli: Any) -> None:
+        raise RuntimeError("cannot add my command")
+
+
+def test_global_flags_are_found_anywhere() -> None:
+    assert _global_flags(["--disable-plugin", "a,b", "plugins", "--disable-plugin=c", "--plugin", "m"]) == (
+        ["a", "b", "c"],
+        ["m"],
+        False,
+    )
+    assert _global_flags(["--strict-plugins", "plugins", "--", "--plugin", "x"]) == ([], [], True)
+
+
+def test_plugins_json_lists_first_party_distributions(run_cli: Any) -> None:
+    data = run_cli("plugins", "--json").assert_success().json()
+    by_name = {p["name"]: p for p in data}
+    assert {"videorl-rewards", "videorl-benchmarks", "videorl-models"} <= set(by_name)
+    entry = by_name["videorl-rewards"]
+    assert set(entry) >= {"name", "version", "hooks", "components", "status", "error"}
+    assert entry["status"] == "ok" and entry["error"] is None and "register_rewards" in entry["hooks"]
+    assert "videorl" not in by_name  # built-ins only with --all
+    assert "videorl" in {p["name"] for p in run_cli("plugins", "--json", "--all").json()}
+
+
+def test_plugins_table_requirements_and_hook_filter(run_cli: Any) -> None:
+    table = run_cli("plugins").assert_success().output.splitlines()
+    assert table[0].split() == ["plugin", "version", "status", "components", "/", "error"]
+    assert any(line.startswith("videorl-models") and " ok" in line for line in table)
+    reqs = run_cli("plugins", "--requirements").assert_success().output.split()
+    assert "videorl==0.1.0" in reqs and "videorl-benchmarks==0.1.0" in reqs
+    only = run_cli("plugins", "--json", "--hook", "register_benchmarks").json()
+    assert [p["name"] for p in only] == ["videorl-benchmarks"]
+
+
+def test_disable_flag_and_env(run_cli: Any) -> None:
+    data = run_cli("--disable-plugin", "videorl-models", "plugins", "--json").json()
+    assert {p["name"]: p["status"] for p in data}["videorl-models"] == "disabled"
+    data = run_cli("plugins", "--json", env={"VIDEORL_DISABLE_PLUGINS": "videorl-rewards"}).json()
+    assert {p["name"]: p["status"] for p in data}["videorl-rewards"] == "disabled"
+
+
+def test_broken_plugin_is_shown_and_the_cli_still_runs(run_cli: Any, fake_entry_points: Any) -> None:
+    fake_entry_points({"videorl-broken": ImportError("No module named 'cv3'"), "videorl-hello": CommandPlugin()})
+    result = run_cli("plugins").assert_success()
+    assert "videorl-broken" in result.output and "failed" in result.output and "cv3" in result.output
+    assert run_cli("hello").assert_success().output == "hello from a plugin\n"
+
+
+def test_plugin_failing_to_add_commands_is_reported(run_cli: Any, fake_entry_points: Any) -> None:
+    fake_entry_points({"videorl-badcmd": BrokenCommandPlugin()})
+    data = run_cli("plugins", "--json").assert_success().json()
+    bad = {p["name"]: p for p in data}["videorl-badcmd"]
+    assert bad["status"] == "failed" and "cannot add my command" in bad["error"]
+
+
+def test_strict_mode_fails_on_a_broken_plugin(run_cli: Any, fake_entry_points: Any) -> None:
+    fake_entry_points({"videorl-broken": ImportError("nope")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "--strict-plugins", "plugins"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0  # the real environment has no broken plugin
+    result = run_cli("--strict-plugins", "plugins")
+    assert result.exit_code == 2 and "plugin 'videorl-broken' failed to load: ImportError: nope" in result.stderr
+
+
+def test_version_lists_plugins() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("videorl 0.1.0") and "videorl-rewards 0.1.0 [ok]" in out
