@@ -1,0 +1,296 @@
+"""The GRPO algorithm's pieces: advantages, the DAPO clip-higher loss, KL, entropy, batching rules.
+
+Pure functions on tensors (or plain sequences for the batching rules); the training loop composes
+them. No function modifies its inputs in place (FSDP2 refuses in-place ops on the views it returns).
+
+Shapes: ``B`` sequences (responses), ``T`` response tokens (right-padded; ``mask`` marks the valid
+ones), ``V`` vocabulary entries, ``G`` groups (prompts) of ``n`` responses each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+LossAggMode = Literal["token-mean", "seq-mean-token-mean"]
+
+__all__ = [
+    "LossAggMode",
+    "MixPolicyDecision",
+    "PolicyLoss",
+    "aggregate",
+    "entropy_from_logits",
+    "grpo_advantages",
+    "informative_groups",
+    "kl_k3",
+    "mask_logits",
+    "mix_policy_decision",
+    "pack_by_token_budget",
+    "policy_loss",
+    "token_log_probs",
+]
+
+
+# --- advantages --------------------------------------------------------------------------------
+
+
+def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6, norm_by_std: bool = True) -> torch.Tensor:
+    """Group-normalised advantages ``(r - mean) / (std + eps)`` of ``rewards`` shaped ``(G, n)``.
+
+    ``std`` is the unbiased standard deviation of each group (as EasyR1/veRL). A group whose rewards
+    are all equal gets exactly 0 (not a rounding residue divided by ``eps``); so does a group of one.
+    ``norm_by_std=False`` subtracts the mean only.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
+    rewards = rewards.to(torch.float32)
+    mean = rewards.mean(dim=1, keepdim=True)
+    centered = rewards - mean
+    if norm_by_std:
+        std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(mean)
+        centered = centered / (std + eps)
+    constant = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
+    return torch.where(constant, torch.zeros_like(centered), centered)
+
+
+def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """Dynamic sampling: a ``(G,)`` bool mask of the groups whose rewards are not all equal.
+
+    A group whose n rewards are equal has zero advantage everywhere and teaches nothing; DAPO drops
+    it and refills the batch.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
+    return rewards.amax(dim=1) != rewards.amin(dim=1)
+
+
+# --- logits, log-probs, entropy ----------------------------------------------------------------
+
+
+def mask_logits(logits: torch.Tensor, forbidden_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """New logits with ``-inf`` at ``forbidden_ids`` on the last axis (the input is not modified).
+
+    The same ids are suppressed in sampling, so that sampler and policy define one distribution.
+    """
+    ids = torch.as_tensor(forbidden_ids, dtype=torch.long, device=logits.device).flatten()
+    if ids.numel() == 0:
+        return logits
+    vocab = logits.shape[-1]
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ValueError(
+            f"forbidden token ids must lie in [0, {vocab}), got min {int(ids.min())} max {int(ids.max())}"
+        )
+    forbidden = torch.zeros(vocab, dtype=torch.bool, device=logits.device)
+    forbidden[ids] = True  # a fresh tensor of ours; logits are untouched
+    return logits.masked_fill(forbidden, float("-inf"))
+
+
+def token_log_probs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
+    """``log softmax(logits / temperature)[label]`` per position: ``(B, T, V), (B, T) -> (B, T)``.
+
+    ``logits[:, t]`` must be the prediction of ``labels[:, t]`` (shift before calling). Computed as
+    ``logit[label] - logsumexp(logits)`` without materialising the full log-softmax. A label whose
+    logit is masked (``-inf``) gets ``-inf``.
+    """
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked = logits.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+    return picked.float() - torch.logsumexp(logits.float(), dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last axis: ``(..., V) -> (...)``.
+
+    ``H = logsumexp(z) - Σ softmax(z)·z``; masked (``-inf``) entries contribute exactly 0, with finite
+    gradients. No in-place op touches ``logits``.
+    """
+    logits = logits.float()
+    finite = torch.isfinite(logits)
+    probs = torch.softmax(logits, dim=-1)
+    safe_logits = torch.where(finite, logits, torch.zeros_like(logits))
+    return torch.logsumexp(logits, dim=-1) - (probs * safe_logits).sum(dim=-1)
+
+
+# --- losses ------------------------------------------------------------------------------------
+
+
+def aggregate(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    mode: LossAggMode = "token-mean",
+    *,
+    denominator: float | None = None,
+) -> torch.Tensor:
+    """Reduce per-token ``values`` ``(B, T)`` over the valid tokens of ``mask`` to a scalar.
+
+    ``token-mean``: the sum over valid tokens divided by their count. ``seq-mean-token-mean``: the
+    mean over each sequence's valid tokens, then the mean over sequences that have any.
+    ``denominator`` replaces the count (of tokens, or of sequences): pass the count of the whole
+    mini-batch when gradients are accumulated over micro-batches, so that every token (sequence)
+    weighs the same whatever micro-batch it was packed in.
+    """
+    mask = mask.to(values.dtype)
+    if mode == "token-mean":
+        total = (values * mask).sum()
+        count = mask.sum() if denominator is None else torch.tensor(float(denominator))
+    elif mode == "seq-mean-token-mean":
+        tokens = mask.sum(dim=-1)
+        per_seq = (values * mask).sum(dim=-1) / tokens.clamp(min=1)
+        total = per_seq.sum()
+        count = (
+            (tokens > 0).sum().to(values.dtype) if denominator is None else torch.tensor(float(denominator))
+        )
+    else:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; use 'token-mean' or 'seq-mean-token-mean'")
+    return total / count.clamp(min=1).to(values.device)
+
+
+@dataclass
+class PolicyLoss:
+    """The clipped policy-gradient loss and what to log about it."""
+
+    loss: torch.Tensor  # scalar, differentiable
+    clip_fraction: torch.Tensor  # share of valid tokens where the clipped term was taken
+    approx_kl: torch.Tensor  # mean over valid tokens of old_log_prob - log_prob (detached)
+
+
+def policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    mode: LossAggMode = "token-mean",
+    denominator: float | None = None,
+) -> PolicyLoss:
+    """DAPO clip-higher PPO loss, aggregated at token level.
+
+    Per token: ``ratio = exp(log_prob - old_log_prob)``, ``loss = max(-A·ratio, -A·clip(ratio,
+    1 - clip_low, 1 + clip_high))``. ``advantages`` is per sequence ``(B,)`` or per token ``(B, T)``.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    log_ratio = log_probs - old_log_probs
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    valid = mask.to(per_token.dtype)
+    count = valid.sum().clamp(min=1)
+    with torch.no_grad():
+        clip_fraction = ((clipped > unclipped).to(per_token.dtype) * valid).sum() / count
+        approx_kl = (-log_ratio * valid).sum() / count
+    return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
+
+
+def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, *, clamp: float = 10.0) -> torch.Tensor:
+    """Per-token k3 ("low-variance") estimate of KL(policy ‖ reference).
+
+    ``k3 = exp(ref - logp) - (ref - logp) - 1`` (≥ 0, unbiased under samples of the policy), clamped
+    to ``[-clamp, clamp]`` as veRL does to keep outliers from exploding.
+    """
+    diff = ref_log_probs - log_probs
+    return torch.clamp(torch.exp(diff) - diff - 1.0, min=-clamp, max=clamp)
+
+
+# --- batching rules ----------------------------------------------------------------------------
+
+
+def pack_by_token_budget(
+    lengths: Sequence[int], budget: int, *, min_micro_batches: int = 1
+) -> list[list[int]]:
+    """Indices of ``lengths`` packed into micro-batches of at most ``budget`` tokens in total.
+
+    Deterministic; a sequence is never split; a sequence longer than ``budget`` gets a micro-batch of
+    its own. Sequences are placed longest first, each into the least-loaded micro-batch, with as few
+    micro-batches as that rule allows (and at least ``min_micro_batches``, e.g. the largest count of
+    any rank, so that every rank runs the same number of forward passes). Each micro-batch lists its
+    indices in ascending order; micro-batches are ordered by their first index.
+    """
+    if budget < 1:
+        raise ValueError(f"the token budget must be >= 1, got {budget}")
+    if any(length < 0 for length in lengths):
+        raise ValueError("sequence lengths must be >= 0")
+    if not lengths:
+        return []
+    if min_micro_batches > len(lengths):
+        raise ValueError(f"cannot make {min_micro_batches} micro-batches from {len(lengths)} sequences")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    oversized = [[i] for i in order if lengths[i] > budget]
+    fitting = [i for i in order if lengths[i] <= budget]
+    needed = math.ceil(sum(lengths[i] for i in fitting) / budget) if fitting else 0
+    count = max(needed, min_micro_batches - len(oversized), 1 if fitting else 0)
+    while True:  # ends at the latest when every sequence has a micro-batch of its own
+        bins: list[list[int]] = [[] for _ in range(count)]
+        loads = [0] * count
+        for i in fitting:
+            j = min(range(count), key=lambda b: (loads[b], len(bins[b]), b))
+            if loads[j] + lengths[i] > budget:
+                count += 1  # the least-loaded micro-batch is full: use one more
+                break
+            bins[j].append(i)
+            loads[j] += lengths[i]
+        else:
+            break
+    batches = [sorted(b) for b in bins + oversized]
+    return sorted(batches, key=lambda b: b[0])
+
+
+@dataclass
+class MixPolicyDecision:
+    """Which groups get their sample's offline trajectory in the last of their n slots."""
+
+    replace: list[bool]
+    threshold: float | None
+    evaluated: int  # groups whose online accuracy was compared to the threshold
+    candidates: int  # groups whose sample has an offline trajectory
+    triggered: int  # groups below the threshold (all groups when there is no threshold)
+
+    @property
+    def replaced(self) -> int:
+        return sum(self.replace)
+
+    def metrics(self) -> dict[str, float]:
+        """The ``mix_policy/*`` counters logged every step."""
+        out = {
+            "mix_policy/online_groups_evaluated": float(self.evaluated),
+            "mix_policy/offline_candidates": float(self.candidates),
+            "mix_policy/offline_triggered_groups": float(self.triggered),
+            "mix_policy/offline_replaced_groups": float(self.replaced),
+        }
+        if self.threshold is not None:
+            out["mix_policy/acc_threshold"] = float(self.threshold)
+        return out
+
+
+def mix_policy_decision(
+    has_offline: Sequence[bool],
+    online_accuracy: Sequence[Sequence[float]] | None = None,
+    threshold: float | None = None,
+) -> MixPolicyDecision:
+    """Mix-policy: the offline trajectory takes slot ``n - 1`` of a group when its sample has one and
+
+    - ``threshold`` is None: always;
+    - otherwise: only when the mean accuracy of the group's online responses (scored before any
+      replacement) is strictly below ``threshold``.
+    """
+    if threshold is None:
+        replace = [bool(h) for h in has_offline]
+        return MixPolicyDecision(replace, None, 0, sum(replace), len(replace))
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"mix_policy_accuracy_threshold must lie in [0, 1], got {threshold}")
+    if online_accuracy is None or len(online_accuracy) != len(has_offline):
+        raise ValueError("with a threshold, give the online accuracies of every group (one list per group)")
+    below = []
+    for i, accuracies in enumerate(online_accuracy):
+        if not accuracies:
+            raise ValueError(f"group {i} has no online responses to take the accuracy of")
+        below.append(sum(accuracies) / len(accuracies) < threshold)
+    replace = [bool(h) and b for h, b in zip(has_offline, below, strict=True)]
+    return MixPolicyDecision(replace, threshold, len(below), sum(bool(h) for h in has_offline), sum(below))

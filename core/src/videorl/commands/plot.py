@@ -1,0 +1,108 @@
+"""``videorl plot RUN``: the reward and accuracy curves of a training run, overall and per problem_type."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+FIGSIZE = (12.0, 4.5)  # inches
+DPI = 100  # so the PNG is 1200 x 450 pixels
+PANELS = ("reward", "accuracy")
+
+Curve = tuple[list[int], list[float]]
+
+
+def curves(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Curve]]:
+    """``{panel: {label: (steps, values)}}`` from metrics rows; ``overall`` first, then the problem
+    types in alphabetical order, then validation curves (``val/<panel>/...``). Missing or null values
+    are skipped."""
+    found: dict[str, dict[str, Curve]] = {panel: {} for panel in PANELS}
+    for row in rows:
+        for key, value in row.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            validation = key.startswith("val/")
+            panel, _, name = key.removeprefix("val/").partition("/")
+            if panel not in found or not name:
+                continue
+            label = f"val {name}" if validation else name
+            steps, values = found[panel].setdefault(label, ([], []))
+            steps.append(row["step"])
+            values.append(float(value))
+
+    def order(label: str) -> tuple[bool, bool, str]:
+        name = label.removeprefix("val ")
+        return (label.startswith("val "), name != "overall", name)
+
+    return {
+        panel: {label: found[panel][label] for label in sorted(found[panel], key=order)} for panel in PANELS
+    }
+
+
+def render(data: dict[str, dict[str, Curve]], title: str) -> bytes:
+    """The PNG of the curves (matplotlib is imported here, not when the command line starts)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=FIGSIZE, dpi=DPI)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(PANELS))
+    for ax, panel in zip(axes, PANELS, strict=True):
+        for label, (steps, values) in data[panel].items():
+            overall = label.removeprefix("val ") == "overall"
+            ax.plot(
+                steps,
+                values,
+                label=label,
+                linewidth=2.4 if overall else 1.2,
+                linestyle="--" if label.startswith("val ") else "-",
+                color="black" if label == "overall" else None,
+            )
+        ax.set_title(panel)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if data[panel]:
+            ax.legend(fontsize=8, loc="best")
+    figure.suptitle(title)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+@click.command("plot")
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="PNG to write [default: RUN/curves.png].",
+)
+def plot_command(run: Path, out: Path | None) -> None:
+    """Draw the reward and accuracy curves of RUN (a run directory or its metrics.jsonl) to a PNG."""
+    from videorl.errors import DataError
+    from videorl.train.atomic import atomic_write_bytes
+    from videorl.train.metrics import METRICS_FILE, read_metrics
+
+    metrics = run / METRICS_FILE if run.is_dir() else run
+    if not metrics.is_file():
+        raise click.ClickException(f"{run} has no {METRICS_FILE}: is it the output_dir of a training run?")
+    try:
+        rows = read_metrics(metrics)
+    except DataError as exc:
+        raise click.ClickException(str(exc)) from exc
+    data = curves(rows)
+    if not any(data.values()):
+        raise click.ClickException(f"{metrics} holds no reward/... or accuracy/... metrics to plot")
+    try:
+        png = render(data, title=str(metrics.parent.name))
+    except ImportError as exc:
+        raise click.ClickException(f"plotting needs matplotlib: pip install 'videorl[plot]' ({exc})") from exc
+    target = out or (metrics.parent / "curves.png")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(target, png)
+    click.echo(f"wrote {target}")

@@ -1,0 +1,1 @@
+"""Training runs: checkpoints, metrics and run records (the loop itself composes these)."""

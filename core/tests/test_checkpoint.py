@@ -1,0 +1,248 @@
+"""Checkpoints: atomic writes (a writer killed with SIGKILL), resume, retention, RNG, export to HF."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from videorl.train.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    capture_rng_state,
+    checkpoint_due,
+    export_hf_model,
+    restore_rng_state,
+)
+
+
+def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01)
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_checkpoint_due() -> None:
+    assert [s for s in range(1, 11) if checkpoint_due(s, 4, 10)] == [4, 8, 10]
+    assert [s for s in range(1, 11) if checkpoint_due(s, 0, 10)] == [10]
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    model, optimizer = _model_and_optimizer()
+    manager = CheckpointManager(tmp_path / "checkpoints")
+    path = manager.save(
+        3,
+        model_state=model.state_dict(),
+        optimizer_state=optimizer.state_dict(),
+        data_state={"epoch": 1, "index": 12},
+        rng=[capture_rng_state(), capture_rng_state()],
+        extra={"config_hash": "abc"},
+    )
+    assert path.name == "step_000003"
+    assert sorted(p.name for p in path.iterdir()) == [
+        "model.safetensors",
+        "optimizer.pt",
+        "rng.json",
+        "state.json",
+    ]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000003\n"
+    ckpt = manager.load(manager.resolve_resume("auto"))  # type: ignore[arg-type]
+    assert (ckpt.step, ckpt.data_state, ckpt.extra) == (3, {"epoch": 1, "index": 12}, {"config_hash": "abc"})
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(ckpt.model_state()[name], tensor)
+    _, fresh_optimizer = _model_and_optimizer()
+    fresh_optimizer.load_state_dict(ckpt.optimizer_state())  # type: ignore[arg-type]
+    restored = fresh_optimizer.state_dict()
+    original = optimizer.state_dict()
+    assert restored["param_groups"] == original["param_groups"]
+    for index, state in original["state"].items():
+        assert torch.equal(restored["state"][index]["exp_avg"], state["exp_avg"])
+        assert torch.equal(restored["state"][index]["exp_avg_sq"], state["exp_avg_sq"])
+    assert ckpt.rng_state(1) is not None
+    with pytest.raises(CheckpointError, match="2 ranks, rank 2 asked"):
+        ckpt.rng_state(2)
+
+
+def test_tied_tensors_are_stored_once_and_tied_again(tmp_path: Path) -> None:
+    weight = torch.arange(12.0).reshape(3, 4)
+    state = {"embed.weight": weight, "head.weight": weight, "other": weight[1:]}
+    path = CheckpointManager(tmp_path).save(1, model_state=state)
+    loaded = CheckpointManager(tmp_path).load(path).model_state()
+    assert loaded["head.weight"] is loaded["embed.weight"]
+    assert torch.equal(loaded["other"], weight[1:])
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        assert sorted(f.keys()) == ["embed.weight", "other"]
+
+
+def test_rng_state_round_trip() -> None:
+    state = capture_rng_state()
+    json.dumps(state)  # JSON-ready
+    first = (random.random(), np.random.rand(), torch.rand(1).item())
+    restore_rng_state(json.loads(json.dumps(state)))
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
+
+
+def test_retention_keeps_the_last_k_and_same_step_is_replaced(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    for step in (1, 2, 3, 4):
+        manager.save(step, model_state={"w": torch.full((2,), float(step))})
+    assert [p.name for p in manager.complete()] == ["step_000003", "step_000004"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_000003", "step_000004"]
+    manager.save(4, model_state={"w": torch.full((2,), 40.0)})
+    assert manager.load(manager.path_for(4)).model_state()["w"].tolist() == [40.0, 40.0]
+
+
+def test_incomplete_and_damaged_checkpoints_are_ignored_and_named(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model_state={"w": torch.zeros(2)})
+    good = manager.save(2, model_state={"w": torch.ones(2)})
+    (tmp_path / "step_000003").mkdir()  # a directory without state.json
+    (tmp_path / "step_000003" / "model.safetensors").write_bytes(b"x")
+    assert manager.latest() == good
+    with pytest.raises(CheckpointError, match="step_000003 is incomplete: it has no state.json"):
+        manager.resolve_resume(str(tmp_path / "step_000003"))
+    with open(good / "model.safetensors", "ab") as f:  # damaged after the fact
+        f.write(b"junk")
+    assert manager.latest() == manager.path_for(1)
+    with pytest.raises(CheckpointError, match=r"step_000002 is damaged: model.safetensors has \d+ bytes"):
+        manager.load(good)
+    assert manager.resolve_resume(None) is None and manager.resolve_resume("none") is None
+    assert CheckpointManager(tmp_path / "nothing").resolve_resume("auto") is None
+
+
+class _NotATensor:
+    pass
+
+
+def test_optimizer_state_is_loaded_with_weights_only(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path)
+    path = manager.save(1, model_state={"w": torch.zeros(1)}, optimizer_state={"state": {0: _NotATensor()}})
+    with pytest.raises(CheckpointError, match="refused to load the optimizer state"):
+        manager.load(path).optimizer_state()
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        manager.save(2, model_state={"w": torch.zeros(1)}, data_state={"sampler": _NotATensor()})
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    import videorl.train.checkpoint as ck
+
+    root, mode = sys.argv[1], sys.argv[2]
+    manager = ck.CheckpointManager(root)
+    state = {"w": torch.arange(1000.0)}
+    manager.save(1, model_state=state, optimizer_state={"state": {}, "param_groups": []}, data_state={"index": 1})
+
+    def hang(message):
+        print(message, flush=True)
+        time.sleep(120)
+
+    if mode == "mid-write":  # stop while optimizer.pt is half written
+        def partial_save(obj, f, *args, **kwargs):
+            f.write(b"half an optimizer")
+            f.flush()
+            hang("WRITING")
+        torch.save = partial_save
+    else:  # stop after the rename, before `latest` is updated
+        ck.CheckpointManager._write_pointer = lambda self, name: hang("RENAMED")
+    manager.save(2, model_state={"w": torch.arange(1000.0) * 2}, optimizer_state={"state": {}, "param_groups": []},
+                 data_state={"index": 2})
+    """
+)
+
+
+def _kill_writer_at(root: Path, mode: str, marker: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(root), mode], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == marker, f"writer said {line!r}"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
+    _kill_writer_at(tmp_path, "mid-write", "WRITING")
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-step_000002")]
+    assert len(leftovers) == 1  # the half-written directory is there...
+    manager = CheckpointManager(tmp_path)
+    latest = manager.resolve_resume("auto")
+    assert latest is not None and latest.name == "step_000001"  # ...and ignored
+    ckpt = manager.load(latest)
+    assert ckpt.data_state == {"index": 1} and torch.equal(ckpt.model_state()["w"], torch.arange(1000.0))
+    manager.save(2, model_state={"w": torch.zeros(1)})  # the next save removes the leftovers
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_writer_killed_before_the_pointer_update_keeps_the_new_checkpoint(tmp_path: Path) -> None:
+    _kill_writer_at(tmp_path, "before-pointer", "RENAMED")
+    assert (tmp_path / "latest").read_text() == "step_000001\n"  # the pointer lags...
+    manager = CheckpointManager(tmp_path)
+    ckpt = manager.load(manager.resolve_resume("auto"))  # type: ignore[arg-type]
+    assert ckpt.step == 2 and ckpt.data_state == {"index": 2}  # ...resume scans, so step 2 is not lost
+    assert torch.equal(ckpt.model_state()["w"], torch.arange(1000.0) * 2)
+
+
+def test_export_hf_model_loads_with_transformers(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    base_model = transformers.Qwen2ForCausalLM(config)
+    base = tmp_path / "base"
+    base_model.save_pretrained(base)
+    (base / "tokenizer_config.json").write_text('{"model_max_length": 64}')
+    (base / "chat_template.jinja").write_text("{{ messages }}")
+    (base / "pytorch_model.bin.index.json").write_text("{}")  # a weight index of the base: not copied
+
+    with torch.no_grad():  # "training" changed the weights
+        for p in base_model.parameters():
+            p.add_(0.5)
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints")
+    path = manager.save(5, model_state=base_model.state_dict())
+    out = export_hf_model(path, base, tmp_path / "run" / "hf")
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer_config.json",
+            "chat_template.jinja",
+        ]
+    )
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    for name, tensor in base_model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
+    with pytest.raises(CheckpointError, match="already exists"):
+        export_hf_model(path, base, out)
+    with pytest.raises(CheckpointError, match="no config.json"):
+        export_hf_model(path, tmp_path, tmp_path / "other")

@@ -1,0 +1,285 @@
+"""The training config: defaults, YAML + overrides, typed validation with locations, dumping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from videorl.config import (
+    TrainConfig,
+    config_keys,
+    config_to_dict,
+    dump_config,
+    load_config,
+    markdown_reference,
+)
+from videorl.errors import ConfigError
+
+REQUIRED = ["model.path=/models/tiny", "data.train_files=[train.jsonl]"]
+
+
+def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_the_seed_recipe() -> None:
+    c = TrainConfig()
+    assert (c.algorithm.adv_estimator, c.algorithm.clip_low, c.algorithm.clip_high) == ("grpo", 0.2, 0.28)
+    assert c.algorithm.use_kl_loss is False and c.algorithm.dynamic_sampling is False
+    assert c.algorithm.loss_agg_mode == "token-mean"
+    assert c.rollout.n == 8 and c.rollout.max_response_length == 4096
+    assert c.rollout.enable_mix_policy is False and c.rollout.mix_policy_accuracy_threshold is None
+    assert (c.optim.lr, c.optim.betas, c.optim.weight_decay, c.optim.grad_clip) == (
+        1e-6,
+        (0.9, 0.999),
+        0.01,
+        1.0,
+    )
+    assert c.optim.lr_warmup_steps == 0
+    assert (c.data.video_fps, c.data.video_max_frames) == (2.0, 128)
+    assert (c.data.video_max_pixels, c.data.image_max_pixels) == (262144, 1048576)
+    assert c.data.source_mode == "prefer_preprocessed"
+    assert (c.rewards.accuracy_weight, c.rewards.format_weight, c.rewards.format.think) == (
+        0.9,
+        0.1,
+        "optional",
+    )
+    assert c.rollout.engine == "vllm"
+
+
+def test_yaml_and_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+seed: 7
+model:
+  path: /models/tiny
+data:
+  train_files: [a.jsonl]
+  video_fps: 1          # an int where a float is expected is fine
+optim:
+  lr: 1e-5              # YAML 1.1 would read this as a string; we read a float
+  betas: [0.9, 0.95]
+algorithm:
+  clip_high: 0.3
+""",
+    )
+    c = load_config(
+        path,
+        [
+            "algorithm.clip_high=0.35",  # an override wins over the file
+            "data.train_files=[a.jsonl, b.jsonl]",
+            "model.path=2024",  # a str key keeps the text of a number
+            "rollout.mix_policy_accuracy_threshold=0.5",
+            "rollout.enable_mix_policy=true",
+            "rewards.options.math.timeout=5",
+            "rewards.routes={numerical: [{reward: numerical, weight: 0.5}, {reward: math, weight: 0.5}]}",
+            "trainer.resume=auto",
+        ],
+    )
+    assert c.seed == 7
+    assert c.data.video_fps == 2.0 - 1.0 and isinstance(c.data.video_fps, float)
+    assert c.optim.lr == 1e-5 and c.optim.betas == (0.9, 0.95)
+    assert c.algorithm.clip_high == 0.35 and c.algorithm.clip_low == 0.2
+    assert c.data.train_files == ["a.jsonl", "b.jsonl"]
+    assert c.model.path == "2024"
+    assert c.rollout.mix_policy_accuracy_threshold == 0.5 and c.rollout.enable_mix_policy is True
+    assert c.rewards.options == {"math": {"timeout": 5}}
+    assert c.rewards.routes == {"numerical": [("numerical", 0.5), ("math", 0.5)]}  # read by the section
+    assert c.trainer.resume == "auto"
+
+
+def test_overrides_alone_and_an_empty_file(tmp_path: Path) -> None:
+    c = load_config(None, REQUIRED)
+    assert c.model.path == "/models/tiny" and c.data.train_files == ["train.jsonl"]
+    assert load_config(write(tmp_path, "# nothing yet\n"), REQUIRED) == c
+    assert load_config(write(tmp_path, "model:\n", "null_section.yaml"), REQUIRED) == c
+
+
+def test_unknown_keys_name_file_line_and_suggest(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """model:
+  path: /m
+data:
+  train_files: [a.jsonl]
+algorithm:
+  clip_hihg: 0.3
+clip_high: 0.3
+""",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert f"{path}:6: unknown key 'algorithm.clip_hihg'. Did you mean 'algorithm.clip_high'?" in message
+    assert f"{path}:7: unknown key 'clip_high'. Did you mean 'algorithm.clip_high'?" in message
+
+
+def test_unknown_section_lists_the_valid_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [*REQUIRED, "zzz.q=1"])
+    assert "override 'zzz.q=1': unknown key 'zzz'. Valid keys: seed, output_dir, model, data," in str(
+        info.value
+    )
+
+
+def test_wrong_types_name_the_key_and_where(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """model:
+  path: /m
+data:
+  train_files: [a.jsonl, 3]
+  shuffle: maybe
+rollout:
+  n: 8.5
+optim:
+  betas: [0.9]
+""",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["algorithm.loss_agg_mode=token_mean", "trainer.max_steps=ten"])
+    message = str(info.value)
+    assert f"{path}:4: data.train_files[1] must be str, got 3" in message
+    assert f"{path}:5: data.shuffle must be bool, got 'maybe'" in message
+    assert f"{path}:7: rollout.n must be int, got 8.5" in message
+    assert f"{path}:9: optim.betas must be a list of 2 values (float, float), got [0.9]" in message
+    assert (
+        "override 'algorithm.loss_agg_mode=token_mean': algorithm.loss_agg_mode must be one of 'token-mean', "
+        "'seq-mean-token-mean' (did you mean 'token-mean'?)" in message
+    )
+    assert "override 'trainer.max_steps=ten': trainer.max_steps must be int, got 'ten'" in message
+    assert message.count("\n") == 6  # every problem reported at once, one line each
+
+
+def test_bad_overrides_yaml_and_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="must look like key=value"):
+        load_config(None, [*REQUIRED, "algorithm.clip_high"])
+    with pytest.raises(ConfigError, match=r"seed is not a section, it cannot hold 'seed.value'"):
+        load_config(None, [*REQUIRED, "seed.value=3"])
+    with pytest.raises(ConfigError, match="cannot read config file .*missing.yaml"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match=r"bad.yaml:3: invalid YAML"):
+        load_config(write(tmp_path, "model:\n  path: /m\n  - x\n", "bad.yaml"))
+    with pytest.raises(ConfigError, match="must be a mapping of keys, got list"):
+        load_config(write(tmp_path, "- a\n- b\n", "list.yaml"))
+    path = write(tmp_path, "model:\n  path: /a\n  path: /b\n", "dup.yaml")
+    with pytest.raises(ConfigError, match=r"dup.yaml:3: duplicate key 'model.path' \(first set on line 2\)"):
+        load_config(path, ["data.train_files=[a]"])
+
+
+def test_value_checks_name_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "model:\n  path: /m\ndata:\n  train_files: [a]\nalgorithm:\n  clip_low: 1.5\n")
+    with pytest.raises(ConfigError, match=rf"{path}:6: algorithm.clip_low must lie in \[0, 1\)"):
+        load_config(path)
+    cases = {
+        "rollout.mix_policy_accuracy_threshold=0.5": "is set but rollout.enable_mix_policy is false",
+        "data.source_mode=preprocessed_only": "data.cache_dir is required when data.source_mode is preprocessed_only",
+        "actor.global_batch_size=100": "actor.global_batch_size must divide data.rollout_batch_size (256)",
+        "rollout.n=1": "rollout.n must be >= 2",
+        "optim.grad_clip=0": "optim.grad_clip must be > 0 (or null",
+    }
+    for override, expected in cases.items():
+        with pytest.raises(ConfigError) as info:
+            load_config(None, [*REQUIRED, override])
+        assert expected in str(info.value), override
+    assert load_config(None, [*REQUIRED, "optim.grad_clip=null"]).optim.grad_clip is None
+
+
+def test_required_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config()
+    assert "model.path is required" in str(info.value)
+    assert "data.train_files give at least one training dataset file" in str(info.value)
+
+
+def test_dump_round_trips(tmp_path: Path) -> None:
+    c = load_config(None, [*REQUIRED, "optim.lr=3e-7", "rollout.engine_options={tensor_parallel_size: 2}"])
+    text = dump_config(c)
+    assert "betas:\n  - 0.9\n  - 0.999\n" in text
+    assert load_config(write(tmp_path, text)) == c
+    assert config_to_dict(c)["optim"]["betas"] == [0.9, 0.999]
+
+
+def test_config_keys_cover_every_leaf() -> None:
+    keys = {k.key: k for k in config_keys()}
+    assert keys["algorithm.clip_high"].default == 0.28 and keys["algorithm.clip_high"].type == "float"
+    assert keys["optim.betas"].default == [0.9, 0.999]
+    assert keys["data.source_mode"].type == "preprocessed_only \\| prefer_preprocessed \\| realtime_only"
+    assert all(k.help for k in keys.values()), [k for k, v in keys.items() if not v.help]
+
+    def leaves(d: dict, prefix: str = "") -> list[str]:
+        out = []
+        for key, value in d.items():
+            if isinstance(value, dict) and key not in ("engine_options", "options", "routes"):
+                out += leaves(value, f"{prefix}{key}.")
+            else:
+                out.append(f"{prefix}{key}")
+        return out
+
+    assert list(keys) == leaves(config_to_dict(TrainConfig()))
+    table = markdown_reference()
+    assert all(f"| `{key}` |" in table for key in keys)
+
+
+def test_sections_that_parse_themselves_report_at_their_location(tmp_path: Path) -> None:
+    # the rewards section (videorl.rewards.config.RewardConfig) checks its own values
+    path = write(tmp_path, "model:\n  path: /m\ndata:\n  train_files: [a]\nrewards:\n  timeout: -1\n")
+    with pytest.raises(ConfigError, match=rf"{path}:5: rewards.timeout must be a positive number"):
+        load_config(path)
+    with pytest.raises(
+        ConfigError, match=r"override 'rewards.format.think=requird': format.think must be one of"
+    ):
+        load_config(None, [*REQUIRED, "rewards.format.think=requird"])
+    with pytest.raises(ConfigError, match=r"override 'rewards.routes={math: 3}': rewards.routes.math"):
+        load_config(None, [*REQUIRED, "rewards.routes={math: 3}"])
+    with pytest.raises(ConfigError, match=r"rewards.threads must be int, got 'many'"):
+        load_config(None, [*REQUIRED, "rewards.threads=many"])  # plain keys are still typed here
+
+
+@dataclass
+class _Routes:
+    """A section with its own shorthand: ``routes: {name: weight}`` is stored as a list of pairs."""
+
+    routes: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> _Routes:
+        return cls({k: [(n, float(w)) for n, w in v.items()] for k, v in data.get("routes", {}).items()})
+
+    def to_dict(self) -> dict:
+        return {"routes": {k: dict(v) for k, v in self.routes.items()}}
+
+
+@dataclass
+class _WithRoutes:
+    section: _Routes = field(default_factory=_Routes)
+
+
+def test_to_dict_makes_dumps_loadable(tmp_path: Path) -> None:
+    config = load_config(None, ["section.routes={math: {math: 1}}"], schema=_WithRoutes)
+    assert config.section.routes == {"math": [("math", 1.0)]}
+    text = dump_config(config)
+    assert text == "section:\n  routes:\n    math:\n      math: 1.0\n"
+    assert load_config(write(tmp_path, text), schema=_WithRoutes) == config
+
+
+@dataclass
+class _Inner:
+    level: int = 1
+
+
+@dataclass
+class _Schema:
+    name: str = "x"
+    inner: _Inner = field(default_factory=_Inner)
+
+
+def test_any_dataclass_schema_loads() -> None:
+    assert load_config(None, ["inner.level=3"], schema=_Schema) == _Schema("x", _Inner(3))
+    with pytest.raises(ConfigError, match="Did you mean 'inner.level'"):
+        load_config(None, ["inner.levle=3"], schema=_Schema)
