@@ -201,29 +201,59 @@ def assert_benchmark_contract(
 ) -> list[BenchmarkRow]:
     """Check an adapter on a fixture directory in the benchmark's official format.
 
-    Rows must load with unique ids; prompts must be non-empty with and without thinking; extraction
-    must survive an empty response; scores must lie in [0, 1]; the aggregate must carry ``overall``
-    and ``categories``. With ``responses`` (row id -> response text) and ``expected`` (the
-    hand-computed aggregate, or part of it), the aggregate must equal it.
+    Rows must load with unique ids; prompts must be non-empty with and without thinking, for the
+    official prompt and for the Qwen families; extraction must survive an empty, a garbage and a 1 MB
+    response and give JSON-serialisable predictions; an empty response scores 0 and a prediction equal
+    to the ground truth scores 1; scores must lie in [0, 1] and be deterministic; the aggregate must carry
+    ``overall`` and ``categories`` and give 1 when every row scores 1 and 0 when none does. With
+    ``responses`` (row id -> response text; missing ids answer "") and ``expected`` (the hand-computed
+    aggregate, or part of it: nested dicts compare key by key, numbers approximately), the aggregate of
+    the responses' scores must equal it. Returns the rows.
     """
+
+    def check(got: Any, want: Any, where: str) -> None:
+        if isinstance(want, Mapping):
+            assert isinstance(got, Mapping), f"{where}: {got!r}, expected a mapping {want!r}"
+            for key, value in want.items():
+                assert key in got, f"{where}: missing {key!r} (has {sorted(got)})"
+                check(got[key], value, f"{where}.{key}")
+        elif isinstance(want, (int, float)) and not isinstance(want, bool):
+            assert got == pytest.approx(want), f"{where} = {got}, expected {want}"
+        else:
+            assert got == want, f"{where} = {got!r}, expected {want!r}"
+
+    name = benchmark.name
+    assert isinstance(name, str) and name, f"benchmark name {name!r}"
     rows = benchmark.load(Path(data_root))
-    assert rows, f"{benchmark.name}: no rows loaded from {data_root}"
+    assert rows, f"{name}: no rows loaded from {data_root}"
     ids = [r.id for r in rows]
-    assert len(set(ids)) == len(ids), f"{benchmark.name}: duplicate row ids"
+    assert len(set(ids)) == len(ids), f"{name}: duplicate row ids"
+    unknown = set(responses or {}) - set(ids)
+    assert not unknown, f"{name}: responses for ids that did not load: {sorted(unknown)}"
     scores = []
     for row in rows:
-        for thinking in (False, True):
-            prompt = benchmark.build_prompt(row, family=None, thinking=thinking)
-            assert isinstance(prompt, str) and prompt.strip(), f"{row.id}: empty prompt"
+        for family in (None, "qwen3_vl", "qwen2_5_vl"):
+            for thinking in (False, True):
+                prompt = benchmark.build_prompt(row, family=family, thinking=thinking)
+                assert isinstance(prompt, str) and prompt.strip(), f"{row.id}: empty prompt ({family}, {thinking})"
         assert benchmark.score(row, benchmark.extract(row, "")) == 0.0, f"{row.id}: empty answer scored"
+        assert benchmark.score(row, row.answer) == pytest.approx(1.0), f"{row.id}: the ground truth does not score 1"
         response = (responses or {}).get(row.id, "")
-        score = benchmark.score(row, benchmark.extract(row, response))
+        prediction = benchmark.extract(row, response)
+        json.dumps(prediction)  # predictions are saved as JSON
+        score = benchmark.score(row, prediction)
         assert 0.0 <= score <= 1.0, f"{row.id}: score {score} outside [0, 1]"
+        assert benchmark.score(row, benchmark.extract(row, response)) == score, f"{row.id}: not deterministic"
         scores.append(score)
+    for label, text in [("garbage", "\x00<answer><answer>}{ [1, 2] ((A"), ("1 MB", "A B 1 " * 170_000)]:
+        score = benchmark.score(rows[0], benchmark.extract(rows[0], text))
+        assert 0.0 <= score <= 1.0, f"{rows[0].id}: {label} response scored {score}"
+    for value in (0.0, 1.0):
+        overall = benchmark.aggregate(rows, [value] * len(rows))["overall"]
+        assert overall == pytest.approx(value), f"{name}: every row scoring {value} gives overall {overall}"
     summary = benchmark.aggregate(rows, scores)
-    assert "overall" in summary and "categories" in summary, f"{benchmark.name}: aggregate {summary}"
+    assert "overall" in summary and "categories" in summary, f"{name}: aggregate {summary}"
     assert 0.0 <= summary["overall"] <= 1.0
-    for key, value in (expected or {}).items():
-        got = summary.get(key)
-        assert got == pytest.approx(value), f"{benchmark.name}: {key} = {got}, expected {value}"
+    json.dumps(summary)
+    check(summary, dict(expected or {}), name)
     return rows

@@ -1,3 +1,3 @@
-"""videorl-benchmarks: a videorl plugin distribution."""
+"""videorl-benchmarks: benchmark adapters with official scoring (registered in ``plugin.py``)."""
 
 __version__ = "0.1.0"

@@ -1,0 +1,90 @@
+"""Scoring saved responses with a benchmark adapter: per row, then the official aggregate.
+
+Failure accounting: a row without a prediction, a prediction recorded with an ``error`` (or no
+response), and a row whose extraction or scoring raised all score 0 and are listed with their
+reason; none is ever dropped from the denominator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from videorl.benchmark import Benchmark, BenchmarkRow
+from videorl.eval.predictions import Prediction
+
+MISSING = "missing prediction"
+
+
+@dataclass
+class RowResult:
+    """The outcome of one row: the extracted prediction, its score, and why it failed (if it did)."""
+
+    id: str
+    score: float
+    prediction: Any = None
+    failed: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.failed is None:
+            del out["failed"]
+        return out
+
+
+@dataclass
+class BenchmarkResult:
+    """A benchmark's per-row results and official summary."""
+
+    benchmark: str
+    summary: dict[str, Any]
+    rows: list[RowResult]
+    failed: list[dict[str, str]] = field(default_factory=list)
+    unknown_ids: list[str] = field(default_factory=list)
+
+
+def score_row(benchmark: Benchmark, row: BenchmarkRow, prediction: Prediction | None) -> RowResult:
+    """Score one row's prediction; a missing or failed prediction scores 0 with its reason."""
+    if prediction is None:
+        return RowResult(row.id, 0.0, failed=MISSING)
+    if prediction.error is not None or prediction.response is None:
+        return RowResult(row.id, 0.0, failed=prediction.error or "no response")
+    try:
+        extracted = benchmark.extract(row, prediction.response)
+        score = float(benchmark.score(row, extracted))
+    except Exception as exc:  # an adapter bug on one row must not lose the run
+        return RowResult(row.id, 0.0, failed=f"scoring error: {type(exc).__name__}: {exc}")
+    if math.isnan(score) or not 0.0 <= score <= 1.0:
+        return RowResult(row.id, 0.0, extracted, failed=f"scoring error: score {score} outside [0, 1]")
+    if row.problem_type == "open_ended" and prediction.judge_score is not None:
+        score = prediction.judge_score
+    return RowResult(row.id, score, extracted)
+
+
+def summarize(
+    benchmark: Benchmark,
+    rows: Sequence[BenchmarkRow],
+    results: Sequence[RowResult],
+    unknown_ids: Sequence[str] = (),
+) -> BenchmarkResult:
+    """The official aggregate over ``results`` (aligned with ``rows``), with the failure list."""
+    if [r.id for r in rows] != [r.id for r in results]:
+        raise ValueError("results must be aligned with rows (same ids, same order)")
+    scores = [r.score for r in results]
+    summary = dict(benchmark.aggregate(list(rows), scores))
+    failed = [{"id": r.id, "reason": r.failed} for r in results if r.failed is not None]
+    summary["n"] = len(rows)
+    summary["n_failed"] = len(failed)
+    summary["failed"] = failed
+    return BenchmarkResult(benchmark.name, summary, list(results), failed, sorted(unknown_ids))
+
+
+def score_predictions(
+    benchmark: Benchmark, rows: Sequence[BenchmarkRow], predictions: Mapping[str, Prediction]
+) -> BenchmarkResult:
+    """Score saved predictions (by id) against every row of a benchmark."""
+    results = [score_row(benchmark, row, predictions.get(row.id)) for row in rows]
+    known = {row.id for row in rows}
+    return summarize(benchmark, rows, results, [i for i in predictions if i not in known])

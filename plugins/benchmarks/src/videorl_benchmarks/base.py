@@ -1,0 +1,240 @@
+"""What every adapter shares: loading checks, prompts per family, extraction and scoring per problem type.
+
+An adapter subclasses :class:`BaseBenchmark`, sets ``name``, implements :meth:`BaseBenchmark.read` and
+describes its official prompt with class attributes; it overrides ``extract``/``score``/``aggregate``
+only where its official protocol differs from the shared rules below.
+
+Shared rules per ``problem_type`` (extraction → score):
+
+- ``multiple_choice``: the option letter (:func:`~videorl_benchmarks.parsing.choice_letter`) → exact match;
+- ``numerical``: the one number of the final answer → equal after rounding to 2 decimals;
+- ``regression``: the number → mean relative accuracy with VSI-Bench's inclusive thresholds;
+- ``counting``: the number → exact match;
+- ``yes_no``: ``"yes"``/``"no"`` → exact match;
+- ``temporal_grounding``: a ``[start, end]`` span in seconds → temporal IoU;
+- ``spatial_temporal_grounding``: ``{"time": [s, e], "boxes": {"<second>": [x1, y1, x2, y2]}}`` →
+  0.5 · tIoU + 0.5 · mean box IoU over the seconds in both (tIoU alone when the truth has no boxes);
+- ``open_ended``: the final answer text → a rule-based match (normalised equality, the truth contained in
+  the answer, or equal numbers); official protocols use an LLM judge, whose ``judge_score`` in the
+  predictions file replaces this score (:mod:`videorl.eval.scoring`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from videorl.answers import interval_iou, parse_number
+from videorl.api import BenchmarkRow, DataError, benchmark_summary, breakdown, mean
+from videorl_benchmarks.files import Record, find, missing, require_dir
+from videorl_benchmarks.parsing import (
+    choice_letter,
+    final_text,
+    parse_span,
+    parse_st_answer,
+    relative_accuracy,
+    st_score,
+    yes_no,
+)
+from videorl_benchmarks.prompts import IMAGE_HINT, evr1_question, family_prompt, prompt_style, thinking_ending
+from videorl_benchmarks.unified import read_unified
+
+PROBLEM_TYPES = (
+    "multiple_choice",
+    "numerical",
+    "regression",
+    "counting",
+    "yes_no",
+    "temporal_grounding",
+    "spatial_temporal_grounding",
+    "open_ended",
+)
+
+
+class BaseBenchmark:
+    """A benchmark adapter with the shared rules; see the module docstring."""
+
+    name: ClassVar[str] = ""
+    #: the name of the ``overall`` figure
+    metric: ClassVar[str] = "accuracy"
+
+    #: the official annotation file(s), relative to the data root (globs allowed), first found wins
+    official_files: ClassVar[tuple[str, ...]] = ()
+    #: EasyVideoR1's unified file for this benchmark, read when no official file is found
+    unified_file: ClassVar[str | None] = None
+    unified_categories: ClassVar[dict[str, str]] = {}
+
+    # the official prompt: [preamble] [question_label + question] [options_header] [options] [instruction]
+    preamble: ClassVar[str] = ""
+    question_label: ClassVar[str] = ""
+    options_header: ClassVar[str] = ""
+    option_format: ClassVar[str] = "{letter}. {text}"
+    instructions: ClassVar[dict[str, str]] = {
+        "multiple_choice": "Answer with the option's letter from the given choices directly.",
+        "numerical": "Please answer the question using a single word or phrase.",
+        "regression": "Please answer the question using a single word or phrase.",
+        "counting": "Answer with a single number.",
+        "yes_no": "Please answer yes or no.",
+    }
+    #: the official reasoning variant's ending per problem type (default: EasyVideoR1's thinking ending)
+    thinking_instructions: ClassVar[dict[str, str]] = {}
+
+    # --- loading ----------------------------------------------------------------------------------
+
+    def load(self, data_root: Path) -> list[BenchmarkRow]:
+        """Rows from the files under ``data_root`` (see :meth:`read`), checked for unique ids."""
+        root = require_dir(data_root, self.name)
+        rows = self.read(root)
+        if not rows:
+            raise DataError(f"{self.name}: no questions found under {root}")
+        seen: set[str] = set()
+        for row in rows:
+            if row.id in seen:
+                raise DataError(f"{self.name}: question id {row.id!r} appears twice under {root}")
+            if row.problem_type not in PROBLEM_TYPES:
+                raise DataError(f"{self.name}: question {row.id!r} has unknown problem type {row.problem_type!r}")
+            seen.add(row.id)
+        return rows
+
+    def read(self, root: Path) -> list[BenchmarkRow]:
+        """Rows from the official files under ``root`` if present, else from EasyVideoR1's unified file."""
+        official = find(root, self.official_files) if self.official_files else None
+        if official is not None:
+            return self.read_official(root, official)
+        if self.unified_file and (root / self.unified_file).is_file():
+            return [self.adapt_unified(rec, row) for rec, row in read_unified(root / self.unified_file, root)]
+        raise missing(self.name, root, [*self.official_files, *([self.unified_file] if self.unified_file else [])])
+
+    def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
+        """Rows from the official annotation file ``path`` (the first of ``official_files`` found)."""
+        raise NotImplementedError(f"{self.name} reads no official files")
+
+    def adapt_unified(self, rec: Record, row: BenchmarkRow) -> BenchmarkRow:
+        """Add the categories named by ``unified_categories`` (EasyVideoR1 field → category kind)."""
+        for field, kind in self.unified_categories.items():
+            if rec.has(field):
+                row.categories[kind] = str(rec.get(field))
+        return row
+
+    # --- prompts ----------------------------------------------------------------------------------
+
+    def build_prompt(self, row: BenchmarkRow, *, family: str | None, thinking: bool) -> str:
+        style = prompt_style(family)
+        if style is None:
+            return self.official_prompt(row, thinking=thinking)
+        return family_prompt(
+            style,
+            evr1_question(row.problem, row.options),
+            row.problem_type,
+            thinking=thinking,
+            image_hint=IMAGE_HINT if row.image else "",
+        )
+
+    def format_options(self, options: list[str]) -> list[str]:
+        return [self.option_format.format(letter=chr(65 + i), text=text) for i, text in enumerate(options)]
+
+    def official_prompt(self, row: BenchmarkRow, *, thinking: bool) -> str:
+        """The benchmark's own wording; thinking mode ends with a reasoning request and answer format."""
+        parts = [self.preamble] if self.preamble else []
+        parts.append(self.question_label + row.problem)
+        if row.options:
+            if self.options_header:
+                parts.append(self.options_header)
+            parts += self.format_options(row.options)
+        if thinking:
+            ending = self.thinking_instructions.get(row.problem_type) or thinking_ending(row.problem_type)
+        else:
+            ending = self.instructions.get(row.problem_type, "")
+        if ending:
+            parts.append(ending)
+        return "\n".join(parts)
+
+    # --- extraction and scoring ---------------------------------------------------------------------
+
+    def extract(self, row: BenchmarkRow, response: str) -> Any:
+        kind = row.problem_type
+        if kind == "multiple_choice":
+            return choice_letter(response, row.options)
+        if kind == "temporal_grounding":
+            return parse_span(final_text(response)) or parse_span(response)
+        if kind == "spatial_temporal_grounding":
+            return parse_st_answer(final_text(response)) or parse_st_answer(response)
+        text = final_text(response)
+        if kind in ("numerical", "regression", "counting"):
+            return parse_number(text)
+        if kind == "yes_no":
+            return yes_no(text)
+        return text.strip() or None
+
+    def score(self, row: BenchmarkRow, prediction: Any) -> float:
+        if prediction is None:
+            return 0.0
+        kind, truth = row.problem_type, row.answer
+        if kind == "temporal_grounding":
+            return interval_iou(prediction, truth)
+        if kind == "spatial_temporal_grounding":
+            return st_score(prediction, truth)
+        if kind == "regression":
+            return relative_accuracy(float(prediction), float(truth))
+        if kind == "numerical":
+            return float(round(float(prediction), 2) == round(float(truth), 2))
+        if kind == "counting":
+            return float(float(prediction) == float(truth))
+        if kind == "open_ended":
+            return float(open_match(str(prediction), str(truth)))
+        return float(prediction == truth)
+
+    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+        """Overall = the mean score; one breakdown per category kind."""
+        return benchmark_summary(mean(scores), breakdown(rows, scores), metric=self.metric)
+
+
+# --- open-ended ------------------------------------------------------------------------------------
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s.]", " ", text.casefold()).split()).strip(" .")
+
+
+def open_match(prediction: str, truth: str) -> bool:
+    """Rule-based open-answer match: equal after normalisation, truth inside the answer, or equal numbers."""
+    pred, gold = _normal(prediction), _normal(truth)
+    if not pred or not gold:
+        return False
+    if pred == gold or f" {gold} " in f" {pred} ":
+        return True
+    a, b = parse_number(prediction), parse_number(truth)
+    return a is not None and b is not None and abs(a - b) < 0.01
+
+
+# --- ground truth of multiple-choice rows ------------------------------------------------------------
+
+
+def letter_answer(rec: Record, value: Any, n_options: int) -> str:
+    """A ground-truth letter given as ``"B"``, ``"(B)"`` or ``"B. text"``, checked against the options."""
+    match = re.match(r"^\s*\(?([A-Ja-j])\b", str(value))
+    letter = match.group(1).upper() if match else ""
+    if not letter or ord(letter) - 65 >= n_options:
+        raise rec.error(f"answer {value!r} is not one of the {n_options} option letters")
+    return letter
+
+
+def index_answer(rec: Record, value: Any, n_options: int) -> str:
+    """A ground truth given as a 0-based option index."""
+    try:
+        index = int(value)
+    except (TypeError, ValueError):
+        index = -1
+    if not 0 <= index < n_options:
+        raise rec.error(f"answer index {value!r} is not in 0..{n_options - 1}")
+    return chr(65 + index)
+
+
+def text_answer(rec: Record, value: Any, options: list[str]) -> str:
+    """A ground truth given as the text of one option."""
+    text = str(value).strip()
+    for i, option in enumerate(options):
+        if option.strip() == text:
+            return chr(65 + i)
+    raise rec.error(f"answer {value!r} is not one of the options {options}")

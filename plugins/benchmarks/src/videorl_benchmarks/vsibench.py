@@ -1,0 +1,81 @@
+"""VSI-Bench (nyu-visionx/VSI-Bench): visual-spatial intelligence, the official 8-task macro average.
+
+Official file: the ``full`` config's ``test-*.parquet`` (or the same rows as ``test.jsonl`` /
+``test.json``): ``id``, ``dataset`` (arkitscenes, scannet, scannetpp), ``scene_name`` (video
+``<dataset>/<scene_name>.mp4``), ``question_type``, ``question``, ``options`` (["A. ..."] for
+multiple-choice types, null otherwise), ``ground_truth`` (letter, or a number).
+
+Multiple-choice types (object_rel_direction_easy/medium/hard, object_rel_distance, route_planning,
+obj_appearance_order) score by letter; numeric types (object_abs_distance, object_counting,
+object_size_estimation, room_size_estimation) by mean relative accuracy over θ ∈ {0.50, …, 0.95} with
+the official inclusive rule (|pred − truth| / truth ≤ 1 − θ; EasyVideoR1 uses <). Overall = the mean of
+8 task scores, the three rel_direction difficulties averaged into one. EasyVideoR1's ``vsibench.json``
+is read when the official file is absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from videorl.api import BenchmarkRow, benchmark_summary, group_means, macro_mean, mean
+from videorl_benchmarks.base import BaseBenchmark, letter_answer
+from videorl_benchmarks.files import Record, read_records
+from videorl_benchmarks.unified import strip_letter
+
+MC_TYPES = (
+    "object_rel_direction_easy",
+    "object_rel_direction_medium",
+    "object_rel_direction_hard",
+    "object_rel_distance",
+    "route_planning",
+    "obj_appearance_order",
+)
+NUMERIC_TYPES = ("object_abs_distance", "object_counting", "object_size_estimation", "room_size_estimation")
+
+
+def task_of(question_type: str) -> str:
+    return "object_rel_direction" if question_type.startswith("object_rel_direction") else question_type
+
+
+class VSIBench(BaseBenchmark):
+    name = "vsi-bench"
+    metric = "8-task mean (accuracy / MRA)"
+    official_files = ("test-*.parquet", "*.parquet", "test.jsonl", "test.json")
+    unified_file = "vsibench.json"
+    unified_categories: ClassVar[dict[str, str]] = {"original_question_type": "question_type"}
+    preamble = "These are frames of a video."
+    options_header = "Options:"
+
+    def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
+        return [self._row(root, rec) for rec in read_records(path)]
+
+    def _row(self, root: Path, rec: Record) -> BenchmarkRow:
+        kind = rec.text("question_type")
+        row = BenchmarkRow(
+            id=rec.text("id"),
+            problem=rec.text("question"),
+            answer=None,
+            video=str(root / rec.text("dataset") / f"{rec.text('scene_name')}.mp4"),
+            categories={"question_type": kind},
+        )
+        if kind in MC_TYPES:
+            row.options = [strip_letter(o) for o in rec.items("options")]
+            row.answer = letter_answer(rec, rec.text("ground_truth"), len(row.options))
+        elif kind in NUMERIC_TYPES:
+            row.problem_type, row.answer = "regression", rec.number("ground_truth")
+        else:
+            raise rec.error(f"unknown question_type {kind!r}")
+        return row
+
+    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+        per_type = group_means(rows, scores, "question_type")
+        per_task: dict[str, list[float]] = {}
+        for kind, value in per_type.items():
+            per_task.setdefault(task_of(kind), []).append(value)
+        tasks = {task: mean(values) for task, values in sorted(per_task.items())}
+        return benchmark_summary(
+            macro_mean(tasks) if tasks else mean(scores),
+            {"task": tasks, "question_type": per_type},
+            metric=self.metric,
+        )
