@@ -121,6 +121,14 @@ class DataConfig:
     )
     rollout_batch_size: int = option(256, "Prompts per training step (each gets rollout.n responses).")
     shuffle: bool = option(True, "Shuffle the training data each epoch (seeded by seed and the epoch).")
+    thinking: bool = option(
+        True, "Use the thinking variant of the prompt templates (reason in <think>, answer in <answer>)."
+    )
+    prompt_template: str | None = option(
+        None,
+        "One prompt template for every sample: a .jinja file or a registered template name; null: the "
+        "template of each sample's problem_type.",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []

@@ -1,0 +1,48 @@
+"""``videorl train CONFIG [key=value ...]``: GRPO training, in one process or under torchrun."""
+
+from __future__ import annotations
+
+import click
+
+from videorl.errors import VideorlError
+from videorl.plugins import Plugins
+
+
+@click.command("train", context_settings={"ignore_unknown_options": True})
+@click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--resume", default=None, metavar="auto|DIR", help="Continue from a checkpoint (auto: the latest).")
+@click.option("--print-config", is_flag=True, help="Print the resolved config and exit.")
+@click.pass_obj
+def train_command(
+    plugins: Plugins, config_file: str, overrides: tuple[str, ...], resume: str | None, print_config: bool
+) -> None:
+    """Train a policy with GRPO as CONFIG (YAML) describes, with dotted KEY=VALUE overrides.
+
+    \b
+    Examples:
+      videorl train examples/demo.yaml trainer.max_steps=50 rollout.n=4
+      torchrun --nproc-per-node 2 -m videorl.cli train CONFIG      # FSDP2 over 2 processes
+      videorl train CONFIG --resume auto                            # continue after a crash
+    """
+    from videorl.config import dump_config, load_config
+
+    items = list(overrides)
+    if resume is not None:
+        items.append(f"trainer.resume={resume}")
+    try:
+        config = load_config(config_file, items)
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
+    if print_config:
+        click.echo(dump_config(config), nl=False)
+        return
+    from videorl.train.compose import build_training
+    from videorl.train.distributed import init_distributed
+
+    try:
+        training = build_training(config, plugins, dist=init_distributed())
+        last = training.run()
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"trained to step {last}; run directory: {config.output_dir}")

@@ -1,0 +1,548 @@
+"""The GRPO loop: rollout, reward, group-normalised advantages, DAPO-clipped update, repeat.
+
+It receives plain, already-built objects (the actor, the rollout engine, the reward router, the data
+and the run's writers) and knows nothing of plugins or configs files; ``videorl train`` composes
+them (``videorl.train.compose``). One step, for the prompts of this rank:
+
+1. data      take the next samples and encode them once (frames from the cache, one tokenisation);
+2. rollout   ``n`` responses per prompt; mix-policy may put the sample's offline trajectory in the
+             last slot of its group;
+3. reward    route each response to its ``problem_type``'s reward;
+4. advantage group-normalise the rewards (dynamic sampling first drops groups with equal rewards);
+5. update    teacher-forced forward on the same prompt ids and grids, DAPO clip-higher loss at token
+             level over micro-batches packed by a token budget, one optimizer step per mini-batch;
+6. sync      refresh the engine's weights; log metrics; checkpoint every N steps.
+
+Under FSDP every rank runs this same function on its share of the prompts; token counts and
+micro-batch counts are agreed between ranks so that every rank runs the same collectives.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from videorl import algo
+from videorl.alignment import check_response_tokens
+from videorl.model_inputs import response_logprobs
+from videorl.rewards.types import RewardInput
+from videorl.rollout import Completion, SamplingParams
+from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_rng_state
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.config import TrainConfig
+    from videorl.rewards.router import RewardRouter
+    from videorl.rollout import RolloutEngine
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.data import Prompt, TrainData
+    from videorl.train.metrics import MetricsWriter, ProgressBar
+
+
+# --- what the loop receives -----------------------------------------------------------------------
+
+
+@dataclass
+class Actor:
+    """The policy being trained (possibly FSDP-wrapped), its optimizer, and the backend of its family."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    backend: ModelBackend
+    reference: torch.nn.Module | None = None  # frozen copy, only when the KL penalty is on
+    full_state_dict: Callable[[], dict[str, torch.Tensor]] | None = None  # gathers FSDP shards
+    load_full_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.full_state_dict() if self.full_state_dict else self.model.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        (self.load_full_state_dict or self.model.load_state_dict)(state)
+
+
+@dataclass
+class RunIO:
+    """Where the loop writes: checkpoints, metrics, a progress bar (rank 0 only writes)."""
+
+    checkpoints: CheckpointManager
+    metrics: MetricsWriter | None = None
+    progress: ProgressBar | None = None
+
+
+@dataclass
+class Dist:
+    """This process's place among the training processes (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        out = value.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return out
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+@dataclass
+class Trajectory:
+    """One response of a group, with everything the update and the metrics need."""
+
+    prompt: Prompt
+    group: int
+    completion: Completion
+    offline: bool = False
+    reward: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+    advantage: float = 0.0
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+class StageTimer:
+    """Wall time per stage of a step (``time/<stage>`` metrics)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - start
+
+
+def sampling_params(config: TrainConfig, *, seed: int | None) -> SamplingParams:
+    r = config.rollout
+    return SamplingParams(
+        n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=max(r.top_k, 0),
+        max_tokens=r.max_response_length, seed=seed,
+    )
+
+
+def offline_completion(backend: ModelBackend, text: str, max_tokens: int) -> Completion:
+    """The tokens of an offline trajectory, ended with the chat template's end token and truncated to
+    the response limit. Its log-probs are unknown (NaN): the update recomputes them."""
+    tokenizer = backend.processor.tokenizer
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if not isinstance(end, int) or end == tokenizer.unk_token_id:
+        end = tokenizer.eos_token_id
+    ids = [*ids, end]
+    reason = "stop"
+    if len(ids) > max_tokens:
+        ids, reason = ids[:max_tokens], "length"
+    return Completion(ids, [math.nan] * len(ids), reason)
+
+
+def score(
+    rewards: RewardRouter, trajectories: Sequence[Trajectory], decode: Callable[[list[int]], str], family: str
+) -> None:
+    """Route every response to its reward; store the score and its parts on the trajectory."""
+    inputs = []
+    for t in trajectories:
+        sample = t.prompt.sample
+        inputs.append(
+            RewardInput(
+                response=decode(t.completion.token_ids), problem_type=sample.problem_type,
+                ground_truth=sample.ground_truth, problem=sample.problem, data_type=sample.data_type,
+                options=sample.options, media=t.prompt.media, sample_id=sample.id, model_family=family,
+                extra=dict(sample.extra),
+            )
+        )
+    for t, out in zip(trajectories, rewards.score(inputs)):
+        t.reward = out.score if out is not None else 0.0
+        t.parts = dict(out.parts) if out is not None else {}
+
+
+def accuracy_of(t: Trajectory) -> float:
+    """The accuracy part of a response's reward (its whole reward when the reward has no such part)."""
+    return float(t.parts.get("accuracy", t.reward))
+
+
+# --- the step -------------------------------------------------------------------------------------
+
+
+def rollout_groups(
+    config: TrainConfig,
+    prompts: Sequence[Prompt],
+    engine: RolloutEngine,
+    rewards: RewardRouter,
+    backend: ModelBackend,
+    *,
+    seed: int | None,
+    first_group: int = 0,
+) -> tuple[list[list[Trajectory]], dict[str, float]]:
+    """Generate, check, mix in offline trajectories and score the groups of ``prompts``."""
+    tokenizer = backend.processor.tokenizer
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    forbidden = backend.forbidden_token_ids() | set(config.model.suppress_token_ids)
+    outputs = engine.generate([p.encoded for p in prompts], sampling_params(config, seed=seed))
+    groups = []
+    for g, (prompt, completions) in enumerate(zip(prompts, outputs)):
+        for c in completions:
+            check_response_tokens(prompt.sample.id, c.token_ids, forbidden)
+        groups.append([Trajectory(prompt, first_group + g, c) for c in completions])
+    flat = [t for group in groups for t in group]
+    score(rewards, flat, decode, backend.family)
+    metrics: dict[str, float] = {}
+    if config.rollout.enable_mix_policy:
+        decision = algo.mix_policy_decision(
+            [p.sample.has_offline_trajectory for p in prompts],
+            [[accuracy_of(t) for t in group] for group in groups],
+            config.rollout.mix_policy_accuracy_threshold,
+        )
+        replaced = []
+        for group, replace in zip(groups, decision.replace):
+            if replace:
+                last = group[-1]
+                text = last.prompt.sample.offline_output or ""
+                completion = offline_completion(backend, text, config.rollout.max_response_length)
+                group[-1] = Trajectory(last.prompt, last.group, completion, offline=True)
+                replaced.append(group[-1])
+        score(rewards, replaced, decode, backend.family)
+        metrics.update(decision.metrics())
+    return groups, metrics
+
+
+def _micro_batches(
+    trajectories: Sequence[Trajectory], budget: int, dist: Dist
+) -> list[list[Trajectory]]:
+    """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
+    lengths = [len(t.prompt.encoded) + len(t.completion.token_ids) for t in trajectories]
+    count = len(algo.pack_by_token_budget(lengths, budget))
+    count = int(dist.all_reduce(torch.tensor(count), op="max"))
+    return [[trajectories[i] for i in b] for b in algo.pack_by_token_budget(lengths, budget, min_micro_batches=count)]
+
+
+def _forward(
+    model: torch.nn.Module, backend: ModelBackend, batch: Sequence[Trajectory], forbidden: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and entropies of the responses of ``batch`` (teacher-forced), and their mask."""
+    param = next(model.parameters())
+    inputs = backend.collate([t.prompt.encoded for t in batch], [t.completion.token_ids for t in batch])
+    inputs = inputs.to(device=param.device, dtype=param.dtype)
+    logits = model(**inputs.model_kwargs()).logits
+    logp = response_logprobs(logits, inputs, forbidden=forbidden)
+    width, rwidth = inputs.prompt_width, logp.shape[1]
+    step_logits = algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), list(forbidden))
+    entropy = algo.entropy_from_logits(step_logits)
+    assert inputs.response_mask is not None
+    return logp, entropy, inputs.response_mask.to(logp.device)
+
+
+def _engine_logprob_gap(batch: Sequence[Trajectory], logp: torch.Tensor) -> tuple[float, int]:
+    """Sum and count of |actor - engine| per-token log-prob gaps (offline responses have none)."""
+    total, count = 0.0, 0
+    for row, t in enumerate(batch):
+        engine = t.completion.logprobs
+        if engine and not math.isnan(engine[0]):
+            actor_lp = logp[row, : len(engine)].detach().cpu()
+            total += float((actor_lp - torch.tensor(engine)).abs().sum())
+            count += len(engine)
+    return total, count
+
+
+def update(
+    config: TrainConfig, actor: Actor, trajectories: Sequence[Trajectory], dist: Dist, timer: StageTimer
+) -> dict[str, float]:
+    """The actor update of one step: ``rollout_batch_size / global_batch_size`` optimizer steps.
+
+    With a single optimizer step the old policy is the current one, so the ratio's denominator is
+    the detached log-prob of the same forward; with several, the old log-probs are computed first,
+    before any parameter changes.
+    """
+    cfg = config.algorithm
+    forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
+    n = config.rollout.n
+    groups = [list(trajectories[i : i + n]) for i in range(0, len(trajectories), n)]
+    updates = max(1, min(len(groups), config.data.rollout_batch_size // config.actor.global_batch_size))
+    per_update = math.ceil(len(groups) / updates)
+    minis = [[t for g in groups[u * per_update : (u + 1) * per_update] for t in g] for u in range(updates)]
+    budget = config.actor.max_tokens_per_micro_batch
+    old: dict[int, torch.Tensor] = {}
+    if updates > 1:
+        with timer("old_logprob"), torch.no_grad():
+            for batch in _micro_batches(trajectories, budget, dist):
+                logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden)
+                old.update({id(t): logp[row] for row, t in enumerate(batch)})
+    sums: dict[str, float] = defaultdict(float)
+    actor.model.train()
+    for mini in minis:
+        tokens = float(dist.all_reduce(torch.tensor(float(sum(len(t.completion.token_ids) for t in mini)))))
+        for batch in _micro_batches(mini, budget, dist):
+            logp, entropy, mask = _forward(actor.model, actor.backend, batch, forbidden)
+            old_logp = torch.stack([old[id(t)] for t in batch]) if old else logp.detach()
+            adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
+            pl = algo.policy_loss(
+                logp, old_logp, adv, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                mode=cfg.loss_agg_mode, denominator=tokens if cfg.loss_agg_mode == "token-mean" else None,
+            )
+            loss, valid = pl.loss, mask.float()
+            if cfg.entropy_coef > 0:
+                loss = loss - cfg.entropy_coef * (entropy * valid).sum() / max(tokens, 1.0)
+            if cfg.use_kl_loss and actor.reference is not None:
+                with timer("reference"), torch.no_grad():
+                    ref_logp, _, _ = _forward(actor.reference, actor.backend, batch, forbidden)
+                kl = algo.kl_k3(logp, ref_logp)
+                loss = loss + cfg.kl_coef * (kl * valid).sum() / max(tokens, 1.0)
+                sums["actor/kl"] += float((kl.detach() * valid).sum())
+            loss.backward()
+            sums["actor/loss"] += float(pl.loss.detach())
+            sums["actor/clip_fraction"] += float(pl.clip_fraction) * float(valid.sum())
+            sums["actor/entropy"] += float((entropy.detach() * valid).sum())
+            sums["tokens"] += float(valid.sum())
+            gap, gap_tokens = _engine_logprob_gap(batch, logp)
+            sums["gap"] += gap
+            sums["gap_tokens"] += gap_tokens
+        sums["actor/grad_norm"] += _clip_and_step(actor, config.optim.grad_clip) / updates
+    tokens_all = max(sums["tokens"], 1.0)
+    out = {
+        "actor/loss": sums["actor/loss"] / updates,
+        "actor/clip_fraction": sums["actor/clip_fraction"] / tokens_all,
+        "actor/entropy": sums["actor/entropy"] / tokens_all,
+        "actor/grad_norm": sums["actor/grad_norm"],
+        "actor/lr": float(actor.optimizer.param_groups[0]["lr"]),
+        "actor/updates": float(updates),
+    }
+    if cfg.use_kl_loss:
+        out["actor/kl"] = sums["actor/kl"] / tokens_all
+    if sums["gap_tokens"]:
+        out["rollout/logprob_diff"] = sums["gap"] / sums["gap_tokens"]
+    return out
+
+
+def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
+    params = [p for p in actor.model.parameters() if p.grad is not None]
+    if grad_clip is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
+    norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # DTensor under FSDP2
+    actor.optimizer.step()
+    actor.optimizer.zero_grad(set_to_none=True)
+    return norm_value
+
+
+def step_metrics(trajectories: Sequence[Trajectory], format_key: str = "format") -> dict[str, float]:
+    """Reward, accuracy and format rate (overall and per ``problem_type``), lengths, offline counters."""
+    out: dict[str, float] = {}
+    by_type: dict[str, list[Trajectory]] = defaultdict(list)
+    online = [t for t in trajectories if not t.offline]
+    for t in online:
+        by_type[t.prompt.sample.problem_type].append(t)
+    for name, ts in [("overall", online), *sorted(by_type.items())]:
+        if ts:
+            out[f"reward/{name}"] = sum(t.reward for t in ts) / len(ts)
+            out[f"accuracy/{name}"] = sum(accuracy_of(t) for t in ts) / len(ts)
+    formats = [t.parts[format_key] for t in online if format_key in t.parts]
+    if formats:
+        out["format/overall"] = sum(formats) / len(formats)
+    if online:
+        lengths = [len(t.completion.token_ids) for t in online]
+        out["response_length/mean"] = sum(lengths) / len(lengths)
+        out["response_length/clip_ratio"] = sum(t.completion.finish_reason == "length" for t in online) / len(online)
+    offline = [t for t in trajectories if t.offline]
+    if offline:
+        out["offline/reward"] = sum(t.reward for t in offline) / len(offline)
+        out["offline/accuracy"] = sum(accuracy_of(t) for t in offline) / len(offline)
+        out["offline/count"] = float(len(offline))
+    return out
+
+
+def evaluate(
+    prompts: Sequence[Prompt], engine: RolloutEngine, rewards: RewardRouter, backend: ModelBackend, max_tokens: int
+) -> dict[str, float]:
+    """Greedy accuracy and reward on held-out prompts (``val/*`` metrics), overall and per problem type."""
+    tokenizer = backend.processor.tokenizer
+    outputs = engine.generate([p.encoded for p in prompts], SamplingParams(n=1, temperature=0, max_tokens=max_tokens))
+    answers = [Trajectory(p, i, group[0]) for i, (p, group) in enumerate(zip(prompts, outputs))]
+    score(rewards, answers, lambda ids: tokenizer.decode(ids, skip_special_tokens=True), backend.family)
+    return {f"val/{k}": v for k, v in step_metrics(answers).items() if k.startswith(("reward/", "accuracy/", "format/"))}
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+
+def train(
+    config: TrainConfig,
+    *,
+    actor: Actor,
+    engine: RolloutEngine,
+    rewards: RewardRouter,
+    data: TrainData,
+    encode: Callable[[Any], Prompt],
+    io: RunIO,
+    dist: Dist | None = None,
+    engine_shares_actor: bool = False,
+    validation: Sequence[Prompt] = (),
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> int:
+    """Train until ``config.trainer.max_steps``, resuming when ``config.trainer.resume`` says so.
+
+    Returns the last step done. ``engine_shares_actor``: the engine generates with the actor's own
+    module (one process, no copy), so its weights never need a refresh. ``validation`` prompts are
+    scored greedily every ``config.trainer.val_every`` steps (``val/*`` metrics).
+    """
+    dist = dist or Dist()
+    start = resume(config, actor, data, io, dist)
+    prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
+    for step in range(start + 1, config.trainer.max_steps + 1):
+        timer = StageTimer()
+        step_start = time.perf_counter()
+        kept: list[list[Trajectory]] = []
+        extra: dict[str, float] = defaultdict(float)
+        for attempt in range(config.algorithm.dynamic_sampling_max_tries if config.algorithm.dynamic_sampling else 1):
+            with timer("data"):
+                prompts = [encode(s) for s in data.take(prompts_per_rank - len(kept))]
+            with timer("rollout"):
+                seed = config.seed * 100_003 + step * 1009 + attempt * 17 + dist.rank
+                groups, mix_metrics = rollout_groups(
+                    config, prompts, engine, rewards, actor.backend, seed=seed, first_group=len(kept)
+                )
+            for key, value in mix_metrics.items():
+                extra[key] += value
+            if not config.algorithm.dynamic_sampling:
+                kept = groups
+                break
+            informative = algo.informative_groups(torch.tensor([[t.reward for t in g] for g in groups]))
+            kept += [g for g, keep in zip(groups, informative.tolist()) if keep]
+            extra["dynamic_sampling/dropped_groups"] += float(len(groups) - int(informative.sum()))
+            if len(kept) >= prompts_per_rank:
+                break
+        else:
+            if config.algorithm.dynamic_sampling and len(kept) < prompts_per_rank:
+                kept += groups[: prompts_per_rank - len(kept)]  # keep the batch full (zero advantage)
+        kept = kept[:prompts_per_rank]
+        rewards_tensor = torch.tensor([[t.reward for t in g] for g in kept])
+        advantages = algo.grpo_advantages(
+            rewards_tensor, eps=config.algorithm.adv_eps, norm_by_std=config.algorithm.norm_adv_by_std
+        )
+        flat = []
+        for g, group in enumerate(kept):
+            for j, t in enumerate(group):
+                t.advantage = float(advantages[g, j])
+                flat.append(t)
+        with timer("actor"):
+            actor_metrics = update(config, actor, flat, dist, timer)
+        if not engine_shares_actor:
+            with timer("weight_sync"):
+                engine.update_weights(actor.state_dict())
+        timer.seconds["step"] = time.perf_counter() - step_start
+        metrics = {**step_metrics(flat), **actor_metrics, **extra}
+        metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
+        metrics["tokens/step"] = float(sum(len(t.prompt.encoded) + len(t.completion.token_ids) for t in flat))
+        every = config.trainer.val_every
+        if validation and every and (step % every == 0 or step == config.trainer.max_steps):
+            with timer("validation"):
+                metrics.update(evaluate(validation, engine, rewards, actor.backend, config.rollout.max_response_length))
+        metrics = _average_over_ranks(metrics, dist)
+        if dist.rank == 0 and io.metrics is not None:
+            io.metrics.log(step, metrics)
+        if dist.rank == 0 and io.progress is not None:
+            io.progress.update(step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0))
+        if on_step is not None:
+            on_step(step, metrics)
+        if checkpoint_due(step, config.trainer.save_every, config.trainer.max_steps):
+            save_checkpoint(step, actor, data, io, dist)
+    return config.trainer.max_steps
+
+
+def _average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
+    if dist.world_size == 1:
+        return metrics
+    keys = sorted(metrics)
+    values = dist.all_reduce(torch.tensor([metrics[k] for k in keys], dtype=torch.float64)) / dist.world_size
+    return dict(zip(keys, values.tolist()))
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+
+
+def save_checkpoint(step: int, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> None:
+    """Every rank contributes its data position and RNG state; rank 0 writes (after a barrier)."""
+    import json
+
+    model_state = actor.state_dict()
+    local = json.dumps({"data": data.state_dict(), "rng": capture_rng_state()})
+    states = _gather_strings(local, dist)
+    if dist.rank == 0:
+        parsed = [json.loads(s) for s in states]
+        io.checkpoints.save(
+            step,
+            model_state=model_state,
+            optimizer_state=_optimizer_state(actor),
+            data_state={"ranks": [p["data"] for p in parsed]},
+            rng=[p["rng"] for p in parsed],
+        )
+    dist.barrier()
+
+
+def _optimizer_state(actor: Actor) -> dict[str, Any]:
+    if actor.full_state_dict is None:
+        return actor.optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(
+        actor.model, actor.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+
+
+def _gather_strings(value: str, dist: Dist) -> list[str]:
+    if dist.world_size == 1:
+        return [value]
+    import torch.distributed as tdist
+
+    out: list[Any] = [None] * dist.world_size
+    tdist.all_gather_object(out, value)
+    return [str(v) for v in out]
+
+
+def resume(config: TrainConfig, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> int:
+    """Load the checkpoint named by ``config.trainer.resume`` (``auto``: the latest); 0 when none."""
+    path = io.checkpoints.resolve_resume(config.trainer.resume)
+    if path is None:
+        return 0
+    ckpt = io.checkpoints.load(path)
+    actor.load_state_dict(ckpt.model_state())
+    optimizer_state = ckpt.optimizer_state()
+    if optimizer_state is not None:
+        if actor.full_state_dict is None:
+            actor.optimizer.load_state_dict(optimizer_state)
+        else:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(
+                actor.model, actor.optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True)
+            )
+    ranks = ckpt.data.get("ranks", [])
+    if len(ranks) != dist.world_size:
+        from videorl.errors import ConfigError
+
+        raise ConfigError(
+            f"{path} was written by {len(ranks)} rank(s); resume it with the same number of processes "
+            f"(now {dist.world_size})"
+        )
+    data.load_state_dict(ranks[dist.rank])
+    rng = ckpt.rng_state(dist.rank)
+    if rng is not None:
+        restore_rng_state(rng)
+    return ckpt.step

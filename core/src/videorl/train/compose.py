@@ -1,0 +1,218 @@
+"""Compose a training run from a config and the installed plugins, then hand plain objects to the loop.
+
+This is the only place where the training path looks components up by name: the model backend
+(from the checkpoint's ``model_type``), the rewards (by ``problem_type``), the prompt templates and
+the rollout engine. Everything is validated before the first rollout: every dataset row, every
+``problem_type``, and in ``preprocessed_only`` mode every video's cache entry.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from videorl.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from videorl.config import TrainConfig
+    from videorl.data import Sample
+    from videorl.grpo import Actor, Dist, RunIO
+    from videorl.plugins import Plugins
+    from videorl.prompts import PromptTemplate
+    from videorl.rewards.router import RewardRouter
+    from videorl.rollout import RolloutEngine
+    from videorl.train.data import Prompt, PromptEncoder, TrainData
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+@dataclass
+class Training:
+    """Everything :func:`videorl.grpo.train` receives."""
+
+    config: TrainConfig
+    actor: Actor
+    engine: RolloutEngine
+    rewards: RewardRouter
+    data: TrainData
+    encode: PromptEncoder
+    io: RunIO
+    dist: Dist
+    engine_shares_actor: bool
+    validation: list[Prompt]
+
+    def run(self, **kwargs: Any) -> int:
+        from videorl.grpo import train
+
+        try:
+            return train(
+                self.config, actor=self.actor, engine=self.engine, rewards=self.rewards, data=self.data,
+                encode=self.encode, io=self.io, dist=self.dist, engine_shares_actor=self.engine_shares_actor,
+                validation=self.validation, **kwargs,
+            )
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.io.metrics is not None:
+            self.io.metrics.close()
+        if self.io.progress is not None:
+            self.io.progress.close()
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_training_samples(config: TrainConfig, rewards: RewardRouter, files: list[str]) -> list[Sample]:
+    """Every row of ``files``, validated: fields, ``problem_type`` routed to a reward (error names the
+    line and the registered types)."""
+    from videorl.data import load_samples
+
+    samples: list[Sample] = []
+    for file in files:
+        if not Path(file).is_file():
+            raise DataError(f"{file}: dataset file not found (data.train_files / data.val_files)")
+        samples += load_samples(file, media_root=config.data.media_root)
+    if not samples:
+        raise DataError(f"no samples in {', '.join(files)}")
+    seen: dict[str, str] = {}
+    for s in samples:
+        if s.id in seen:
+            raise DataError(f"{s.origin}: sample id {s.id!r} is used again (first at {seen[s.id]})")
+        seen[s.id] = s.origin
+    try:
+        rewards.validate(samples)
+    except DataError as exc:
+        by_id = {s.id: s.origin for s in samples}
+        origin = next((o for i, o in by_id.items() if repr(i) in str(exc)), None)
+        raise DataError(f"{origin}: {exc}" if origin else str(exc)) from None
+    return samples
+
+
+def check_cached(samples: list[Sample], encoder: PromptEncoder) -> None:
+    """``preprocessed_only``: every video must already be in the cache for this run's parameters."""
+    for s in samples:
+        for video in s.videos:
+            try:
+                encoder.cache.resolve(video, encoder.video_params)
+            except Exception as exc:  # the cache's own errors say which parameter differs
+                raise DataError(f"{s.origin}: sample {s.id!r}: {exc}") from None
+
+
+def _dataset_template(spec: str | None, plugins: Plugins) -> PromptTemplate | None:
+    """``data.prompt_template``: a ``.jinja`` file, or the name of a registered template."""
+    from videorl.prompts import PromptTemplate
+
+    if spec is None:
+        return None
+    if spec.endswith(".jinja") or Path(spec).is_file():
+        if not Path(spec).is_file():
+            raise ConfigError(f"data.prompt_template: {spec} does not exist")
+        return PromptTemplate("data.prompt_template", path=Path(spec).absolute())
+    template: PromptTemplate = plugins.prompt_templates.get(spec)
+    return template
+
+
+def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
+    """Build the actor, engine, rewards, data and run files that ``config`` describes."""
+    import torch
+
+    from videorl.backend import backend_for_model
+    from videorl.grpo import Actor, Dist, RunIO
+    from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.rewards.router import RewardRouter
+    from videorl.train import distributed
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.data import PromptEncoder, TrainData
+    from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
+
+    dist = dist or Dist()
+    seed_everything(config.seed + dist.rank)
+    out = Path(config.output_dir)
+    if dist.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    checkpoints = CheckpointManager(out / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
+    resume_from = checkpoints.resolve_resume(config.trainer.resume)
+    if resume_from is None and checkpoints.latest() is not None:
+        raise ConfigError(
+            f"{out} already holds checkpoints; continue it with trainer.resume=auto (or --resume auto), "
+            "or choose another output_dir"
+        )
+
+    if config.model.family:
+        backend = plugins.model_backends.create(config.model.family, path=Path(config.model.path))
+    else:
+        backend = backend_for_model(config.model.path, plugins.model_backends)
+    rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
+    samples = load_training_samples(config, rewards, config.data.train_files)
+
+    d = config.data
+    cache = MediaCache(d.cache_dir if d.source_mode != "realtime_only" else None, d.source_mode)
+    video_params = DecodeParams(
+        factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, fps=d.video_fps,
+        max_frames=d.video_max_frames, min_pixels=d.video_min_pixels, max_pixels=d.video_max_pixels,
+        total_pixels=d.video_total_pixels,
+    )
+    image_params = ImageParams(factor=backend.factor, min_pixels=d.image_min_pixels, max_pixels=d.image_max_pixels)
+    encoder = PromptEncoder(
+        backend, cache, video_params, image_params, plugins.prompt_templates, thinking=d.thinking,
+        max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
+    )
+    val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
+    if d.source_mode == "preprocessed_only":
+        check_cached(samples + val_samples, encoder)
+    validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
+    data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
+
+    dtype = getattr(torch, config.model.dtype)
+    model = backend.load_model(dtype=dtype)
+    if config.actor.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    reference = None
+    if config.algorithm.use_kl_loss:
+        reference = backend.load_model(dtype=dtype).eval().requires_grad_(False)
+    backend.install_vision_sync(model)
+    engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
+    engine_factory = plugins.rollout_engines.get(engine_name)
+    sharded = dist.world_size > 1
+    if sharded:
+        distributed.shard_model(model)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), eps=config.optim.eps,
+        weight_decay=config.optim.weight_decay,
+    )
+    actor = Actor(
+        model, optimizer, backend, reference,
+        full_state_dict=(lambda: distributed.full_state_dict(model)) if sharded else None,
+        load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
+    )
+    options = dict(config.rollout.engine_options)
+    shares = False
+    if engine_name == "hf":
+        shares = not sharded
+        engine_model = model if shares else backend.load_model(dtype=dtype)
+        engine = engine_factory(backend, engine_model, owns_model=not shares, **options)
+    elif engine_name == "vllm":
+        options.setdefault("dtype", config.model.dtype)
+        options.setdefault("seed", config.seed + dist.rank)
+        engine = engine_factory(backend, config.model.path, **options)
+    else:
+        engine = engine_factory(backend=backend, model_path=config.model.path, **options)
+
+    metrics = progress = None
+    if dist.rank == 0:
+        write_run_metadata(out, config, plugins)
+        start = 0 if resume_from is None else checkpoints.load(resume_from).step
+        metrics = MetricsWriter(out, start_step=start, tensorboard=config.trainer.tensorboard)
+        if config.trainer.progress_bar:
+            progress = ProgressBar(config.trainer.max_steps, start_step=start)
+    io = RunIO(checkpoints, metrics, progress)
+    return Training(config, actor, engine, rewards, data, encoder, io, dist, shares, validation)

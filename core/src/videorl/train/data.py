@@ -1,0 +1,131 @@
+"""Training data for the loop: a resumable, per-rank order over samples, and samples made into prompts.
+
+``TrainData`` decides which samples a rank trains on, in a seeded order per epoch, and records its
+position so that a resumed run continues exactly where the checkpoint was taken. ``PromptEncoder``
+turns a :class:`~videorl.data.Sample` into the prompt the backend tokenises once: its frames come from
+the media cache (the only place videos are decoded), its text from the sample's prompt template.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from videorl.errors import DataError
+from videorl.rewards.types import MediaInfo
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.data import Sample
+    from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.model_inputs import EncodedPrompt
+    from videorl.prompts import PromptTemplate
+    from videorl.registry import Registry
+
+
+class TrainData:
+    """Samples in a seeded order per epoch; rank ``r`` of ``w`` takes every ``w``-th sample.
+
+    ``take(k)`` returns the next ``k`` samples of this rank, crossing epochs as needed (a new seeded
+    shuffle each epoch when ``shuffle``). ``state_dict`` / ``load_state_dict`` hold the position.
+    """
+
+    def __init__(
+        self, samples: Sequence[Sample], *, seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1
+    ) -> None:
+        if len(samples) < world_size:
+            raise DataError(f"{len(samples)} training samples cannot be shared by {world_size} ranks")
+        self.samples = list(samples)
+        self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
+        self.epoch, self.index = 0, 0
+        self._order = self._epoch_order(0)
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.samples)))
+        if self.shuffle:
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        usable = len(order) - len(order) % self.world_size  # every rank gets the same count
+        return order[self.rank : usable : self.world_size]
+
+    def take(self, k: int) -> list[Sample]:
+        out: list[Sample] = []
+        while len(out) < k:
+            if self.index >= len(self._order):
+                self.epoch, self.index = self.epoch + 1, 0
+                self._order = self._epoch_order(self.epoch)
+            out.append(self.samples[self._order[self.index]])
+            self.index += 1
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._order = self._epoch_order(self.epoch)
+
+
+@dataclass
+class Prompt:
+    """A sample ready for rollout and training: tokenised once, with what its rewards need."""
+
+    sample: Sample
+    encoded: EncodedPrompt
+    media: MediaInfo | None
+
+
+class PromptEncoder:
+    """Sample -> :class:`Prompt`: frames from the media cache, text from the sample's template."""
+
+    def __init__(
+        self,
+        backend: ModelBackend,
+        cache: MediaCache,
+        video_params: DecodeParams,
+        image_params: ImageParams,
+        templates: Registry[Any],
+        *,
+        thinking: bool = False,
+        max_prompt_length: int | None = None,
+        template: PromptTemplate | None = None,
+    ) -> None:
+        self.backend, self.cache, self.video_params = backend, cache, video_params
+        self.templates, self.thinking, self.image_params = templates, thinking, image_params
+        self.max_prompt_length = max_prompt_length
+        self.template = template
+
+    def text(self, sample: Sample) -> str:
+        from videorl.prompts import render_prompt
+
+        fields = {**sample.extra, **sample.to_dict()}
+        if self.template is not None:
+            return self.template.render({**fields, "thinking": self.thinking, "family": self.backend.family})
+        return render_prompt(self.templates, fields, thinking=self.thinking, family=self.backend.family)
+
+    def __call__(self, sample: Sample) -> Prompt:
+        import torch
+
+        from videorl.backend import PromptInput
+        from videorl.media import decode_image
+
+        videos = [self.cache.load(path, self.video_params) for path in sample.videos]
+        images = [torch.from_numpy(decode_image(path, self.image_params)[0]) for path in sample.images]
+        media = None
+        if videos:
+            meta = videos[0][1]
+            media = MediaInfo(
+                duration=meta.duration, fps=meta.source_fps, num_frames=meta.num_frames,
+                width=meta.source_width, height=meta.source_height,
+                resized_width=meta.width, resized_height=meta.height,
+            )
+        prompt = PromptInput(sample.id, self.text(sample), videos=videos, images=images)
+        encoded = self.backend.encode(prompt)
+        if self.max_prompt_length is not None and len(encoded) > self.max_prompt_length:
+            raise DataError(
+                f"{sample.origin}: sample {sample.id!r} has {len(encoded)} prompt tokens (text and visual), "
+                f"over data.max_prompt_length={self.max_prompt_length}. Raise the limit or lower the video "
+                "budget (data.video_max_pixels, data.video_max_frames); prompts are never cut."
+            )
+        return Prompt(sample, encoded, media)
