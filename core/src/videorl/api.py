@@ -4,6 +4,27 @@ Plugins (the first-party ones included) import from here and from ``videorl.hook
 third party would. Importing this module is cheap: no torch, no vllm.
 """
 
+from videorl import answers
+from videorl.alignment import (
+    check_alignment,
+    check_batch_alignment,
+    check_frames,
+    check_image,
+    check_response_tokens,
+    check_same_prompt,
+    image_grid,
+    mm_token_types,
+    video_grid,
+    visual_token_count,
+)
+from videorl.backend import (
+    ModelBackend,
+    PromptInput,
+    VisionSync,
+    VisualBudget,
+    backend_for_model,
+    read_model_type,
+)
 from videorl.benchmark import Benchmark, BenchmarkRow
 from videorl.errors import (
     AlignmentError,
@@ -13,8 +34,23 @@ from videorl.errors import (
     UnknownComponentError,
     VideorlError,
 )
+from videorl.eval.aggregate import benchmark_summary, breakdown, group_means, macro_mean, mean
 from videorl.hookspecs import hookimpl
+from videorl.model_inputs import (
+    EncodedPrompt,
+    ModelInputs,
+    RolloutRequest,
+    collate_encoded,
+    response_logprobs,
+    token_logprobs,
+)
+from videorl.prompt_length import OverlongPrompt, filter_overlong
+from videorl.prompts import PromptTemplate, find_template, register_template_dir, render_prompt, template_name
 from videorl.registry import Register
+from videorl.rewards.config import RewardConfig
+from videorl.rewards.format import FormatRule
+from videorl.rewards.router import RewardEvent, RewardRouter
+from videorl.rewards.task import TaskReward
 from videorl.rewards.types import MediaInfo, Reward, RewardInput, RewardOutput
 
 __all__ = [
@@ -32,4 +68,47 @@ __all__ = [
     "UnknownComponentError",
     "VideorlError",
     "hookimpl",
+    # model backends (appended by the model-backends issue)
+    "EncodedPrompt",
+    "ModelBackend",
+    "ModelInputs",
+    "OverlongPrompt",
+    "PromptInput",
+    "RolloutRequest",
+    "VisionSync",
+    "VisualBudget",
+    "backend_for_model",
+    "check_alignment",
+    "check_batch_alignment",
+    "check_frames",
+    "check_image",
+    "check_response_tokens",
+    "check_same_prompt",
+    "collate_encoded",
+    "filter_overlong",
+    "image_grid",
+    "mm_token_types",
+    "read_model_type",
+    "response_logprobs",
+    "token_logprobs",
+    "video_grid",
+    "visual_token_count",
+    # evaluation aggregates (videorl.eval; appended by the benchmark-adapters issue)
+    "benchmark_summary",
+    "breakdown",
+    "group_means",
+    "macro_mean",
+    "mean",
+    # rewards, answer parsing and prompt templates (appended by the reward-library issue)
+    "FormatRule",
+    "PromptTemplate",
+    "RewardConfig",
+    "RewardEvent",
+    "RewardRouter",
+    "TaskReward",
+    "answers",
+    "find_template",
+    "register_template_dir",
+    "render_prompt",
+    "template_name",
 ]

@@ -9,10 +9,31 @@ from videorl.hookspecs import hookimpl
 if TYPE_CHECKING:
     import click
 
+    from videorl.registry import Register
 
+
+@hookimpl
+def register_rollout_engines(register: Register) -> None:
+    register("hf", "videorl.rollout.hf:HFEngine", description="transformers generate (exact, simple)")
+    register("vllm", "videorl.rollout.vllm:VLLMEngine", description="vLLM (CPU build or CUDA)")
+    register("vllm-async", "videorl.rollout.vllm_async:AsyncVLLMEngine", description="vLLM AsyncLLM, chunked prefill")
 
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     from videorl.commands import plugins
+    from videorl.commands.cache import cache_group
+    from videorl.commands.demo import demo_command
+    from videorl.commands.eval import eval_group
+    from videorl.commands.models import models_group
+    from videorl.commands.plot import plot_command
+    from videorl.commands.reward import reward_command
+    from videorl.commands.train import train_command
 
     cli.add_command(plugins.plugins_command)
+    cli.add_command(cache_group)
+    cli.add_command(eval_group)
+    cli.add_command(models_group)
+    cli.add_command(reward_command)
+    cli.add_command(plot_command)
+    cli.add_command(train_command)
+    cli.add_command(demo_command)

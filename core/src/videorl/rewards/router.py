@@ -1,0 +1,473 @@
+"""``RewardRouter``: routes each response to the rewards of its ``problem_type`` and scores it safely.
+
+Safety: a reward that raises, runs past ``timeout`` or returns something other than ``None`` or a
+``RewardOutput`` with a score in [0, 1] gives that sample a score of 0 with ``RewardOutput.error`` set,
+and a :class:`RewardEvent` that is counted (``event_counts``), kept (the last 1,000, ``events``) and
+logged on the ``videorl.rewards`` logger with the sample id. Scoring never raises because of a reward.
+
+A synchronous reward runs in a daemon thread; Python cannot kill a thread, so a reward stuck in a loop
+keeps its thread (the router starts another one in its place). Rewards that may hang on model
+output (math, code) bound themselves with subprocesses they can kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import queue
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from videorl.errors import ConfigError, DataError
+from videorl.registry import Registry, normalize_name
+from videorl.rewards.config import RewardConfig, Route
+from videorl.rewards.types import ID_KEYS, RewardInput, RewardOutput
+
+logger = logging.getLogger("videorl.rewards")
+
+__all__ = ["RewardEvent", "RewardRouter"]
+
+
+@dataclass(frozen=True)
+class RewardEvent:
+    """A sample that scored 0 because its reward failed: ``kind`` is ``error``, ``timeout``,
+    ``invalid_output`` or ``unknown_type``."""
+
+    sample_id: str
+    problem_type: str
+    reward: str
+    kind: str
+    message: str
+
+
+class _DaemonPool:
+    """Daemon worker threads: a thread stuck in a reward never blocks the interpreter's exit."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
+            queue.SimpleQueue()
+        )
+        self._size = size
+        self._started = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        with self._lock:
+            if self._started < self._size:
+                self._started += 1
+                threading.Thread(target=self._work, name="videorl-reward", daemon=True).start()
+        return future
+
+    def abandon(self) -> None:
+        """A thread is stuck in a call that timed out: allow one more thread in its place."""
+        with self._lock:
+            self._size += 1
+
+    def _work(self) -> None:
+        while True:
+            future, fn, args = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
+class _ChunkJob:
+    """Items scored one after another in a pool thread; ``current`` is (index, start time) of the item
+    in progress, ``stop`` tells an abandoned job to drop the rest."""
+
+    def __init__(self, reward: Callable[[RewardInput], Any], items: list[RewardInput]) -> None:
+        self.reward = reward
+        self.items = items
+        self.outcomes: list[tuple[str, Any]] = []
+        self.current: tuple[int, float] | None = None
+        self.stop = False
+
+    def run(self) -> None:
+        for index, inp in enumerate(self.items):
+            if self.stop:
+                return
+            self.current = (index, time.monotonic())
+            try:
+                outcome: tuple[str, Any] = ("ok", self.reward(inp))
+            except Exception as exc:
+                outcome = ("error", exc)
+            if self.stop:
+                return
+            self.outcomes.append(outcome)
+
+
+def _is_async(reward: Any) -> bool:
+    method = inspect.getattr_static(type(reward), "__call__", None)
+    return inspect.iscoroutinefunction(reward) or inspect.iscoroutinefunction(method)
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+class RewardRouter:
+    """Maps ``problem_type`` to rewards and scores batches of :class:`RewardInput`.
+
+    Build it with :meth:`from_registry` (the CLI and the trainer) or :meth:`of` (plain reward objects,
+    e.g. in tests). Call :meth:`validate` on the dataset before any rollout, then :meth:`score` (or
+    ``await`` :meth:`ascore`) on each batch.
+    """
+
+    def __init__(
+        self,
+        factories: Mapping[str, Callable[[], Any]],
+        *,
+        aliases: Mapping[str, str] | None = None,
+        config: RewardConfig | None = None,
+    ) -> None:
+        """``factories``: reward name → zero-argument factory of the reward; ``aliases``: further
+        ``problem_type`` spellings → reward name (names route to themselves)."""
+        self.config = config or RewardConfig()
+        self._factories = dict(factories)
+        self._keys: dict[str, str] = {normalize_name(n): n for n in self._factories}
+        for alias, name in (aliases or {}).items():
+            if name not in self._factories:
+                raise ConfigError(f"alias {alias!r} routes to reward {name!r}, which is not given")
+            self._keys[normalize_name(alias)] = name
+        self._routes: dict[str, list[Route]] = {}
+        for problem_type, targets in self.config.routes.items():
+            self._routes[problem_type] = [
+                (self._resolve(n, f"rewards.routes.{problem_type}"), w) for n, w in targets
+            ]
+        for name in self.config.options:
+            self._resolve(name, "rewards.options")
+        self._instances: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._pool = _DaemonPool(self.config.threads)
+        self.event_counts: Counter[str] = Counter()
+        self.events: deque[RewardEvent] = deque(maxlen=1000)
+
+    # --- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def of(
+        cls,
+        rewards: Mapping[str, Any],
+        *,
+        aliases: Mapping[str, str] | None = None,
+        config: RewardConfig | None = None,
+    ) -> RewardRouter:
+        """A router over ready reward objects (``name → reward``)."""
+        def constant(reward: Any) -> Callable[[], Any]:
+            return lambda: reward
+
+        return cls({name: constant(r) for name, r in rewards.items()}, aliases=aliases, config=config)
+
+    @classmethod
+    def from_registry(cls, registry: Registry[Any], config: RewardConfig | None = None) -> RewardRouter:
+        """A router over every registered reward; each is created on first use with its options."""
+        config = config or RewardConfig()
+        aliases = {alias: entry.name for entry in registry.entries() for alias in entry.aliases}
+
+        def factory(name: str) -> Callable[[], Any]:
+            return lambda: _create(registry.get(name), name, config)
+
+        return cls({name: factory(name) for name in registry.names()}, aliases=aliases, config=config)
+
+    def _resolve(self, name: str, where: str) -> str:
+        key = normalize_name(name)
+        if key not in self._keys:
+            raise ConfigError(
+                f"{where} names reward {name!r}, which is not registered. {self._registered_text()}"
+            )
+        return self._keys[key]
+
+    def _registered_text(self) -> str:
+        by_name: dict[str, list[str]] = {n: [] for n in self._factories}
+        for key, name in self._keys.items():
+            if key != normalize_name(name):
+                by_name[name].append(key)
+        listed = [n + (f" (also {', '.join(sorted(a))})" if a else "") for n, a in sorted(by_name.items())]
+        extra = sorted(k for k in self._routes if k not in self._keys)
+        text = "Registered problem types: " + ("; ".join(listed) or "(none)")
+        return text + (f"; routed in the config: {', '.join(extra)}." if extra else ".")
+
+    # --- routing and validation ------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        """The reward names this router knows."""
+        return sorted(self._factories)
+
+    def route(self, problem_type: str) -> list[Route] | None:
+        """The ``(reward name, weight)`` pairs that score ``problem_type``; ``None`` when none does."""
+        key = normalize_name(problem_type)
+        if key in self._routes:
+            return self._routes[key]
+        if key in self._keys:
+            return [(self._keys[key], 1.0)]
+        return None
+
+    def reward(self, name: str) -> Any:
+        """The reward object registered as ``name`` (created on first use)."""
+        with self._lock:
+            if name not in self._instances:
+                self._instances[name] = self._factories[name]()
+            return self._instances[name]
+
+    def validate(self, samples: Iterable[Any]) -> None:
+        """Check, before any rollout, that every sample's ``problem_type`` has a reward, and create
+        those rewards (a bad reward option fails here).
+
+        ``samples`` are mappings or objects with a ``problem_type`` (and ``id``/``sample_id``/
+        ``problem_id``). Raises ``DataError`` naming the problem type, a sample that has it and the
+        registered types.
+        """
+        unknown: dict[str, list[str]] = {}
+        needed: set[str] = set()
+        for index, sample in enumerate(samples):
+            problem_type = _field(sample, "problem_type")
+            sample_id = next((str(v) for k in ID_KEYS if (v := _field(sample, k)) is not None), f"#{index}")
+            if not isinstance(problem_type, str) or not problem_type.strip():
+                raise DataError(
+                    f"sample {sample_id!r} has no problem_type (got {problem_type!r}). {self._registered_text()}"
+                )
+            routes = self.route(problem_type)
+            if routes is None:
+                unknown.setdefault(problem_type, []).append(sample_id)
+            else:
+                needed.update(name for name, _ in routes)
+        if unknown:
+            problem_type, ids = next(iter(unknown.items()))
+            more = f" and {len(ids) - 1} more sample(s)" if len(ids) > 1 else ""
+            others = (
+                f" Other unknown problem types: {', '.join(map(repr, list(unknown)[1:]))}."
+                if len(unknown) > 1
+                else ""
+            )
+            raise DataError(
+                f"problem_type {problem_type!r} of sample {ids[0]!r}{more} has no reward. "
+                f"{self._registered_text()}{others} Fix the sample, route the type in rewards.routes, or "
+                "install a reward plugin that registers it."
+            )
+        for name in sorted(needed):
+            self.reward(name)
+
+    # --- scoring ---------------------------------------------------------------------------------
+
+    def score(self, inputs: Sequence[RewardInput]) -> list[RewardOutput | None]:
+        """Score a batch (``None``: every reward of that input abstained). Use :meth:`ascore` inside an
+        event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.ascore(inputs))
+        raise RuntimeError(
+            "RewardRouter.score was called inside a running event loop; await ascore() instead"
+        )
+
+    async def ascore(self, inputs: Sequence[RewardInput]) -> list[RewardOutput | None]:
+        """Score a batch concurrently: batch rewards once per batch, others once per input."""
+        jobs: dict[str, list[int]] = {}
+        routes: list[list[Route] | None] = []
+        for i, inp in enumerate(inputs):
+            found = self.route(inp.problem_type)
+            routes.append(found)
+            for name, _ in found or []:
+                jobs.setdefault(name, []).append(i)
+        semaphore = asyncio.Semaphore(self.config.threads)
+        names = list(jobs)
+        outcomes = await asyncio.gather(
+            *(self._run(name, [inputs[i] for i in jobs[name]], semaphore) for name in names)
+        )
+        by_name = {
+            name: dict(zip(jobs[name], outs, strict=True)) for name, outs in zip(names, outcomes, strict=True)
+        }
+        results: list[RewardOutput | None] = []
+        for i, (inp, found) in enumerate(zip(inputs, routes, strict=True)):
+            if found is None:
+                results.append(
+                    self._fail(inp, "-", "unknown_type", f"no reward for problem_type {inp.problem_type!r}")
+                )
+            else:
+                results.append(_combine([(name, w, by_name[name][i]) for name, w in found]))
+        return results
+
+    async def _run(
+        self, name: str, items: list[RewardInput], semaphore: asyncio.Semaphore
+    ) -> list[RewardOutput | None]:
+        reward = self.reward(name)
+        timeout = self.config.timeout
+        if callable(getattr(reward, "score_batch", None)):
+            budget = None if timeout is None else timeout * len(items)
+            try:
+                async with semaphore:
+                    outs = await self._in_thread(reward.score_batch, list(items), budget)
+                if not isinstance(outs, Sequence) or len(outs) != len(items):
+                    got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
+                    raise TypeError(f"score_batch returned {got} results for {len(items)} inputs")
+            except Exception as exc:
+                kind = "timeout" if isinstance(exc, TimeoutError) else "error"
+                message = (
+                    f"batch of {len(items)} timed out after {budget} s"
+                    if kind == "timeout"
+                    else _describe(exc)
+                )
+                return [self._fail(inp, name, kind, message) for inp in items]
+            return [self._check(out, inp, name) for out, inp in zip(outs, items, strict=True)]
+        if _is_async(reward):
+
+            async def one(inp: RewardInput) -> RewardOutput | None:
+                try:
+                    async with semaphore:
+                        out = await asyncio.wait_for(reward(inp), timeout)
+                except TimeoutError:
+                    return self._fail(inp, name, "timeout", f"no result after {timeout} s")
+                except Exception as exc:
+                    return self._fail(inp, name, "error", _describe(exc))
+                return self._check(out, inp, name)
+
+            return list(await asyncio.gather(*(one(inp) for inp in items)))
+        size = max(1, min(256, -(-len(items) // self.config.threads)))
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        done = await asyncio.gather(*(self._run_chunk(reward, chunk, semaphore) for chunk in chunks))
+        results: list[RewardOutput | None] = []
+        for chunk, outcomes in zip(chunks, done, strict=True):
+            for inp, (status, value) in zip(chunk, outcomes, strict=True):
+                if status == "ok":
+                    results.append(self._check(value, inp, name))
+                elif status == "timeout":
+                    results.append(self._fail(inp, name, "timeout", f"no result after {timeout} s"))
+                else:
+                    results.append(self._fail(inp, name, "error", _describe(value)))
+        return results
+
+    async def _run_chunk(
+        self, reward: Any, items: list[RewardInput], semaphore: asyncio.Semaphore
+    ) -> list[tuple[str, Any]]:
+        """Run a synchronous reward over ``items`` in one thread, item by item; an item that runs past
+        the timeout is marked and the rest continue in a fresh thread."""
+        timeout = self.config.timeout
+        outcomes: list[tuple[str, Any]] = []
+        async with semaphore:
+            while len(outcomes) < len(items):
+                job = _ChunkJob(reward, items[len(outcomes) :])
+                waiter = asyncio.wrap_future(self._pool.submit(job.run))
+                while True:
+                    current = job.current
+                    wait = (
+                        timeout
+                        if timeout is None or current is None
+                        else current[1] + timeout - time.monotonic()
+                    )
+                    finished, _ = await asyncio.wait(
+                        {waiter}, timeout=None if wait is None else max(0.0, wait)
+                    )
+                    if finished:
+                        outcomes += job.outcomes
+                        break
+                    current = job.current
+                    if (
+                        timeout is not None
+                        and current is not None
+                        and time.monotonic() - current[1] >= timeout
+                        and len(job.outcomes) == current[0]
+                    ):
+                        job.stop = True
+                        self._pool.abandon()
+                        outcomes += job.outcomes[: current[0]]
+                        outcomes.append(("timeout", None))
+                        break
+        return outcomes
+
+    async def _in_thread(self, fn: Callable[..., Any], arg: Any, timeout: float | None) -> Any:
+        future = self._pool.submit(fn, arg)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            if not future.done():
+                self._pool.abandon()
+            raise
+
+    def _check(self, out: Any, inp: RewardInput, name: str) -> RewardOutput | None:
+        if out is None:
+            return None
+        if not isinstance(out, RewardOutput):
+            return self._fail(
+                inp, name, "invalid_output", f"returned {type(out).__name__}, not RewardOutput or None"
+            )
+        score = out.score
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+            return self._fail(inp, name, "invalid_output", f"score {score!r} outside [0, 1]")
+        bad = [
+            k
+            for k, v in out.parts.items()
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+        ]
+        if bad:
+            return self._fail(
+                inp, name, "invalid_output", f"part(s) {', '.join(map(str, bad))} not finite numbers"
+            )
+        return out
+
+    def _fail(self, inp: RewardInput, name: str, kind: str, message: str) -> RewardOutput:
+        self.event_counts[kind] += 1
+        self.events.append(RewardEvent(inp.sample_id, inp.problem_type, name, kind, message))
+        logger.warning(
+            "reward %r scored 0 on sample %r (%s): %s: %s",
+            name,
+            inp.sample_id,
+            inp.problem_type,
+            kind,
+            message,
+        )
+        return RewardOutput(0.0, {}, error=f"{kind}: {message}")
+
+
+def _combine(outs: list[tuple[str, float, RewardOutput | None]]) -> RewardOutput | None:
+    """Σ weight·score over the rewards that did not abstain; ``None`` when all abstained."""
+    given = [(name, w, out) for name, w, out in outs if out is not None]
+    if not given:
+        return None
+    errors = [out.error for _, _, out in given if out.error]
+    error = "; ".join(errors) if errors else None
+    if len(outs) == 1:
+        _, w, out = given[0]
+        return out if w == 1.0 else RewardOutput(w * out.score, dict(out.parts), out.error)
+    parts: dict[str, float] = {}
+    for name, _, out in given:
+        parts[name] = out.score
+        parts.update({f"{name}/{k}": v for k, v in out.parts.items()})
+    return RewardOutput(sum(w * out.score for _, w, out in given), parts, error)
+
+
+def _field(sample: Any, key: str) -> Any:
+    if isinstance(sample, Mapping):
+        return sample.get(key)
+    return getattr(sample, key, None)
+
+
+def _create(factory: Callable[..., Any], name: str, config: RewardConfig) -> Any:
+    """Call a reward factory with the common options it accepts and its own options from the config."""
+    own = next((dict(v) for k, v in config.options.items() if normalize_name(k) == normalize_name(name)), {})
+    common = config.common_options()
+    try:
+        signature: inspect.Signature | None = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read: pass the common options
+        signature = None
+    if signature is not None:
+        params = signature.parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            common = {k: v for k, v in common.items() if k in signature.parameters}
+    try:
+        return factory(**{**common, **own})
+    except TypeError as exc:
+        raise ConfigError(f"reward {name!r} could not be created with options {sorted(own)}: {exc}") from exc

@@ -1,0 +1,133 @@
+"""Runs untrusted Python for the code reward: ``python -I -B _sandbox_harness.py CONFIG RESULT_FD``.
+
+Reads ``{"code", "tests", "mode", "limits"}`` from the JSON file ``CONFIG`` (and deletes it), lowers its own resource limits, installs
+an audit hook that refuses processes, signals, sockets, native-code loading and writes outside the working
+(temporary) directory, then runs the code and reports one JSON line per test on ``RESULT_FD``:
+
+- ``mode="assert"``: the code runs once, then each test (Python statements, e.g. ``assert f(2) == 4``)
+  runs in its namespace: ``{"test": i, "ok": bool}``;
+- ``mode="io"``: the code runs once per test as ``__main__`` with the test's input on stdin:
+  ``{"test": i, "output": str}`` (the parent compares it with the expected output).
+
+The hook protects the host, not the score: code running in this interpreter could forge its assert
+results, which is why input/output tests are compared by the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import sys
+
+_REFUSED_EVENTS = {
+    "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
+    "os.kill", "os.killpg", "signal.pthread_kill", "resource.setrlimit", "resource.prlimit",
+    "socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo", "socket.sendto",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function", "os.chroot", "os.setuid",
+    "os.setgid", "pty.spawn", "webbrowser.open",
+}  # fmt: skip
+_REFUSED_IMPORTS = {
+    "ctypes",
+    "_ctypes",
+    "_posixsubprocess",
+    "_socket",
+    "cffi",
+    "_cffi_backend",
+    "_multiprocessing",
+}
+_PATH_EVENTS = {
+    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.symlink": (1,),
+    "os.link": (1,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
+    "os.chflags": (0,), "os.lchflags": (0,), "shutil.rmtree": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+}  # fmt: skip
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+def _install_hook(root: str) -> None:
+    root = os.path.realpath(root)
+
+    def inside(path: object) -> bool:
+        if isinstance(path, int):
+            return True  # an already open descriptor
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        real = os.path.realpath(os.fspath(path))  # type: ignore[call-overload]
+        return real == root or real.startswith(root + os.sep)
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event in _REFUSED_EVENTS:
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "import" and str(args[0]).split(".")[0] in _REFUSED_IMPORTS:
+            raise ImportError(f"sandbox: importing {args[0]} is not allowed")
+        if event == "open":
+            path, mode, flags = args
+            writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & _WRITE_FLAGS)  # type: ignore[operator]
+            if writes and path is not None and not inside(path):
+                raise PermissionError(f"sandbox: writing {path!r} outside the working directory")
+        elif event in _PATH_EVENTS:
+            for i in _PATH_EVENTS[event]:
+                if i < len(args) and args[i] is not None and not inside(args[i]):
+                    raise PermissionError(f"sandbox: {event} on {args[i]!r} outside the working directory")
+
+    sys.addaudithook(hook)
+
+
+class _CappedOutput(io.StringIO):
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, text: str) -> int:
+        if self.tell() + len(text) > self.limit:
+            raise OSError(f"sandbox: output over {self.limit} characters")
+        return super().write(text)
+
+
+def main() -> None:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        config = json.load(f)
+    os.remove(sys.argv[1])
+    result = os.fdopen(int(sys.argv[2]), "w", buffering=1)
+    limits = config["limits"]
+    cpu = int(limits["cpu_seconds"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"],) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sys.stdin = io.StringIO("")
+    code = compile(config["code"], "<answer>", "exec")
+    tests = config["tests"]
+    _install_hook(os.getcwd())
+    result.write('{"ready": true}\n')  # the parent tells a sandbox that never started from bad code
+    if config["mode"] == "assert":
+        namespace: dict[str, object] = {"__name__": "__solution__"}
+        try:
+            exec(code, namespace)
+            loaded = True
+        except BaseException:
+            loaded = False
+        for i, test in enumerate(tests):
+            ok = False
+            if loaded:
+                try:
+                    exec(compile(test, f"<test {i}>", "exec"), namespace)
+                    ok = True
+                except BaseException:
+                    ok = False
+            result.write(json.dumps({"test": i, "ok": ok}) + "\n")
+    else:
+        stdout = sys.stdout
+        for i, test_input in enumerate(tests):
+            sys.stdin = io.StringIO(test_input)
+            sys.stdout = capture = _CappedOutput(limits["output_chars"])
+            with contextlib.suppress(BaseException):  # SystemExit too: the output so far is the answer
+                exec(code, {"__name__": "__main__"})
+            sys.stdout = stdout
+            result.write(json.dumps({"test": i, "output": capture.getvalue()}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
