@@ -533,7 +533,7 @@ def resume(config: TrainConfig, actor: Actor, data: TrainData, io: RunIO, dist: 
             set_optimizer_state_dict(
                 actor.model, actor.optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True)
             )
-    ranks = ckpt.data.get("ranks", [])
+    ranks = ckpt.data_state.get("ranks", [])
     if len(ranks) != dist.world_size:
         from videorl.errors import ConfigError
 

@@ -1,0 +1,145 @@
+"""GRPO training end to end on a tiny model: a real run, its files, resume after SIGKILL, bad configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from videorl import demo
+from videorl.config import load_config
+from videorl.errors import ConfigError, DataError
+from videorl.plugins import load_plugins
+from videorl.train.compose import build_training
+from videorl.train.metrics import read_metrics
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    out = tmp_path_factory.mktemp("task")
+    model, train, val = demo.prepare(out, load_plugins(), family="qwen2_5_vl", seed=0, train=8, val=4)
+    return out, model, train, val
+
+
+def _overrides(task: tuple[Path, Path, Path, Path], run: Path, steps: int, *extra: str) -> list[str]:
+    out, model, train, val = task
+    base = demo.demo_overrides(out, model, train, val, steps=steps, seed=3, engine="hf")
+    return [*base, f"output_dir={run}", "data.rollout_batch_size=2", "actor.global_batch_size=2",
+            "rollout.n=4", "trainer.progress_bar=false", "trainer.val_every=2", *extra]
+
+
+def test_two_steps_write_metrics_checkpoints_and_metadata(task: Any, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config = load_config(None, _overrides(task, run, 2, "trainer.save_every=1"))
+    training = build_training(config, load_plugins())
+    seen: list[int] = []
+    assert training.run(on_step=lambda step, m: seen.append(step)) == 2
+    assert seen == [1, 2]
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("reward/overall", "accuracy/overall", "accuracy/multiple choice", "response_length/mean",
+                "actor/loss", "actor/clip_fraction", "actor/entropy", "actor/grad_norm", "time/rollout",
+                "time/actor", "time/data", "mix_policy/offline_replaced_groups", "offline/accuracy"):
+        assert key in rows[0], key
+    assert rows[0]["mix_policy/offline_replaced_groups"] == 2.0  # both groups got their offline answer
+    assert rows[0]["offline/accuracy"] == 1.0  # "<answer>X</answer>" is the right answer
+    assert "val/accuracy/overall" in rows[1]
+    assert rows[0]["rollout/logprob_diff"] < 1e-5  # the engine samples from the actor itself (fp32)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_")) == [
+        "step_000001", "step_000002"
+    ]
+    assert (run / "config.yaml").is_file() and "videorl==0.1.0" in (run / "requirements.txt").read_text()
+    assert load_config(run / "config.yaml").rollout.n == 4  # the saved config loads back
+
+
+def test_parameters_change_and_the_offline_answer_gets_likelier(task: Any, tmp_path: Path) -> None:
+    import torch
+
+    config = load_config(None, _overrides(task, tmp_path / "run", 3, "optim.lr=5e-3"))
+    training = build_training(config, load_plugins())
+    before = {k: v.clone() for k, v in training.actor.model.state_dict().items()}
+    prompt = training.validation[0]
+    offline = prompt.sample.offline_output
+    backend = training.actor.backend
+    ids = backend.processor.tokenizer.encode(offline, add_special_tokens=False)
+
+    def answer_logprob() -> float:
+        from videorl.model_inputs import response_logprobs
+
+        inputs = backend.collate([prompt.encoded], [ids])
+        with torch.no_grad():
+            logits = training.actor.model(**inputs.model_kwargs()).logits
+        return float(response_logprobs(logits, inputs, forbidden=backend.forbidden_token_ids()).sum())
+
+    start = answer_logprob()
+    training.run()
+    changed = [k for k, v in training.actor.model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed and answer_logprob() > start + 1.0
+
+
+def test_unknown_key_and_bad_dataset_rows_are_named(task: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"rollout\.temperatur.*Did you mean .rollout\.temperature"):
+        load_config(None, _overrides(task, tmp_path / "r", 1, "rollout.temperatur=0.5"))
+    out, model, train, val = task
+    bad = tmp_path / "bad.jsonl"
+    lines = train.read_text().splitlines()
+    row = json.loads(lines[1])
+    row["problem_type"] = "colour naming"
+    bad.write_text("\n".join([lines[0], json.dumps(row)]) + "\n")
+    (tmp_path / "clips").symlink_to(out / "clips")
+    config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.train_files=[{bad}]"))
+    with pytest.raises(DataError, match=r"bad\.jsonl:2.*'colour naming'.*multiple_choice"):
+        build_training(config, load_plugins())
+
+
+def test_preprocessed_only_requires_every_video_in_the_cache(task: Any, tmp_path: Path) -> None:
+    config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.cache_dir={tmp_path / 'empty'}"))
+    with pytest.raises(DataError, match=r"train\.jsonl:1"):
+        build_training(config, load_plugins())
+
+
+def test_a_run_refuses_to_overwrite_checkpoints_without_resume(task: Any, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    build_training(load_config(None, _overrides(task, run, 1)), load_plugins()).run()
+    with pytest.raises(ConfigError, match="resume=auto"):
+        build_training(load_config(None, _overrides(task, run, 2)), load_plugins())
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(task: Any, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config_file = tmp_path / "train.yaml"
+    config_file.write_text("")
+    args = [sys.executable, "-m", "videorl.cli", "train", str(config_file),
+            *_overrides(task, run, 6, "trainer.save_every=2", "trainer.val_every=0")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # kill once step 3 is logged: mid-way to the next checkpoint
+        metrics = run / "metrics.jsonl"
+        if metrics.is_file() and len(read_metrics(metrics)) >= 3:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(read_metrics(run / "metrics.jsonl")) >= 3
+    done = subprocess.run([*args, "--resume", "auto"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+    # the resumed run equals an uninterrupted one: same data order and RNG from the checkpoint
+    straight = tmp_path / "straight"
+    args2 = [a.replace(str(run), str(straight)) for a in args]
+    subprocess.run(args2, env=env, check=True, capture_output=True)
+    a = read_metrics(run / "metrics.jsonl")
+    b = read_metrics(straight / "metrics.jsonl")
+    assert [r["reward/overall"] for r in a] == pytest.approx([r["reward/overall"] for r in b], abs=1e-6)
