@@ -51,3 +51,30 @@ class VideoMetadata:
         d["frame_indices"] = tuple(int(i) for i in d["frame_indices"])
         d["timestamps"] = tuple(float(t) for t in d["timestamps"])
         return cls(**d)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The fields of ``transformers.video_utils.VideoMetadata`` (and of vLLM's video metadata)."""
+        return {
+            "total_num_frames": self.total_frames,
+            "fps": self.source_fps,
+            "frames_indices": list(self.frame_indices),
+            "duration": self.duration,
+            "width": self.width,
+            "height": self.height,
+            "video_backend": self.decoder,
+        }
+
+
+@dataclass(frozen=True)
+class ImageMetadata:
+    """How a ``3×H×W`` uint8 image tensor was produced from its source file."""
+
+    source_width: int
+    source_height: int
+    width: int
+    height: int
+    decoder: str = "pyav"
+    decoder_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

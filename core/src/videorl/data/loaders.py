@@ -1,0 +1,237 @@
+"""Dataset loaders: JSON/JSONL in the EasyVideoR1 and Video-R1 schemas, and plain lists of videos.
+
+Accepted inputs (by :func:`load_samples`):
+
+- ``.jsonl``: one JSON object per line; ``.json``: a JSON array of objects (or JSON lines);
+- rows in the EasyVideoR1 schema (``problem``, ``answer``, ``videos``/``images`` lists, ``data_type``,
+  ``problem_type``, ``options``, ``has_offline_trajectory``/``offline_output``) or the Video-R1 one
+  (``problem_id``, ``problem``, ``solution``, ``path``, ``data_type``, ``problem_type``, ``options``);
+- ``.txt``/``.lst``: one video path per line (``#`` comments); a video file; a directory of videos.
+
+Relative media paths are resolved against ``media_root`` (default: the dataset file's folder). An
+invalid row raises :class:`~videorl.errors.DataError` naming the file and line, unless an ``errors``
+list is passed to collect them (the row is then skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Container, Iterator
+from pathlib import Path
+from typing import Any
+
+from videorl.data.sample import DATA_TYPES, Sample
+from videorl.errors import DataError
+
+VIDEO_EXTENSIONS = frozenset(
+    {".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".ts", ".3gp", ".gif"}
+)
+LIST_EXTENSIONS = frozenset({".txt", ".lst"})
+
+_PROBLEM_KEYS = ("problem", "prompt", "question")
+_ANSWER_KEYS = ("answer", "solution")
+_ID_KEYS = ("problem_id", "id", "sample_id")
+_CONSUMED = frozenset(
+    {*_PROBLEM_KEYS, *_ANSWER_KEYS, *_ID_KEYS, "data_type", "problem_type", "options", "videos", "video",
+     "images", "image", "path", "has_offline_trajectory", "offline_output"}
+)
+
+
+def _iter_json_array(text: str, where: str) -> Iterator[tuple[int, Any]]:
+    """``(line, item)`` for each element of a JSON array, with the line where the item starts."""
+    decoder = json.JSONDecoder()
+    i = text.index("[") + 1
+    line = text.count("\n", 0, i) + 1
+    size = len(text)
+    while True:
+        j = i
+        while j < size and text[j] in " \t\r\n,":
+            j += 1
+        line += text.count("\n", i, j)
+        if j >= size:
+            raise DataError(f"{where}:{line}: the JSON array is not closed")
+        if text[j] == "]":
+            return
+        try:
+            item, end = decoder.raw_decode(text, j)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+        yield line, item
+        line += text.count("\n", j, end)
+        i = end
+
+
+def read_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """``(line, row)`` for each row of a JSON array or JSON-lines file (line numbers from 1)."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{where}: dataset file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{where}: cannot read the dataset ({exc})") from None
+    if text.lstrip().startswith("["):
+        yield from _iter_json_array(text, where)
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}:{number}:{exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def _resolve(media: str, root: Path) -> str:
+    return os.path.abspath(os.path.join(root, os.path.expanduser(media)))
+
+
+def _paths(row: dict[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
+    found: list[str] = []
+    for key in keys:
+        value = row.get(key)
+        if value is None:
+            continue
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
+            raise DataError(f"{where}: {key!r} must be a path or a list of paths, got {value!r:.80}")
+        found.extend(items)
+    return found
+
+
+def _first(row: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
+    for key in keys:
+        if key in row:
+            return key, row[key]
+    return None, None
+
+
+def parse_row(
+    row: Any,
+    where: str,
+    *,
+    media_root: Path,
+    default_id: str,
+    problem_types: Container[str] | None = None,
+    require_answer: bool = True,
+) -> Sample:
+    """Validate one row (either schema) into a :class:`Sample`; ``where`` is ``file:line``."""
+    if isinstance(row, str):  # a JSON list of video paths
+        return Sample(id=default_id, data_type="video", problem="", videos=[_resolve(row, media_root)], origin=where)
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    _, raw_id = _first(row, _ID_KEYS)
+    if raw_id is not None and not isinstance(raw_id, (str, int)):
+        raise DataError(f"{where}: problem_id must be a string or an integer, got {raw_id!r:.60}")
+    sample_id = str(raw_id) if raw_id is not None else default_id
+    key, problem = _first(row, _PROBLEM_KEYS)
+    if key is None:
+        raise DataError(f"{where}: missing the question ('problem'; also read: 'prompt', 'question')")
+    if not isinstance(problem, str):
+        raise DataError(f"{where}: {key!r} must be a string, got {type(problem).__name__}")
+    answer_key, answer = _first(row, _ANSWER_KEYS)
+    if require_answer and (answer_key is None or answer is None or answer == ""):
+        raise DataError(f"{where}: missing the ground truth ('answer' in EasyVideoR1 rows, 'solution' in Video-R1 rows)")
+
+    videos = _paths(row, ("videos", "video"), where)
+    images = _paths(row, ("images", "image"), where)
+    data_type = row.get("data_type")
+    if data_type is not None and data_type not in DATA_TYPES:
+        raise DataError(f"{where}: data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
+    if "path" in row:  # Video-R1: one media path, whose kind data_type says
+        (images if data_type == "image" else videos).extend(_paths(row, ("path",), where))
+    if data_type is None:
+        data_type = "video" if videos else "image" if images else "text"
+    if data_type == "video" and not videos:
+        raise DataError(f"{where}: data_type is video but the row names no video ('videos' or 'path')")
+    if data_type == "image" and not images:
+        raise DataError(f"{where}: data_type is image but the row names no image ('images' or 'path')")
+
+    problem_type = row.get("problem_type", "")
+    if not isinstance(problem_type, str):
+        raise DataError(f"{where}: problem_type must be a string, got {problem_type!r:.60}")
+    if problem_types is not None and problem_type not in problem_types:
+        known = sorted(problem_types) if isinstance(problem_types, (set, frozenset, list, tuple)) else None
+        hint = f"; known: {', '.join(known)}" if known else ""
+        raise DataError(f"{where}: unknown problem_type {problem_type!r} (no reward handles it){hint}")
+    options = row.get("options")
+    if options is not None and (not isinstance(options, list) or not all(isinstance(o, str) for o in options)):
+        raise DataError(f"{where}: options must be a list of strings, got {options!r:.80}")
+
+    offline = row.get("offline_output")
+    flag = row.get("has_offline_trajectory")
+    if flag and not (isinstance(offline, str) and offline):
+        raise DataError(f"{where}: has_offline_trajectory is set but offline_output is missing or empty")
+    if offline is not None and not isinstance(offline, str):
+        raise DataError(f"{where}: offline_output must be a string, got {type(offline).__name__}")
+    offline_output = offline if (flag or flag is None) and offline else None
+
+    return Sample(
+        id=sample_id,
+        data_type=data_type,
+        problem=problem,
+        problem_type=problem_type,
+        ground_truth=answer,
+        options=options,
+        videos=[_resolve(v, media_root) for v in videos],
+        images=[_resolve(i, media_root) for i in images],
+        offline_output=offline_output,
+        extra={k: v for k, v in row.items() if k not in _CONSUMED},
+        origin=where,
+    )
+
+
+def _video_list(path: Path, root: Path) -> Iterator[tuple[str, str]]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        entry = line.strip()
+        if entry and not entry.startswith("#"):
+            yield f"{path}:{number}", _resolve(entry, root)
+
+
+def load_samples(
+    path: str | os.PathLike[str],
+    *,
+    media_root: str | os.PathLike[str] | None = None,
+    problem_types: Container[str] | None = None,
+    require_answer: bool = True,
+    errors: list[DataError] | None = None,
+) -> list[Sample]:
+    """The samples of one dataset, video list, video file or directory of videos.
+
+    ``problem_types`` (e.g. the reward registry, which matches aliases) rejects rows whose
+    ``problem_type`` no reward handles. ``require_answer=False`` accepts rows without ground truth
+    (``videorl cache build`` needs only the media). A row without an id gets ``<file stem>:<row
+    number>``; duplicate ids are an error.
+    """
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS and p.is_file())
+        return [Sample(id=str(p.relative_to(path)), data_type="video", problem="", videos=[str(p.absolute())], origin=str(p)) for p in found]
+    if path.suffix.lower() in VIDEO_EXTENSIONS:
+        return [Sample(id=path.name, data_type="video", problem="", videos=[os.path.abspath(path)], origin=str(path))]
+    root = Path(media_root) if media_root is not None else path.absolute().parent
+    if path.suffix.lower() in LIST_EXTENSIONS:
+        if not path.is_file():
+            raise DataError(f"{path}: video list not found")
+        return [Sample(id=where, data_type="video", problem="", videos=[video], origin=where) for where, video in _video_list(path, root)]
+
+    samples: list[Sample] = []
+    seen: dict[str, str] = {}
+    for number, (line, row) in enumerate(read_rows(path), start=1):
+        where = f"{path}:{line}"
+        try:
+            sample = parse_row(
+                row, where, media_root=root, default_id=f"{path.stem}:{number}",
+                problem_types=problem_types, require_answer=require_answer,
+            )
+            if sample.id in seen:
+                raise DataError(f"{where}: duplicate sample id {sample.id!r} (first at {seen[sample.id]})")
+        except DataError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+            continue
+        seen[sample.id] = where
+        samples.append(sample)
+    return samples

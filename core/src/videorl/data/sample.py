@@ -1,0 +1,43 @@
+"""``Sample``: one dataset row after validation, whatever schema it came from."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DATA_TYPES = ("video", "image", "text")
+
+
+@dataclass
+class Sample:
+    """One training or evaluation example.
+
+    ``ground_truth`` is the row's ``answer`` (EasyVideoR1) or ``solution`` (Video-R1) as written
+    (a string, possibly wrapped in ``<answer>…</answer>``, or JSON for grounding tasks). Media paths
+    are absolute. ``offline_output`` is the offline trajectory for mix-policy training, when the row
+    has one. ``origin`` (``file:line``) is where the row came from, for error messages.
+    """
+
+    id: str
+    data_type: str
+    problem: str
+    problem_type: str = ""
+    ground_truth: Any = None
+    options: list[str] | None = None
+    videos: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    offline_output: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    origin: str = ""
+
+    @property
+    def has_offline_trajectory(self) -> bool:
+        return self.offline_output is not None
+
+    @property
+    def media(self) -> list[str]:
+        """The sample's media paths, videos first."""
+        return [*self.videos, *self.images]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,85 @@
+"""Source fingerprints: what a video file holds (size and SHA-256 of its content), checked by mtime.
+
+Hashing a large video on every lookup would be slow, so the hash is remembered per absolute path
+with the file's size, mtime and inode; any change to those re-hashes the file. A video replaced at
+the same path therefore gets a new fingerprint, and the previous content hash is kept to say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from videorl.media.errors import MediaError
+from videorl.media.files import atomic_write_text
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class SourceFingerprint:
+    """A source file's identity: absolute path, size, mtime (ns), inode and content hash."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int
+    sha256: str
+    previous_sha256: str | None = None  # the content hash this path had before it last changed
+
+
+def content_sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def memo_path(memo_dir: Path, source: str) -> Path:
+    return memo_dir / f"{hashlib.sha256(source.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.json"
+
+
+def read_memo(memo_dir: Path | None, source: str) -> SourceFingerprint | None:
+    """The remembered fingerprint of ``source`` (an absolute path), or ``None``."""
+    if memo_dir is None:
+        return None
+    try:
+        data = json.loads(memo_path(memo_dir, source).read_text("utf-8"))
+        memo = SourceFingerprint(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return memo if memo.path == source else None
+
+
+def fingerprint(source: str | os.PathLike[str], memo_dir: Path | None = None) -> SourceFingerprint:
+    """Fingerprint ``source``, reusing the hash remembered under ``memo_dir`` while size, mtime and
+    inode are unchanged. Raises ``MediaError`` when the file is missing or unreadable."""
+    path = os.path.abspath(source)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise MediaError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise MediaError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    memo = read_memo(memo_dir, path)
+    if memo and (memo.size, memo.mtime_ns, memo.inode) == (st.st_size, st.st_mtime_ns, st.st_ino):
+        return memo
+    try:
+        sha = content_sha256(path)
+    except OSError as exc:
+        raise MediaError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    previous = memo.previous_sha256 if memo else None
+    if memo and memo.sha256 != sha:
+        previous = memo.sha256
+    fp = SourceFingerprint(path, st.st_size, st.st_mtime_ns, st.st_ino, sha, previous)
+    if memo_dir is not None:
+        try:
+            memo_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(memo_path(memo_dir, path), json.dumps(asdict(fp)))
+        except OSError:  # a read-only cache still serves; the hash is just not remembered
+            pass
+    return fp

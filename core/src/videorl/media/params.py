@@ -1,0 +1,112 @@
+"""Decoding budgets: how many frames to sample and how large each may be.
+
+The size ``factor`` (patch size × spatial merge: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL/3.5) and the
+``temporal_patch_size`` come from the model backend; nothing in core assumes a value for them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from videorl.errors import ConfigError
+
+INTERPOLATIONS = ("bicubic", "bilinear", "area", "lanczos")
+
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise ConfigError(what)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeParams:
+    """How a video is turned into frames; every field is part of the cache key.
+
+    ``fps`` is the target sampling rate, ``min_frames``/``max_frames`` bound the count, which is then
+    rounded down to a multiple of ``temporal_patch_size``. Each frame is resized to at most
+    ``max_pixels`` and at least ``min_pixels`` with height and width multiples of ``factor``.
+    ``total_pixels``, when set, caps the pixels of the whole clip counted per temporal patch (as in
+    qwen-vl-utils): each frame gets at most ``total_pixels * temporal_patch_size / T``.
+    """
+
+    factor: int
+    temporal_patch_size: int
+    fps: float = 2.0
+    max_frames: int = 128
+    min_frames: int = 4
+    min_pixels: int = 3136
+    max_pixels: int = 262144
+    total_pixels: int | None = None
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        _check(self.factor >= 1, f"factor must be a positive integer, got {self.factor}")
+        _check(self.temporal_patch_size >= 1, f"temporal_patch_size must be >= 1, got {self.temporal_patch_size}")
+        _check(self.fps > 0, f"fps must be positive, got {self.fps}")
+        _check(
+            self.max_frames >= self.temporal_patch_size,
+            f"max_frames ({self.max_frames}) must be at least temporal_patch_size ({self.temporal_patch_size})",
+        )
+        _check(self.min_frames >= 1, f"min_frames must be >= 1, got {self.min_frames}")
+        _check(0 <= self.min_pixels <= self.max_pixels, f"need 0 <= min_pixels ({self.min_pixels}) <= max_pixels ({self.max_pixels})")
+        _check(self.max_pixels >= self.factor**2, f"max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)")
+        _check(self.total_pixels is None or self.total_pixels > 0, f"total_pixels must be positive, got {self.total_pixels}")
+        _check(self.interpolation in INTERPOLATIONS, f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys; ``fps`` as a float): the form hashed into cache keys."""
+        d = self.to_dict()
+        d["fps"] = float(d["fps"])
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DecodeParams:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown decode parameters {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    @classmethod
+    def from_budget(cls, budget: Any, *, factor: int, temporal_patch_size: int, **overrides: Any) -> DecodeParams:
+        """From a :class:`videorl.backend.VisualBudget` (its ``video_*`` fields) and a backend's geometry."""
+        values: dict[str, Any] = {
+            "fps": budget.video_fps,
+            "max_frames": budget.video_max_frames,
+            "min_pixels": budget.video_min_pixels,
+            "max_pixels": budget.video_max_pixels,
+            "total_pixels": budget.video_total_pixels,
+        }
+        return cls(factor=factor, temporal_patch_size=temporal_patch_size, **{**values, **overrides})
+
+    def differences(self, other: DecodeParams) -> dict[str, tuple[Any, Any]]:
+        """``{name: (self's value, other's value)}`` for every field that differs."""
+        a, b = self.to_dict(), other.to_dict()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageParams:
+    """The pixel budget of an image, independent of the video budget."""
+
+    factor: int
+    min_pixels: int = 3136
+    max_pixels: int = 1048576
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        _check(self.factor >= 1, f"factor must be a positive integer, got {self.factor}")
+        _check(0 <= self.min_pixels <= self.max_pixels, f"need 0 <= image min_pixels ({self.min_pixels}) <= max_pixels ({self.max_pixels})")
+        _check(self.max_pixels >= self.factor**2, f"image max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)")
+        _check(self.interpolation in INTERPOLATIONS, f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+
+    @classmethod
+    def from_budget(cls, budget: Any, *, factor: int, **overrides: Any) -> ImageParams:
+        """From a :class:`videorl.backend.VisualBudget` (its ``image_*`` fields) and a backend's factor."""
+        values = {"min_pixels": budget.image_min_pixels, "max_pixels": budget.image_max_pixels}
+        return cls(factor=factor, **{**values, **overrides})
