@@ -1,0 +1,248 @@
+"""The model-backend interface: what a model-family plugin implements, and how a checkpoint finds its backend.
+
+A backend turns a :class:`PromptInput` (text plus cached frames and images) into an
+:class:`~videorl.model_inputs.EncodedPrompt` — tokenised **once** — from which both the rollout
+request (:class:`~videorl.model_inputs.RolloutRequest`) and the batched teacher-forced training inputs
+(:class:`~videorl.model_inputs.ModelInputs`) are derived, so both stages see the same prompt ids and
+the same grids. Backends are registered by plugins through ``register_model_backends`` under their
+family name, with the ``model_type`` values of ``config.json`` they serve as aliases.
+
+Importing this module is cheap: torch is imported only by the functions that need it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from videorl.errors import ConfigError, UnknownComponentError
+
+if TYPE_CHECKING:
+    import torch
+
+    from videorl.media import DecodeParams, ImageParams, VideoMetadata
+    from videorl.model_inputs import EncodedPrompt, ModelInputs, RolloutRequest
+    from videorl.registry import Registry
+
+__all__ = [
+    "ModelBackend",
+    "PromptInput",
+    "VisionSync",
+    "VisualBudget",
+    "backend_for_model",
+    "read_model_type",
+]
+
+
+@dataclass(frozen=True)
+class VisualBudget:
+    """Pixel and frame budgets, independent for images and videos.
+
+    ``*_pixels`` are per image or per frame; ``video_total_pixels`` (optional) caps the pixels of all
+    frames of one video together. The data path resizes to these budgets with the backend's
+    :attr:`ModelBackend.factor`; a backend never resizes again.
+    """
+
+    image_min_pixels: int
+    image_max_pixels: int
+    video_min_pixels: int
+    video_max_pixels: int
+    video_total_pixels: int | None = None
+    video_max_frames: int = 128
+    video_fps: float = 2.0
+
+    def __post_init__(self) -> None:
+        for kind in ("image", "video"):
+            lo, hi = getattr(self, f"{kind}_min_pixels"), getattr(self, f"{kind}_max_pixels")
+            if not 0 < lo <= hi:
+                raise ConfigError(
+                    f"{kind}_min_pixels ({lo}) must be positive and at most {kind}_max_pixels ({hi})"
+                )
+        if self.video_total_pixels is not None and self.video_total_pixels < self.video_min_pixels:
+            raise ConfigError(
+                f"video_total_pixels ({self.video_total_pixels}) is below video_min_pixels "
+                f"({self.video_min_pixels}): not even one frame fits"
+            )
+        if self.video_max_frames < 1 or self.video_fps <= 0:
+            raise ConfigError(
+                f"video_max_frames ({self.video_max_frames}) must be >= 1 and video_fps "
+                f"({self.video_fps}) > 0"
+            )
+
+    @classmethod
+    def for_factor(cls, factor: int, **overrides: Any) -> VisualBudget:
+        """The default budget for a patch×merge ``factor`` (the seed's recipe), with ``overrides``."""
+        values: dict[str, Any] = {
+            "image_min_pixels": 4 * factor * factor,
+            "image_max_pixels": 1_048_576,
+            "video_min_pixels": 4 * factor * factor,
+            "video_max_pixels": 262_144,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    def video_params(self, factor: int, temporal_patch_size: int) -> DecodeParams:
+        """The data path's decoding parameters (part of the cache key) for this budget."""
+        from videorl.media import DecodeParams
+
+        return DecodeParams(
+            factor=factor,
+            temporal_patch_size=temporal_patch_size,
+            fps=self.video_fps,
+            max_frames=self.video_max_frames,
+            min_pixels=self.video_min_pixels,
+            max_pixels=self.video_max_pixels,
+            total_pixels=self.video_total_pixels,
+        )
+
+    def image_params(self, factor: int) -> ImageParams:
+        """The data path's image budget for this budget."""
+        from videorl.media import ImageParams
+
+        return ImageParams(factor=factor, min_pixels=self.image_min_pixels, max_pixels=self.image_max_pixels)
+
+
+@dataclass
+class PromptInput:
+    """One prompt as a backend receives it: the user text and the sample's media.
+
+    ``videos`` hold uint8 ``T×3×H×W`` frame tensors with the :class:`~videorl.media.VideoMetadata`
+    that produced them; ``images`` hold uint8 ``3×H×W`` tensors. Heights and widths must already be
+    multiples of the backend's factor (the data path resizes them). Media are placed before the text,
+    videos first, as in the Qwen-VL recipes.
+    """
+
+    sample_id: str
+    text: str
+    videos: Sequence[tuple[torch.Tensor, VideoMetadata]] = ()
+    images: Sequence[torch.Tensor] = ()
+    system: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_type(self) -> str:
+        return "video" if self.videos else "image" if self.images else "text"
+
+
+class VisionSync(Protocol):
+    """The handle :meth:`ModelBackend.install_vision_sync` returns.
+
+    ``dummy`` switches the zero-weighted dummy vision forward on or off (off only to show what breaks
+    without it); ``dummy_calls`` counts the dummy forwards run; ``remove()`` uninstalls the hooks.
+    """
+
+    dummy: bool
+    dummy_calls: int
+
+    def remove(self) -> None: ...
+
+
+@runtime_checkable
+class ModelBackend(Protocol):
+    """A model family: its geometry, how to load it, and how samples become model inputs.
+
+    Constructed with the checkpoint directory (``backend = Backend(path)``); the class attributes
+    are readable without one (``videorl models list``).
+    """
+
+    family: str
+    model_types: tuple[str, ...]
+    path: Path | None  # the checkpoint directory
+    factor: int  # patch size × spatial merge size: frame sides must be multiples of it
+    temporal_patch_size: int  # frames per temporal patch (odd counts are padded with the last frame)
+
+    @property
+    def budget(self) -> VisualBudget:
+        """The default visual budget of this family."""
+        ...
+
+    def load_model(self, *, dtype: Any = None, device: Any = None) -> Any:
+        """The model, from the checkpoint directory (``from_pretrained``), prepared (:meth:`prepare_model`)."""
+        ...
+
+    def prepare_model(self, model: Any) -> Any:
+        """Apply the backend's fixes to a model built elsewhere (e.g. the 3-D positions the engine uses)."""
+        ...
+
+    @property
+    def processor(self) -> Any:
+        """The HF processor (tokenizer, image and video processors) of the checkpoint, loaded once."""
+        ...
+
+    @property
+    def tokenizer(self) -> Any:
+        """The processor's tokenizer: the one every stage tokenises and decodes with."""
+        ...
+
+    def prompt_length(self, prompt: PromptInput) -> int:
+        """Tokens of the prompt with its visual tokens, counted from the grids without processing pixels."""
+        ...
+
+    def encode(self, prompt: PromptInput) -> EncodedPrompt:
+        """Tokenise once and process pixels; raises :class:`~videorl.errors.AlignmentError` on a mismatch."""
+        ...
+
+    def collate(
+        self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None
+    ) -> ModelInputs:
+        """A left-padded batch: prompts only (generation), or prompts + responses (teacher forcing)."""
+        ...
+
+    def check_inputs(self, inputs: ModelInputs) -> None:
+        """The strict alignment check of a batch; raises :class:`~videorl.errors.AlignmentError`."""
+        ...
+
+    def rollout_request(self, encoded: EncodedPrompt) -> RolloutRequest:
+        """The rollout-engine request for one prompt (vLLM: compact ids + frames + metadata)."""
+        ...
+
+    def forbidden_token_ids(self) -> frozenset[int]:
+        """Ids the policy must never emit: visual placeholders and padded-vocabulary ids."""
+        ...
+
+    def install_vision_sync(self, model: Any) -> VisionSync:
+        """Make every forward run the vision tower exactly once (a zero-weighted dummy when no pixels)."""
+        ...
+
+    # Optional: ``build_tiny(out_dir, *, model_type=None, seed=0) -> Path`` (a classmethod) writes a
+    # tiny random checkpoint of the family; ``videorl models tiny`` calls it.
+
+
+def read_model_type(path: str | Path) -> str:
+    """The ``model_type`` of the checkpoint directory ``path`` (from its ``config.json``)."""
+    config = Path(path) / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{config} does not exist: a model directory must hold a config.json "
+            "(build a tiny one with `videorl models tiny FAMILY DIR`)"
+        ) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{config} could not be read as JSON: {exc}") from exc
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if not isinstance(model_type, str) or not model_type:
+        raise ConfigError(f"{config} has no 'model_type' string; cannot choose a model backend")
+    return model_type
+
+
+def backend_for_model(path: str | Path, backends: Registry[Any], **options: Any) -> ModelBackend:
+    """The backend serving the checkpoint at ``path``, chosen by its ``model_type``.
+
+    An unknown ``model_type`` raises :class:`~videorl.errors.UnknownComponentError` naming the
+    directory, the type and the registered backends.
+    """
+    model_type = read_model_type(path)
+    try:
+        name = backends.canonical(model_type)
+    except UnknownComponentError as exc:
+        raise UnknownComponentError(
+            f"{Path(path) / 'config.json'}: model_type {model_type!r} is served by no installed model "
+            f"backend ({exc}). Install the plugin that provides it (videorl-models serves the Qwen-VL "
+            "families), or check `videorl models list`."
+        ) from None
+    backend: ModelBackend = backends.create(name, path=Path(path), **options)
+    return backend

@@ -1,0 +1,256 @@
+"""What a model backend produces: one tokenisation per prompt, and what each stage derives from it.
+
+- :class:`EncodedPrompt`: a prompt tokenised once, its ``mm_token_type_ids`` and processed pixels;
+- :class:`RolloutRequest`: what the rollout engine receives for it (plus the ids it must reproduce);
+- :class:`ModelInputs`: a left-padded batch for HF ``generate`` or, with responses appended, for the
+  teacher-forced training forward.
+
+Torch is imported inside the functions that need it, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from videorl.backend import PromptInput
+
+__all__ = [
+    "EncodedPrompt",
+    "ModelInputs",
+    "RolloutRequest",
+    "collate_encoded",
+    "response_logprobs",
+    "token_logprobs",
+]
+
+_GRID_KEYS = ("image_grid_thw", "video_grid_thw")
+
+
+def _grids(visual: dict[str, torch.Tensor], key: str) -> list[tuple[int, int, int]]:
+    grid = visual.get(key)
+    return [] if grid is None else [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
+
+
+@dataclass
+class EncodedPrompt:
+    """One prompt, tokenised once by the framework.
+
+    ``prompt_ids`` is the full prompt with every visual placeholder expanded (what the model sees);
+    ``engine_prompt_ids`` is the same tokenisation with each visual item collapsed back to its single
+    placeholder, for rollout engines that expand placeholders themselves (vLLM); ``visual`` holds the
+    family's model tensors (``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``, ...),
+    each indexed by item along its first dimension.
+    """
+
+    sample_id: str
+    prompt_ids: list[int]
+    mm_token_type_ids: list[int] | None
+    visual: dict[str, torch.Tensor]
+    engine_prompt_ids: list[int]
+    prompt: PromptInput
+
+    @property
+    def image_grid_thw(self) -> list[tuple[int, int, int]]:
+        return _grids(self.visual, "image_grid_thw")
+
+    @property
+    def video_grid_thw(self) -> list[tuple[int, int, int]]:
+        return _grids(self.visual, "video_grid_thw")
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+
+@dataclass
+class RolloutRequest:
+    """A rollout-engine request for one prompt.
+
+    ``prompt_ids`` and the grids are the framework's (identical to the training inputs); the engine
+    receives ``engine_prompt_ids`` with the media and must reproduce ``prompt_ids`` — compare what it
+    reports with :func:`videorl.alignment.check_same_prompt`.
+    """
+
+    sample_id: str
+    prompt_ids: list[int]
+    engine_prompt_ids: list[int]
+    multi_modal_data: dict[str, list[Any]]
+    mm_processor_kwargs: dict[str, Any]
+    image_grid_thw: list[tuple[int, int, int]] = field(default_factory=list)
+    video_grid_thw: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def vllm_prompt(self) -> dict[str, Any]:
+        """The ``TokensPrompt`` dict for ``vllm.LLM.generate``."""
+        prompt: dict[str, Any] = {"prompt_token_ids": list(self.engine_prompt_ids)}
+        if self.multi_modal_data:
+            prompt["multi_modal_data"] = self.multi_modal_data
+            prompt["mm_processor_kwargs"] = dict(self.mm_processor_kwargs)
+        return prompt
+
+
+@dataclass
+class ModelInputs:
+    """A batch for the model: left-padded prompts, optionally followed by right-padded responses.
+
+    Prompts occupy columns ``[0, prompt_width)`` (right-aligned), responses ``[prompt_width, L)``
+    (left-aligned, ``response_mask`` marks their real tokens). Visual tensors are concatenated over
+    the batch in sample order. ``extra`` holds further family-specific model arguments.
+    """
+
+    sample_ids: list[str]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    mm_token_type_ids: torch.Tensor | None = None
+    pixel_values: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
+    pixel_values_videos: torch.Tensor | None = None
+    video_grid_thw: torch.Tensor | None = None
+    second_per_grid_ts: torch.Tensor | None = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    prompt_width: int = 0
+    response_mask: torch.Tensor | None = None
+
+    _MODEL_FIELDS = (
+        "input_ids",
+        "attention_mask",
+        "mm_token_type_ids",
+        "pixel_values",
+        "image_grid_thw",
+        "pixel_values_videos",
+        "video_grid_thw",
+        "second_per_grid_ts",
+    )
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the HF model's ``forward`` / ``generate`` (``None`` fields left out)."""
+        kwargs = {k: getattr(self, k) for k in self._MODEL_FIELDS if getattr(self, k) is not None}
+        kwargs.update(self.extra)
+        return kwargs
+
+    def prompt_ids(self, row: int) -> list[int]:
+        """The unpadded prompt ids of ``row`` (what the rollout engine must see)."""
+        ids = self.input_ids[row, : self.prompt_width]
+        mask = self.attention_mask[row, : self.prompt_width].bool()
+        return [int(t) for t in ids[mask].tolist()]
+
+    def to(self, device: Any = None, dtype: Any = None) -> ModelInputs:
+        """A copy on ``device``; floating visual tensors also cast to ``dtype`` when given."""
+        import torch
+
+        def move(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return t
+            if dtype is not None and t.is_floating_point():
+                return t.to(device=device, dtype=dtype)
+            return t.to(device=device)
+
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in values.items():
+            if isinstance(value, dict):
+                values[name] = {k: move(v) for k, v in value.items()}
+            else:
+                values[name] = move(value)
+        return ModelInputs(**values)
+
+
+def collate_encoded(
+    encoded: Sequence[EncodedPrompt],
+    *,
+    pad_token_id: int,
+    responses: Sequence[Sequence[int]] | None = None,
+    model_keys: Iterable[str] = ModelInputs._MODEL_FIELDS,
+) -> ModelInputs:
+    """Left-pad the prompts of ``encoded`` (and right-pad ``responses`` after them) into one batch.
+
+    Visual tensors listed in ``model_keys`` become fields of :class:`ModelInputs`, others go to
+    ``extra``; each is concatenated along its first dimension in sample order. ``mm_token_type_ids``
+    are padded with 0 and extended with 0 over the responses.
+    """
+    import torch
+
+    if not encoded:
+        raise ValueError("collate_encoded: no prompts to batch")
+    if responses is not None and len(responses) != len(encoded):
+        raise ValueError(f"collate_encoded: {len(encoded)} prompts but {len(responses)} responses")
+    width = max(len(e.prompt_ids) for e in encoded)
+    resp = [list(r) for r in responses] if responses is not None else [[] for _ in encoded]
+    rwidth = max((len(r) for r in resp), default=0)
+    batch, total = len(encoded), width + rwidth
+    input_ids = torch.full((batch, total), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((batch, total), dtype=torch.long)
+    with_types = all(e.mm_token_type_ids is not None for e in encoded)
+    types = torch.zeros((batch, total), dtype=torch.long) if with_types else None
+    for row, (enc, res) in enumerate(zip(encoded, resp)):
+        start = width - len(enc.prompt_ids)
+        input_ids[row, start:width] = torch.tensor(enc.prompt_ids, dtype=torch.long)
+        attention[row, start : width + len(res)] = 1
+        if res:
+            input_ids[row, width : width + len(res)] = torch.tensor(res, dtype=torch.long)
+        if types is not None and enc.mm_token_type_ids is not None:
+            types[row, start:width] = torch.tensor(enc.mm_token_type_ids, dtype=torch.long)
+    response_mask = attention[:, width:].clone() if responses is not None else None
+
+    keys = list(dict.fromkeys(k for e in encoded for k in e.visual))
+    model_keys = set(model_keys)
+    values: dict[str, Any] = {}
+    extra: dict[str, torch.Tensor] = {}
+    for key in keys:
+        parts = [e.visual[key] for e in encoded if key in e.visual]
+        tensor = torch.cat(parts, dim=0)
+        (values if key in model_keys else extra)[key] = tensor
+    return ModelInputs(
+        sample_ids=[e.sample_id for e in encoded],
+        input_ids=input_ids,
+        attention_mask=attention,
+        mm_token_type_ids=types,
+        extra=extra,
+        prompt_width=width,
+        response_mask=response_mask,
+        **values,
+    )
+
+
+def token_logprobs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    forbidden: Iterable[int] = (),
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Log-probabilities of ``targets`` under ``logits`` (``…×V`` and ``…``), in float32.
+
+    ``forbidden`` ids get probability zero before normalising, as the sampler that suppresses them
+    sees it. The logits are never modified in place (FSDP2 returns views).
+    """
+    import torch
+
+    scores = logits.float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    banned = sorted(set(forbidden))
+    if banned:
+        mask = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+        mask[[i for i in banned if i < scores.shape[-1]]] = True
+        scores = scores.masked_fill(mask, float("-inf"))
+    logp = torch.log_softmax(scores, dim=-1)
+    return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+
+
+def response_logprobs(
+    logits: torch.Tensor, inputs: ModelInputs, *, forbidden: Iterable[int] = (), temperature: float = 1.0
+) -> torch.Tensor:
+    """Per-token log-probabilities (``B×R``) of the responses in ``inputs`` from a teacher-forced forward.
+
+    ``logits`` are the model's output for ``inputs`` (``B×L×V``); padded response positions hold
+    values to be ignored with ``inputs.response_mask``.
+    """
+    if inputs.response_mask is None:
+        raise ValueError("response_logprobs: these inputs have no responses (collate with responses=...)")
+    width, rwidth = inputs.prompt_width, inputs.response_mask.shape[1]
+    step_logits = logits[:, width - 1 : width + rwidth - 1]
+    targets = inputs.input_ids[:, width : width + rwidth].to(step_logits.device)
+    return token_logprobs(step_logits, targets, forbidden=forbidden, temperature=temperature)

@@ -1,0 +1,415 @@
+"""The Qwen-VL backend shared by every family; each family module sets its geometry and quirks.
+
+A prompt is rendered with the checkpoint's chat template (media placeholders before the text),
+tokenised once, and each placeholder is expanded at the token level from the grids the frame shapes
+imply — the way vLLM expands it — so the prompt length is known before any pixel is processed and
+the rollout engine reproduces the same ids. Pixels are then processed by the checkpoint's own image
+and video processors with resizing and frame sampling off; their grids must equal the ones the
+prompt was expanded for, and the placeholders must equal the features, or an ``AlignmentError``
+names the sample.
+
+Torch and transformers are imported inside methods: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from videorl.api import (
+    AlignmentError,
+    ConfigError,
+    DataError,
+    EncodedPrompt,
+    ModelInputs,
+    RolloutRequest,
+    VisualBudget,
+    check_alignment,
+    check_batch_alignment,
+    check_frames,
+    check_image,
+    check_response_tokens,
+    collate_encoded,
+    image_grid,
+    mm_token_types,
+    video_grid,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from videorl.api import PromptInput
+    from videorl.media import VideoMetadata
+    from videorl_models.vision_sync import QwenVisionSync
+
+__all__ = ["QwenVLBackend"]
+
+#: marker -> (token, the config.json key holding its id)
+_MARKERS = {
+    "image": ("<|image_pad|>", "image_token_id"),
+    "video": ("<|video_pad|>", "video_token_id"),
+    "vision_start": ("<|vision_start|>", "vision_start_token_id"),
+    "vision_end": ("<|vision_end|>", "vision_end_token_id"),
+}
+
+
+class QwenVLBackend:
+    """A Qwen-VL family backend (see :class:`videorl.api.ModelBackend`)."""
+
+    family: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]]
+    patch_size: ClassVar[int]
+    merge_size: ClassVar[int] = 2
+    temporal_patch_size: ClassVar[int] = 2
+    #: Qwen2.5-VL: the model takes the seconds per temporal patch (3-D RoPE time axis)
+    uses_second_per_grid_ts: ClassVar[bool] = False
+    #: Qwen3-VL/3.5: each temporal patch is ``<t seconds><|vision_start|>pads<|vision_end|>``
+    timestamped_frames: ClassVar[bool] = False
+
+    factor: ClassVar[int]  # patch_size × merge_size, set for each family class
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.factor = cls.patch_size * cls.merge_size
+
+    def __init__(self, path: str | Path | None = None, *, budget: VisualBudget | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._budget = budget
+
+    @property
+    def budget(self) -> VisualBudget:
+        return self._budget or VisualBudget.for_factor(self.factor)
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def _require_path(self) -> Path:
+        if self.path is None:
+            raise ConfigError(f"{self.family} backend: no checkpoint directory given (Backend(path))")
+        return self.path
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """The checkpoint's ``config.json``, checked against this backend's geometry."""
+        path = self._require_path() / "config.json"
+        config: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        model_type = config.get("model_type")
+        if model_type not in self.model_types:
+            raise ConfigError(
+                f"{path}: model_type {model_type!r} is not served by the {self.family} backend "
+                f"(it serves {', '.join(self.model_types)})"
+            )
+        vision = config.get("vision_config", {})
+        for key, want in (
+            ("patch_size", self.patch_size),
+            ("spatial_merge_size", self.merge_size),
+            ("temporal_patch_size", self.temporal_patch_size),
+        ):
+            if key in vision and int(vision[key]) != want:
+                raise ConfigError(
+                    f"{path}: vision_config.{key} is {vision[key]}, but the {self.family} backend "
+                    f"assumes {want}; this checkpoint needs a backend of its own"
+                )
+        return config
+
+    @cached_property
+    def processor(self) -> Any:
+        """The checkpoint's processor (``AutoProcessor.from_pretrained``), loaded once."""
+        from transformers import AutoProcessor
+
+        return AutoProcessor.from_pretrained(str(self._require_path()))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.processor.tokenizer
+
+    def load_model(self, *, dtype: Any = None, device: Any = None) -> Any:
+        """The model (``AutoModelForImageTextToText.from_pretrained``), in eval mode."""
+        import torch
+        from transformers import AutoModelForImageTextToText
+
+        _ = self.config  # validates model_type and geometry first
+        model = AutoModelForImageTextToText.from_pretrained(
+            str(self._require_path()), dtype=dtype or torch.float32
+        )
+        if device is not None:
+            model = model.to(device)
+        return self.prepare_model(model).eval()
+
+    def prepare_model(self, model: Any) -> Any:
+        """Install the original Qwen 3-D positions (as vLLM computes them) on a loaded model."""
+        from videorl_models.rope import install_rope_index
+
+        vision = model.config.vision_config
+        install_rope_index(
+            model,
+            merge_size=self.merge_size,
+            split_frames=self.timestamped_frames,
+            tokens_per_second=vision.tokens_per_second if self.uses_second_per_grid_ts else None,
+        )
+        return model
+
+    @cached_property
+    def token_ids(self) -> dict[str, int]:
+        """Placeholder and marker ids; the tokenizer and ``config.json`` must agree on them."""
+        vocab = self.tokenizer.get_vocab()
+        ids: dict[str, int] = {}
+        for key, (token, config_key) in _MARKERS.items():
+            if token not in vocab:
+                raise ConfigError(f"{self.path}: the tokenizer lacks the Qwen-VL token {token}")
+            if config_key in self.config and self.config[config_key] != vocab[token]:
+                raise ConfigError(
+                    f"{self.path}: config.json says {config_key}={self.config[config_key]} but the tokenizer "
+                    f"maps {token} to {vocab[token]}; the tokenizer does not belong to this model"
+                )
+            ids[key] = vocab[token]
+        return ids
+
+    # -- prompt tokens ---------------------------------------------------------------------------
+
+    def _check_media(self, prompt: PromptInput) -> None:
+        for i, (frames, meta) in enumerate(prompt.videos):
+            check_frames(prompt.sample_id, frames, self.factor, index=i)
+            if meta.num_frames != frames.shape[0]:
+                raise DataError(
+                    f"sample {prompt.sample_id!r}, video {i}: the metadata lists {meta.num_frames} sampled "
+                    f"frames but the tensor holds {frames.shape[0]}: they do not belong together"
+                )
+        for i, image in enumerate(prompt.images):
+            check_image(prompt.sample_id, image, self.factor, index=i)
+
+    def _grids(self, prompt: PromptInput) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+        images = [image_grid(img.shape, patch_size=self.patch_size) for img in prompt.images]
+        videos = [
+            video_grid(frames.shape, patch_size=self.patch_size, temporal_patch_size=self.temporal_patch_size)
+            for frames, _ in prompt.videos
+        ]
+        return images, videos
+
+    def chat_ids(self, prompt: PromptInput) -> list[int]:
+        """The prompt rendered with the chat template and tokenised, one placeholder per media item."""
+        content: list[dict[str, Any]] = [{"type": "video"} for _ in prompt.videos]
+        content += [{"type": "image"} for _ in prompt.images]
+        content.append({"type": "text", "text": prompt.text})
+        messages: list[dict[str, Any]] = []
+        if prompt.system is not None:
+            messages.append({"role": "system", "content": prompt.system})
+        messages.append({"role": "user", "content": content})
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
+
+    def _video_tokens(self, grid: tuple[int, int, int], meta: VideoMetadata) -> list[int]:
+        """The expanded tokens of one video (Qwen2/2.5: the pads only)."""
+        t, h, w = grid
+        return [self.token_ids["video"]] * (t * h * w // self.merge_size**2)
+
+    def _expand(
+        self,
+        sample_id: str,
+        compact: list[int],
+        image_grids: Sequence[tuple[int, int, int]],
+        video_grids: Sequence[tuple[int, int, int]],
+        metas: Sequence[VideoMetadata],
+    ) -> tuple[list[int], list[int]]:
+        """Expand each placeholder: ``(prompt_ids, engine_prompt_ids)``."""
+        image_id, video_id = self.token_ids["image"], self.token_ids["video"]
+        for name, token_id, count in (("image", image_id, len(image_grids)), ("video", video_id, len(video_grids))):
+            found = compact.count(token_id)
+            if found != count:
+                raise AlignmentError(
+                    f"sample {sample_id!r}: the rendered prompt has {found} {name} placeholder(s) but the "
+                    f"sample has {count} {name}(s). Likely cause: the text contains a literal placeholder "
+                    "token, or the chat template does not render every media item."
+                )
+        start, end = self.token_ids["vision_start"], self.token_ids["vision_end"]
+        images, videos = iter(image_grids), iter(zip(video_grids, metas))
+        expanded: list[int] = []
+        engine: list[int] = []
+        i = 0
+        while i < len(compact):
+            tok = compact[i]
+            if tok == image_id:
+                t, h, w = next(images)
+                expanded += [image_id] * (t * h * w // self.merge_size**2)
+                engine.append(tok)
+            elif tok == video_id:
+                grid, meta = next(videos)
+                block = self._video_tokens(grid, meta)
+                wrapped = self.timestamped_frames and expanded[-1:] == [start] and compact[i + 1 : i + 2] == [end]
+                if wrapped:
+                    # Qwen3: the per-frame blocks replace the template's whole <vs><pad><ve>, as vLLM
+                    # does when given only the bare pad (and transformers 4.x did); no nesting.
+                    expanded.pop()
+                    engine.pop()
+                    i += 1
+                expanded += block
+                engine.append(tok)
+            else:
+                expanded.append(tok)
+                engine.append(tok)
+            i += 1
+        return expanded, engine
+
+    def prompt_tokens(self, prompt: PromptInput) -> tuple[list[int], list[int]]:
+        """``(prompt_ids, engine_prompt_ids)`` from the frame shapes alone (no pixel processing)."""
+        self._check_media(prompt)
+        image_grids, video_grids = self._grids(prompt)
+        metas = [meta for _, meta in prompt.videos]
+        return self._expand(prompt.sample_id, self.chat_ids(prompt), image_grids, video_grids, metas)
+
+    def prompt_length(self, prompt: PromptInput) -> int:
+        return len(self.prompt_tokens(prompt)[0])
+
+    # -- pixels ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def hf_video_metadata(meta: VideoMetadata) -> Any:
+        """The transformers ``VideoMetadata`` for frames sampled as ``meta`` describes."""
+        from transformers.video_utils import VideoMetadata as HFVideoMetadata
+
+        return HFVideoMetadata(**meta.to_hf_dict())
+
+    def _processor_kwargs(self) -> dict[str, Any]:
+        """Processor settings that forbid resizing and resampling (the data path did both)."""
+        return {"do_resize": False, "do_sample_frames": False, "cap_pixels_per_frame": False}
+
+    def _pixels(self, prompt: PromptInput) -> dict[str, torch.Tensor]:
+        import torch
+
+        visual: dict[str, torch.Tensor] = {}
+        if prompt.images:
+            out = self.processor.image_processor(
+                images=list(prompt.images), do_resize=False, return_tensors="pt"
+            )
+            visual["pixel_values"] = out["pixel_values"]
+            visual["image_grid_thw"] = out["image_grid_thw"].long()
+        if prompt.videos:
+            metas = [self.hf_video_metadata(meta) for _, meta in prompt.videos]
+            out = self.processor.video_processor(
+                videos=[frames for frames, _ in prompt.videos],
+                video_metadata=metas,
+                return_tensors="pt",
+                **self._processor_kwargs(),
+            )
+            visual["pixel_values_videos"] = out["pixel_values_videos"]
+            visual["video_grid_thw"] = out["video_grid_thw"].long()
+            if self.uses_second_per_grid_ts:
+                visual["second_per_grid_ts"] = torch.tensor(
+                    [self.temporal_patch_size / m.sampled_fps for m in metas], dtype=torch.float32
+                )
+        return visual
+
+    def encode(self, prompt: PromptInput) -> EncodedPrompt:
+        """Tokenise once, process pixels, and check that grids and placeholders agree."""
+        prompt_ids, engine_ids = self.prompt_tokens(prompt)
+        visual = self._pixels(prompt)
+        image_grids, video_grids = self._grids(prompt)
+        encoded = EncodedPrompt(
+            sample_id=prompt.sample_id,
+            prompt_ids=prompt_ids,
+            mm_token_type_ids=mm_token_types(prompt_ids, self.token_ids["image"], self.token_ids["video"]),
+            visual=visual,
+            engine_prompt_ids=engine_ids,
+            prompt=prompt,
+        )
+        for name, want, got in (
+            ("image", image_grids, encoded.image_grid_thw),
+            ("video", video_grids, encoded.video_grid_thw),
+        ):
+            if want != got:
+                raise AlignmentError(
+                    f"sample {prompt.sample_id!r}: the processor produced {name} grid(s) {got} but the "
+                    f"prompt was expanded for {want} (from the frame shapes). Likely cause: the processor "
+                    "resized or resampled the frames; it must run with do_resize=False, do_sample_frames=False."
+                )
+            check_alignment(
+                prompt.sample_id,
+                prompt_ids,
+                token_id=self.token_ids[name],
+                grids=got,
+                merge_size=self.merge_size,
+                modality=name,
+            )
+        return encoded
+
+    # -- batches and requests --------------------------------------------------------------------
+
+    def collate(
+        self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None
+    ) -> ModelInputs:
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            raise ConfigError(f"{self.path}: the tokenizer has no pad token; cannot batch prompts")
+        if responses is not None:
+            forbidden = self.forbidden_token_ids()
+            for enc, response in zip(encoded, responses):
+                check_response_tokens(enc.sample_id, response, forbidden)
+        inputs = collate_encoded(encoded, pad_token_id=pad, responses=responses)
+        self.check_inputs(inputs)
+        return inputs
+
+    def check_inputs(self, inputs: ModelInputs) -> None:
+        """The strict alignment check of a batch (also run by the vision sync before each forward)."""
+        check_batch_alignment(
+            inputs,
+            image_token_id=self.token_ids["image"],
+            video_token_id=self.token_ids["video"],
+            merge_size=self.merge_size,
+        )
+
+    def rollout_request(self, encoded: EncodedPrompt) -> RolloutRequest:
+        """A vLLM request: the compact ids, the frames with their metadata, no resizing or resampling."""
+        data: dict[str, list[Any]] = {}
+        prompt = encoded.prompt
+        if prompt.videos:
+            data["video"] = [
+                (frames.permute(0, 2, 3, 1).contiguous().numpy(), {**meta.to_hf_dict(), "do_sample_frames": False})
+                for frames, meta in prompt.videos
+            ]
+        if prompt.images:
+            data["image"] = [image.permute(1, 2, 0).contiguous().numpy() for image in prompt.images]
+        return RolloutRequest(
+            sample_id=encoded.sample_id,
+            prompt_ids=list(encoded.prompt_ids),
+            engine_prompt_ids=list(encoded.engine_prompt_ids),
+            multi_modal_data=data,
+            mm_processor_kwargs={"do_resize": False, "do_sample_frames": False} if data else {},
+            image_grid_thw=encoded.image_grid_thw,
+            video_grid_thw=encoded.video_grid_thw,
+        )
+
+    @cached_property
+    def _forbidden(self) -> frozenset[int]:
+        ids = set(self.token_ids.values())
+        vision_pad = self.tokenizer.get_vocab().get("<|vision_pad|>")
+        if vision_pad is not None:
+            ids.add(vision_pad)
+        text = self.config.get("text_config", self.config)
+        ids.update(range(len(self.tokenizer), int(text.get("vocab_size", len(self.tokenizer)))))
+        return frozenset(ids)
+
+    def forbidden_token_ids(self) -> frozenset[int]:
+        """Visual placeholders and markers, and the padded-vocabulary ids beyond the tokenizer."""
+        return self._forbidden
+
+    @classmethod
+    def build_tiny(cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0) -> Path:
+        """Write a tiny random checkpoint of this family (``model_type``: dense or MoE variant)."""
+        from videorl_models.tiny import build_tiny
+
+        chosen = model_type or cls.model_types[0]
+        if chosen not in cls.model_types:
+            raise ConfigError(
+                f"the {cls.family} backend has no tiny model of type {chosen!r}; "
+                f"choose one of {', '.join(cls.model_types)}"
+            )
+        return build_tiny(chosen, out_dir, seed=seed)
+
+    def install_vision_sync(self, model: Any) -> QwenVisionSync:
+        """One vision-tower call per forward: real images and videos together, else a zero-weighted dummy."""
+        from videorl_models.vision_sync import QwenVisionSync
+
+        return QwenVisionSync(model, backend=self)
