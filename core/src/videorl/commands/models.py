@@ -58,8 +58,9 @@ def list_command(plugins: Plugins, as_json: bool) -> None:
 @click.argument("family")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--width", type=int, default=64, show_default=True, help="Text hidden size (vision: half).")
 @click.pass_obj
-def tiny_command(plugins: Plugins, family: str, out_dir: Path, seed: int) -> None:
+def tiny_command(plugins: Plugins, family: str, out_dir: Path, seed: int, width: int) -> None:
     """Write a tiny random checkpoint of FAMILY (a family or model_type, e.g. qwen3_vl_moe) to OUT_DIR."""
     registry = plugins.model_backends
     try:
@@ -71,5 +72,8 @@ def tiny_command(plugins: Plugins, family: str, out_dir: Path, seed: int) -> Non
     if builder is None:
         raise click.ClickException(f"the {name} backend ({registry.entry(name).origin}) builds no tiny model")
     model_type = family if family in getattr(backend, "model_types", ()) else None
-    path = builder(out_dir, model_type=model_type, seed=seed)
+    try:
+        path = builder(out_dir, model_type=model_type, seed=seed, width=width)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--width") from None
     click.echo(f"wrote a tiny {model_type or name} checkpoint to {path}")

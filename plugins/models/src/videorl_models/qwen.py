@@ -396,7 +396,9 @@ class QwenVLBackend:
         return self._forbidden
 
     @classmethod
-    def build_tiny(cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0) -> Path:
+    def build_tiny(
+        cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0, width: int = 64
+    ) -> Path:
         """Write a tiny random checkpoint of this family (``model_type``: dense or MoE variant)."""
         from videorl_models.tiny import build_tiny
 
@@ -406,7 +408,7 @@ class QwenVLBackend:
                 f"the {cls.family} backend has no tiny model of type {chosen!r}; "
                 f"choose one of {', '.join(cls.model_types)}"
             )
-        return build_tiny(chosen, out_dir, seed=seed)
+        return build_tiny(chosen, out_dir, seed=seed, width=width)
 
     def install_vision_sync(self, model: Any) -> QwenVisionSync:
         """One vision-tower call per forward: real images and videos together, else a zero-weighted dummy."""

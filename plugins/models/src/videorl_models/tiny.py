@@ -131,14 +131,15 @@ def _padded_vocab(n: int, multiple: int = 64) -> int:
     return (n // multiple + 1) * multiple
 
 
-def _text_config(model_type: str, vocab: int, token_ids: dict[str, int]) -> dict[str, Any]:
+def _text_config(model_type: str, vocab: int, token_ids: dict[str, int], width: int = 64) -> dict[str, Any]:
+    heads = width // 32  # head_dim 32 at every width (vLLM's CPU attention needs >= 32)
     text: dict[str, Any] = {
         "vocab_size": vocab,
-        "hidden_size": 64,
-        "intermediate_size": 128,
+        "hidden_size": width,
+        "intermediate_size": 2 * width,
         "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": max(1, heads // 2),
         "max_position_embeddings": 4096,
         "rms_norm_eps": 1e-6,
         "bos_token_id": token_ids["<|endoftext|>"],
@@ -180,16 +181,17 @@ def _text_config(model_type: str, vocab: int, token_ids: dict[str, int]) -> dict
     return text
 
 
-def _vision_config(model_type: str) -> dict[str, Any]:
+def _vision_config(model_type: str, width: int = 64) -> dict[str, Any]:
+    """The vision tower: half the text width, projecting to the text width."""
     common: dict[str, Any] = {"depth": 2, "num_heads": 2, "in_channels": 3, "spatial_merge_size": 2, "temporal_patch_size": 2}
     if model_type == "qwen2_vl":
-        return {**common, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "patch_size": 14}
+        return {**common, "embed_dim": width // 2, "hidden_size": width, "mlp_ratio": 2, "patch_size": 14}
     if model_type == "qwen2_5_vl":
         return {
             **common,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "out_hidden_size": 64,
+            "hidden_size": width // 2,
+            "intermediate_size": width,
+            "out_hidden_size": width,
             "patch_size": 14,
             "window_size": 56,
             "fullatt_block_indexes": [1],
@@ -197,9 +199,9 @@ def _vision_config(model_type: str) -> dict[str, Any]:
         }
     vision: dict[str, Any] = {
         **common,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "out_hidden_size": 64,
+        "hidden_size": width // 2,
+        "intermediate_size": width,
+        "out_hidden_size": width,
         "patch_size": 16,
         "num_position_embeddings": 64,  # must be a square (an 8×8 learned grid)
     }
@@ -224,11 +226,17 @@ def _processor_classes(model_type: str) -> tuple[Any, Any, Any]:
     return Qwen3VLProcessor, Qwen2VLImageProcessor, Qwen3VLVideoProcessor
 
 
-def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write a tiny random checkpoint of ``model_type`` to ``out_dir`` and return the directory."""
+def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
+    """Write a tiny random checkpoint of ``model_type`` to ``out_dir`` and return the directory.
+
+    ``width`` is the text hidden size (a multiple of 32; the vision tower gets half of it): 64 for
+    tests, 128 for the demo, which must learn a task from pixels.
+    """
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
+    if width < 64 or width % 32:
+        raise ValueError(f"width must be a multiple of 32 and at least 64, got {width}")
     if model_type not in TINY_MODEL_TYPES:
         raise ValueError(
             f"no tiny model for {model_type!r}; choose one of {', '.join(sorted(TINY_MODEL_TYPES))}"
@@ -240,8 +248,8 @@ def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     ids = {t: vocab[t] for t in SPECIAL_TOKENS}
     config = AutoConfig.for_model(
         model_type,
-        text_config=_text_config(model_type, _padded_vocab(len(tokenizer)), ids),
-        vision_config=_vision_config(model_type),
+        text_config=_text_config(model_type, _padded_vocab(len(tokenizer)), ids, width),
+        vision_config=_vision_config(model_type, width),
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -273,6 +281,6 @@ def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     )
     processor.save_pretrained(out)
     (out / "videorl_tiny.json").write_text(
-        json.dumps({"model_type": model_type, "seed": seed, "builder": "videorl_models.tiny"}, indent=2) + "\n"
+        json.dumps({"model_type": model_type, "seed": seed, "width": width, "builder": "videorl_models.tiny"}, indent=2) + "\n"
     )
     return out
