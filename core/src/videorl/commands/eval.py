@@ -1,6 +1,7 @@
-"""``videorl eval``: rescore saved predictions and compare runs, without a model.
+"""``videorl eval``: run a model on benchmarks; rescore saved predictions and compare runs.
 
 Run-directory layout: :mod:`videorl.eval.results`. Predictions files: :mod:`videorl.eval.predictions`.
+The evaluator: :mod:`videorl.eval.pipeline`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _SHOW_FAILED = 20
 
 @click.group("eval")
 def eval_group() -> None:
-    """Evaluate on benchmarks: rescore saved predictions, compare runs."""
+    """Evaluate on benchmarks: run a model, rescore saved predictions, compare runs."""
 
 
 def _summary_text(name: str, summary: dict[str, Any]) -> str:
@@ -129,3 +130,164 @@ def compare_command(run_a: Path, run_b: Path, markdown: Path | None, png: Path |
             plot_comparison(rows, png, name_a, name_b)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from exc
+
+
+def _benchmark_dirs(specs: tuple[str, ...], data_root: Path | None) -> list[tuple[str, Path]]:
+    """``(name, directory)`` per ``--benchmark NAME[=DIR]``.
+
+    ``DIR`` is taken relative to ``--data-root``; without it the benchmark's directory is
+    ``DATA_ROOT/NAME`` when that exists, else ``DATA_ROOT`` itself (one benchmark only).
+    """
+    out = []
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if sep:
+            path = Path(directory).expanduser()
+            out.append((name, path if path.is_absolute() or data_root is None else data_root / path))
+            continue
+        if data_root is None:
+            raise click.UsageError(f"--benchmark {name}: give --data-root DIR or --benchmark {name}=DIR")
+        if (data_root / name).is_dir() or len(specs) > 1:
+            out.append((name, data_root / name))
+        else:
+            out.append((name, data_root))
+    return out
+
+
+def _engine_identity(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """What identifies the engine in the results: name, dtype, and device for HF."""
+    import torch
+
+    if kind == "vllm":
+        return {"name": "vllm", "dtype": opts["dtype"]}
+    device = opts["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = opts["dtype"] if opts["dtype"] != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    return {"name": "hf", "dtype": dtype, "device": device}
+
+
+def _engine(plugins: Plugins, kind: str, backend: Any, model: Path, opts: dict[str, Any]) -> Any:
+    """The rollout engine: HF generate, or vLLM's AsyncLLM (registered as ``vllm-async``)."""
+    import torch
+
+    if kind == "hf":
+        identity = _engine_identity(kind, opts)
+        return plugins.rollout_engines.create(
+            "hf", backend=backend, dtype=getattr(torch, identity["dtype"]), device=identity["device"],
+            max_batch_prompts=opts["batch_size"],
+        )
+    return plugins.rollout_engines.create(
+        "vllm-async",
+        backend=backend,
+        model_path=model,
+        dtype=opts["dtype"],
+        max_model_len=opts["max_model_len"],
+        seed=opts["seed"],
+        max_num_batched_tokens=opts["max_num_batched_tokens"],
+    )
+
+
+@eval_group.command("run")
+@click.option("--model", required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A checkpoint directory (its config.json chooses the model backend).")
+@click.option("--benchmark", "benchmarks", multiple=True, required=True, metavar="NAME[=DIR]",
+              help="A registered benchmark (repeatable); =DIR gives its directory (relative to --data-root).")
+@click.option("--data-root", type=click.Path(path_type=Path, file_okay=False),
+              help="The benchmark's directory, or a folder holding one directory per benchmark NAME.")
+@click.option("--out", "run_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="The run directory (resumed when it exists: samples already predicted are skipped).")
+@click.option("--engine", type=click.Choice(["hf", "vllm"]), default="hf", show_default=True,
+              help="hf: transformers generate, batched; vllm: vLLM AsyncLLM with chunked prefill.")
+@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Frame cache, built on first use (default: RUN/frame-cache); share it between runs.")
+@click.option("--fps", type=click.FloatRange(min=0, min_open=True), help="Frames per second sampled (default: the model family's).")
+@click.option("--max-frames", type=click.IntRange(min=1), help="Most frames per video (default: the model family's).")
+@click.option("--min-pixels", type=click.IntRange(min=1), help="Least pixels per frame.")
+@click.option("--max-pixels", type=click.IntRange(min=1), help="Most pixels per frame (default: the model family's).")
+@click.option("--total-pixels", type=click.IntRange(min=1), help="Most pixels of a whole video, per temporal patch.")
+@click.option("--thinking", is_flag=True, help="Ask for reasoning before the answer (the thinking prompt variant).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True, help="Most tokens per response.")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True, help="0: greedy.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N rows of each benchmark.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Loader threads.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Most prompts per HF generate call.")
+@click.option("--batch-wait", type=click.FloatRange(min=0),
+              help="Seconds the HF engine may wait for a fuller batch once a prompt is ready (default: 0.5).")
+@click.option("--queue-size", type=click.IntRange(min=1), help="Most encoded prompts waiting or in flight (default: 2 × batch + workers).")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True,
+              help="auto: HF bfloat16 on GPU, float32 on CPU; vLLM the checkpoint's.")
+@click.option("--device", help="HF engine device (default: cuda when available, else cpu).")
+@click.option("--max-model-len", type=click.IntRange(min=1), help="vLLM: context length (default: the model's).")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=2048, show_default=True,
+              help="vLLM: tokens per scheduler step (chunked prefill).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.pass_obj
+def run_command(
+    plugins: Plugins,
+    model: Path,
+    benchmarks: tuple[str, ...],
+    data_root: Path | None,
+    run_dir: Path,
+    engine: str,
+    cache_dir: Path | None,
+    thinking: bool,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    limit: int | None,
+    workers: int,
+    batch_size: int,
+    batch_wait: float | None,
+    queue_size: int | None,
+    quiet: bool,
+    **options: Any,
+) -> None:
+    """Evaluate a model on benchmarks: loader threads, the engine and scoring overlap.
+
+    Predictions are appended to RUN/NAME/predictions.jsonl as samples complete; a killed run resumes
+    where it stopped (same command). A sample that fails (missing video, engine error) counts as wrong
+    and is listed. Results and every setting go to RUN/results.json (docs/benchmarks.md).
+    """
+    from videorl.backend import backend_for_model
+    from videorl.eval.inputs import RowInputs
+    from videorl.eval.pipeline import Evaluator, begin_run, load_task, run_settings, timing_summary
+    from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.rollout import SamplingParams
+
+    decode = {k: options.pop(k) for k in ("fps", "max_frames", "min_pixels", "max_pixels", "total_pixels")}
+    try:
+        tasks = [load_task(plugins.benchmarks, name, root, limit=limit) for name, root in _benchmark_dirs(benchmarks, data_root)]
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise click.UsageError(f"a benchmark is given twice: {', '.join(names)}")
+        backend = backend_for_model(model, plugins.model_backends)
+        video = DecodeParams.from_budget(
+            backend.budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size,
+            **{k: v for k, v in decode.items() if v is not None},
+        )
+        image = ImageParams.from_budget(backend.budget, factor=backend.factor)
+        cache = MediaCache(cache_dir or run_dir / "frame-cache", strict_params=False, threads=1)  # one decoder thread per loader
+        sampling = SamplingParams(n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        inputs = RowInputs(backend, cache, video, image, thinking=thinking)
+        settings = run_settings(
+            inputs, sampling, model=model, engine=_engine_identity(engine, options), requirements=plugins.requirements(),
+            tasks=tasks, limit=limit, pipeline={"workers": workers, "batch_size": batch_size, "queue_size": queue_size},
+        )
+        begin_run(run_dir, settings)  # refuses to resume a run made with other settings, before loading the model
+        rollout = _engine(plugins, engine, backend, model, {**options, "seed": seed, "batch_size": batch_size})
+        try:
+            wait = {} if batch_wait is None else {"batch_wait": batch_wait}
+            evaluator = Evaluator(
+                inputs, rollout, sampling, workers=workers, batch_size=batch_size, queue_size=queue_size, **wait
+            )
+            begin_run(run_dir, {**settings, "pipeline": evaluator.describe()})
+            report = evaluator.run(tasks, run_dir, progress=not quiet)
+        finally:
+            rollout.close()
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for name, result in report.results.items():
+        click.echo(_summary_text(name, result.summary))
+    click.echo(timing_summary(report))
+    click.echo(f"results: {run_dir / 'results.json'}")
