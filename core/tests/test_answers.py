@@ -9,6 +9,8 @@ import pytest
 
 from videorl.answers import (
     answer_candidates,
+    answer_choice,
+    answer_text,
     box_iou,
     convert_box,
     extract_boxed,
@@ -19,11 +21,13 @@ from videorl.answers import (
     mean_relative_accuracy,
     normalize_tags,
     option_map,
+    parse_boolean,
     parse_interval,
     parse_json_answer,
     parse_number,
     parse_seconds,
     strip_math_delimiters,
+    strip_option_letter,
     strip_think,
 )
 from videorl.rewards.types import MediaInfo
@@ -118,6 +122,15 @@ def test_answer_candidates_order() -> None:
     assert answer_candidates("") == []
 
 
+def test_answer_text_prefers_the_last_answer_tag_then_the_final_statement() -> None:
+    assert answer_text("<answer>x</answer> then <answer> 42 </answer>") == "42"
+    assert answer_text("<think>a</think>So the final answer is: 7 apples.") == "7 apples"
+    assert answer_text("<think>a</think>It is \\boxed{3} I think") == "3"
+    assert answer_text("<answer></answer> the final answer is 5") == ""  # an empty tag is the answer
+    assert answer_text("<think>only thinking</think>") == ""
+    assert answer_text("") == ""
+
+
 def test_strip_math_delimiters() -> None:
     assert strip_math_delimiters("$x$") == "x"
     assert strip_math_delimiters("$$x+1$$") == "x+1"
@@ -158,6 +171,49 @@ def test_option_map_formats() -> None:
     assert option_map(["(A) cat", "B: dog", "C) cow"]) == {"A": "cat", "B": "dog", "C": "cow"}
     assert option_map(["cat", "dog"]) == {"A": "cat", "B": "dog"}
     assert option_map(None) == {}
+    # a mapping is letter → text already: a text that looks lettered stays whole
+    assert option_map({"a": " C. elegans", "B": "E. coli"}) == {"A": "C. elegans", "B": "E. coli"}
+    assert option_map(["C. elegans", "E. coli"]) == {"C": "elegans", "E": "coli"}
+
+
+def test_strip_option_letter() -> None:
+    assert [strip_option_letter(o) for o in ("A. red", "(B) blue", "C: dark red", "D) x", "E、y")] == [
+        "red", "blue", "dark red", "x", "y",
+    ]  # fmt: skip
+    assert strip_option_letter("  A man runs ") == "A man runs"  # no delimiter after the letter
+    assert strip_option_letter(3) == "3"
+
+
+BARE = ["red square", "green circle", "blue triangle", "yellow star"]
+LETTERED = dict(zip("ABCD", BARE))
+
+
+@pytest.mark.parametrize(
+    ("response", "letter"),
+    [
+        ("B", "B"),
+        ("(C) blue triangle", "C"),
+        ("<think>A looks wrong, maybe D</think><answer>B</answer>", "B"),
+        ("Let me think. A is wrong. Therefore, the final answer is: D", "D"),
+        ("<think>long reasoning about A and B</think>\nC.", "C"),
+        ("The answer is \\boxed{A}", "A"),
+        ("I think it is the green circle.", "B"),
+        ("<answer>the green circle</answer>", "B"),
+        ("<answer>not sure</answer> so the final answer is C", "C"),  # a tag without a letter: search on
+        ("E", None),  # not an option
+        ("A or B", None),  # a hedge
+        ("", None),
+        ("Final Answer: C", "C"),
+    ],
+)
+def test_answer_choice(response: str, letter: str | None) -> None:
+    assert answer_choice(response, LETTERED) == letter
+    assert answer_choice(response, BARE) == letter
+
+
+def test_answer_choice_without_options_accepts_any_letter() -> None:
+    assert answer_choice("<answer>J</answer>") == "J"
+    assert answer_choice("no letter here at all, honestly") is None
 
 
 @pytest.mark.parametrize(
@@ -187,6 +243,42 @@ def test_option_map_formats() -> None:
 def test_parse_number(text: object, expected: float | None) -> None:
     got = parse_number(text)
     assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("text", "hedge", "leading"),
+    [
+        ("yes", "yes", "yes"),
+        ("Yes.", "yes", "yes"),
+        ("TRUE", "yes", "yes"),
+        ("Y", "yes", "yes"),
+        ("1", "yes", "yes"),
+        ("  0 .                    ", "no", "no"),  # spaces and punctuation around one word
+        ("n", "no", "no"),
+        ("false", "no", "no"),
+        ("No, it is not true.", "no", "no"),  # the leading word decides over "true"
+        ("Yes, the man jumps.", "yes", "yes"),
+        ("I would say yes", "yes", "yes"),
+        ("The answer is yes, it is true", "yes", "yes"),  # one polarity
+        ("yes and no", None, "yes"),  # both: a hedge, unless the first word wins (TempCompass)
+        ("yes no", None, "yes"),
+        ("maybe yes, maybe no", None, None),  # does not start with one: both is a hedge either way
+        ("maybe", None, None),
+        ("yesterday nobody came", None, None),  # words, not substrings
+        ("", None, None),
+        (True, "yes", "yes"),
+        (False, "no", "no"),
+    ],
+)
+def test_parse_boolean(text: object, hedge: str | None, leading: str | None) -> None:
+    assert parse_boolean(text) == hedge
+    assert parse_boolean(text, leading_wins=True) == leading
+
+
+def test_parse_boolean_on_a_megabyte() -> None:
+    assert parse_boolean("yes " * 250_000) == "yes"
+    assert parse_boolean("yes " * 250_000 + "no") is None
+    assert parse_boolean("A" * 1_000_000 + " false") == "no"
 
 
 @pytest.mark.parametrize(
@@ -220,16 +312,42 @@ def test_parse_json_answer(text: str | None, expected: object) -> None:
         ({"time": [[4, 5]]}, [4.0, 5.0]),
         ('{"time": [1, "x"]}', None),
         ("no span", None),
+        ('<answer>{"time": [12.3, 25.7]}</answer>', [12.3, 25.7]),
+        ("The event happens in the 24.3 - 30.4 seconds.", [24.3, 30.4]),
+        ("from 00:01:05 to 00:01:10.5", [65.0, 70.5]),
+        ("It starts at 3.5s and it ends at 8 s", [3.5, 8.0]),
+        ("The action begins around 0:12, and finishes at 0:20.", [12.0, 20.0]),
+        ("It restarts at 4 and the legend says 9", None),  # "start"/"end" inside other words
+        ("It starts at 3 s.", None),  # no end
+        ("", None),
+        (None, None),
     ],
 )
 def test_parse_interval(value: object, expected: list[float] | None) -> None:
     assert parse_interval(value) == expected
 
 
+@pytest.mark.parametrize(
+    ("value", "kept", "swapped"),
+    [
+        ('{"time": [30, 10]}', [30.0, 10.0], [10.0, 30.0]),
+        ("from 9 to 4 seconds", [9.0, 4.0], [4.0, 9.0]),
+        ([2, 6], [2.0, 6.0], [2.0, 6.0]),
+        ("no span", None, None),
+    ],
+)
+def test_parse_interval_sort(value: object, kept: list[float] | None, swapped: list[float] | None) -> None:
+    assert parse_interval(value) == kept
+    assert parse_interval(value, sort=True) == swapped
+
+
 def test_parse_seconds() -> None:
     assert parse_seconds("75.5") == 75.5
     assert parse_seconds("01:15.5") == 75.5
     assert parse_seconds("01:00:01") == 3601.0
+    assert parse_seconds("1:01:15") == 3675.0
+    assert parse_seconds(" 12 ") == 12.0
+    assert parse_seconds("12 s") is None
     assert parse_seconds("1:2:3:4") is None
 
 
@@ -294,6 +412,9 @@ def test_convert_box() -> None:
         (90, 100, 0.8, 0.9),  # 0.10 < 1-θ for θ ≤ 0.85 (8 of 10); ≤ adds θ = 0.90
         (70, 100, 0.4, 0.5),
         (50, 100, 0.0, 0.1),
+        (10.5, 10, 0.9, 1.0),  # 0.5 / 10 is 0.05 only up to float rounding: still exactly θ = 0.95
+        (13, 10, 0.4, 0.5),  # 0.3 ≤ 1-θ for θ ≤ 0.70 (5 of 10); strict drops θ = 0.70
+        (25, 10, 0.0, 0.0),
         (-1, 1, 0.0, 0.0),
         (0, 0, 1.0, 1.0),
         (1, 0, 0.0, 0.0),

@@ -1,4 +1,5 @@
-"""Answer parsing shared by rewards and benchmark adapters: tags, ``\\boxed{}``, choice letters, numbers, IoU.
+"""Answer parsing shared by rewards and benchmark adapters: tags, ``\\boxed{}``, choice letters, numbers,
+yes/no, time spans, JSON, IoU and relative accuracy.
 
 Every function is pure, never raises on model output (malformed text gives ``None`` or ``0.0``) and is
 linear in the length of its input, so a 1 MB response costs milliseconds.
@@ -15,7 +16,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ __all__ = [
     "BOX_CONVENTIONS",
     "CHOICE_LETTERS",
     "answer_candidates",
+    "answer_choice",
+    "answer_text",
     "box_iou",
     "convert_box",
     "extract_boxed",
@@ -35,11 +38,13 @@ __all__ = [
     "mean_relative_accuracy",
     "normalize_tags",
     "option_map",
+    "parse_boolean",
     "parse_interval",
     "parse_json_answer",
     "parse_number",
     "parse_seconds",
     "strip_math_delimiters",
+    "strip_option_letter",
     "strip_think",
 ]
 
@@ -165,13 +170,36 @@ def answer_candidates(response: str) -> list[str]:
     return out
 
 
+def answer_text(response: str) -> str:
+    """The answer part of a whole response: the last ``<answer>`` content (even empty), else the first of
+    :func:`answer_candidates`, else ``""``."""
+    tagged = extract_tag(response)
+    if tagged is not None:
+        return tagged
+    candidates = answer_candidates(response)
+    return candidates[0] if candidates else ""
+
+
 # --- multiple choice ---------------------------------------------------------------------------
 
 _OPTION_PREFIX = re.compile(r"^\s*\(?([A-J])\s*[).:：、]\s*(.*)$", re.DOTALL)
 
 
-def option_map(options: Sequence[str] | None) -> dict[str, str]:
-    """Letter → option text, from ``"A. Red"``, ``"(A) Red"``, ``"A: Red"`` or bare ``"Red"`` (lettered by position)."""
+#: options as a list (``"A. Red"``, ``"(A) Red"``, ``"A: Red"`` or bare ``"Red"``) or a letter → text mapping
+Options = Sequence[str] | Mapping[str, str]
+
+
+def strip_option_letter(option: Any) -> str:
+    """``"A. red"`` / ``"(A) red"`` / ``"A: red"`` → ``"red"``; a bare option comes back stripped."""
+    match = _OPTION_PREFIX.match(str(option))
+    return (match.group(2) if match else str(option)).strip()
+
+
+def option_map(options: Options | None) -> dict[str, str]:
+    """Letter → option text, from ``"A. Red"``, ``"(A) Red"``, ``"A: Red"`` or bare ``"Red"`` (lettered by
+    position). A mapping is taken as letter → text already (so bare texts that look lettered stay whole)."""
+    if isinstance(options, Mapping):
+        return {str(k).upper(): str(v).strip() for k, v in options.items()}
     out: dict[str, str] = {}
     for i, option in enumerate(options or []):
         if i >= len(CHOICE_LETTERS):
@@ -197,7 +225,7 @@ _CHOICE_PATTERNS = [  # the letter itself is matched case-sensitively: "the answ
 ]
 
 
-def extract_choice(text: str | None, options: Sequence[str] | None = None) -> str | None:
+def extract_choice(text: str | None, options: Options | None = None) -> str | None:
     """The option letter ``text`` answers with, or ``None`` when there is none or it is ambiguous.
 
     In order: a letter in ``\\boxed{}``; the whole text is a letter (``B``, ``(B)``, ``B.``, ``b``); a
@@ -238,6 +266,21 @@ def extract_choice(text: str | None, options: Sequence[str] | None = None) -> st
         letters = {x for x in letters if ok(x)}
         if len(letters) == 1:
             return letters.pop()
+    return None
+
+
+def answer_choice(response: str, options: Options | None = None) -> str | None:
+    """The option letter a whole response answers with (``None`` when absent or ambiguous): the first
+    letter :func:`extract_choice` reads from the last ``<answer>`` content, then from each of
+    :func:`answer_candidates`. Unlike a reward's extraction, a tag without a letter does not end the search.
+    """
+    if not response:
+        return None
+    tagged = extract_tag(response)
+    for candidate in ([tagged] if tagged else []) + answer_candidates(response):
+        letter = extract_choice(candidate, options)
+        if letter is not None:
+            return letter
     return None
 
 
@@ -353,6 +396,40 @@ def parse_number(text: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# --- yes / no ----------------------------------------------------------------------------------
+
+_YES_WORDS, _NO_WORDS = ("yes", "true", "y", "1"), ("no", "false", "n", "0")
+_BOOLEAN_WORDS = dict.fromkeys(_YES_WORDS, "yes") | dict.fromkeys(_NO_WORDS, "no")
+_SPOKEN_BOOLEAN = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
+_WORD_YES, _WORD_NO = re.compile(r"\byes\b", re.IGNORECASE), re.compile(r"\bno\b", re.IGNORECASE)
+_SPOKEN_YES, _SPOKEN_NO = (
+    re.compile(r"\b(?:yes|true)\b", re.IGNORECASE),
+    re.compile(r"\b(?:no|false)\b", re.IGNORECASE),
+)
+
+
+def parse_boolean(text: Any, *, leading_wins: bool = False) -> str | None:
+    """``"yes"`` or ``"no"``, or ``None`` when ``text`` states neither or both.
+
+    In order: the whole text is one of yes/no/true/false/y/n/1/0 (punctuation ignored); the word it
+    starts with ("No, it is not true." → no), unless both "yes" and "no" occur; the one polarity its
+    yes/no/true/false words share. ``leading_wins=True`` lets the first word decide even when both
+    occur ("yes and no" → yes), TempCompass's official rule; by default that is a hedge (rewards).
+    """
+    if isinstance(text, bool):
+        return "yes" if text else "no"
+    text = str(text)
+    if len(text.strip()) <= 16:  # a longer text is no single word
+        whole = re.sub(r"[^\w]", "", text).casefold()
+        if whole in _BOOLEAN_WORDS:
+            return _BOOLEAN_WORDS[whole]
+    first = _SPOKEN_BOOLEAN.match(text.lstrip())
+    if first and (leading_wins or not (_WORD_YES.search(text) and _WORD_NO.search(text))):
+        return _BOOLEAN_WORDS[first.group(1).casefold()]
+    yes, no = _SPOKEN_YES.search(text) is not None, _SPOKEN_NO.search(text) is not None
+    return None if yes == no else "yes" if yes else "no"
+
+
 # --- structured (JSON) answers -----------------------------------------------------------------
 
 _MAX_JSON_CHARS = 200_000
@@ -411,8 +488,14 @@ def _loads(text: str) -> Any:
 # --- time spans ----------------------------------------------------------------------------------
 
 _TIME = r"(?:\d+:)?\d+:\d+(?:\.\d+)?|\d+(?:\.\d+)?"
-_SPAN_TEXT = re.compile(
-    rf"({_TIME})\s*(?:s|sec|secs|seconds?)?\s*(?:-|–|—|~|to|and|until|till)\s*({_TIME})", re.IGNORECASE
+_SPAN_TEXTS = (
+    re.compile(
+        rf"({_TIME})\s*(?:s|sec|secs|seconds?)?\s*(?:-|–|—|~|to|and|until|till)\s*({_TIME})", re.IGNORECASE
+    ),
+    re.compile(  # "starts at 3.5 s ... ends at 8 s"
+        rf"\b(?:start|begin)\w*\D{{0,20}}?({_TIME}).{{0,80}}?\b(?:end|finish|stop)\w*\D{{0,20}}?({_TIME})",
+        re.IGNORECASE | re.DOTALL,
+    ),
 )
 
 
@@ -426,10 +509,11 @@ def parse_seconds(value: str) -> float | None:
     return total
 
 
-def parse_interval(text: Any) -> list[float] | None:
-    """A ``[start, end]`` in seconds from ``{"time": [s, e]}``, ``[s, e]`` or text ("from 2.5 to 7 s",
-    "00:12 - 00:25"); ``None`` when there is none. The order is kept: a reversed span stays reversed
-    (callers decide whether it scores)."""
+def parse_interval(text: Any, *, sort: bool = False) -> list[float] | None:
+    """A ``[start, end]`` in seconds from ``{"time": [s, e]}``, ``[s, e]`` or text: the first "a - b" /
+    "from a to b s" pair (seconds, ``mm:ss`` or ``hh:mm:ss``), else "starts at a … ends at b"; ``None``
+    when there is none. The order is kept, so a reversed span stays reversed (a reward's format check
+    rejects it); ``sort=True`` swaps it instead, as lmms-eval's Charades-STA parser does."""
     value = (
         text
         if isinstance(text, (dict, list, tuple))
@@ -442,10 +526,16 @@ def parse_interval(text: Any) -> list[float] | None:
     if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], (list, tuple)):
         value = value[0]
     numbers = _finite_numbers(value, 2)
-    if numbers is not None:
-        return numbers
-    if isinstance(text, str) and value is None and len(text) <= _MAX_JSON_CHARS:
-        match = _SPAN_TEXT.search(text)
+    if numbers is None and isinstance(text, str) and value is None and len(text) <= _MAX_JSON_CHARS:
+        numbers = _span_in_text(text)
+    if numbers is None:
+        return None
+    return sorted(numbers) if sort else numbers
+
+
+def _span_in_text(text: str) -> list[float] | None:
+    for pattern in _SPAN_TEXTS:
+        match = pattern.search(text)
         if match:
             a, b = parse_seconds(match.group(1)), parse_seconds(match.group(2))
             if a is not None and b is not None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from videorl.api import DataError
-from videorl_benchmarks.files import read_records, require_dir
+from videorl_benchmarks.files import read_records, require_dir, split_inline_options
 from videorl_benchmarks.lvbench import LVBench
 from videorl_benchmarks.videomme import VideoMME
 
@@ -79,3 +79,10 @@ def test_parquet_files_are_read_when_pyarrow_is_installed(tmp_path: Path) -> Non
     pq.write_table(pa.Table.from_pylist([{"a": 1}, {"a": 2}]), path)
     assert [r.data for r in read_records(path)] == [{"a": 1}, {"a": 2}]
     assert read_records(path)[1].where == f"{path}: row 1"
+
+
+def test_split_inline_options() -> None:
+    stem, options = split_inline_options("What happens?\n(A) a cat\n(B) a dog\n  that barks\n(C) nothing")
+    assert stem == "What happens?"
+    assert options == ["a cat", "a dog that barks", "nothing"]
+    assert split_inline_options("No options here") == ("No options here", [])

@@ -1,37 +1,50 @@
-"""Counting reward: the last <answer> must hold the ground-truth count."""
+"""Counting reward: the last <answer> must hold the ground-truth count.
+
+Written as a third-party reward should be: :class:`videorl.api.TaskReward` does the extraction (the
+last ``<answer>``), the format rule and the weighting; :mod:`videorl.api.answers` reads the number.
+"""
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from videorl.api import RewardInput, RewardOutput
-
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
-_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[a-z]+")
+from videorl.api import RewardInput, TaskReward, answers
 
 
-def parse_count(text: str) -> int | None:
-    """The single count in ``text`` (digits or a number word), or None when there is none or several."""
-    found: list[int] = []
-    for token in _TOKEN.findall(text.casefold()):
-        if token in _WORDS:
-            found.append(_WORDS.index(token))
-        elif token[0].isdigit() or token[0] == "-":
-            value = float(token)
-            if value.is_integer():
-                found.append(int(value))
-            else:
-                return None
-    return found[0] if len(found) == 1 else None
+def parse_count(text: Any) -> int | None:
+    """The one count ``text`` states (digits or English number words), or ``None`` when it states none,
+    several, a fraction or a negative number."""
+    value = answers.parse_number(text)
+    if value is None or value < 0 or not value.is_integer():
+        return None
+    return int(value)
 
 
-class CountingReward:
-    """1.0 when the last ``<answer>`` holds exactly the ground-truth count, else 0.0."""
+class CountingReward(TaskReward):
+    """Accuracy 1 when the last ``<answer>`` holds exactly the ground-truth count, else 0.
 
-    def __call__(self, inp: RewardInput) -> RewardOutput:
-        answers = _ANSWER.findall(inp.response)
-        predicted = parse_count(answers[-1]) if answers else None
-        expected = parse_count(str(inp.ground_truth))
-        accuracy = 1.0 if predicted is not None and predicted == expected else 0.0
-        return RewardOutput(score=accuracy, parts={"accuracy": accuracy})
+    Built on its own, it scores accuracy alone and reads only a tagged answer (no format share, no
+    untagged fallback). Routed in a run, it takes the run's ``rewards.accuracy_weight``,
+    ``format_weight`` and ``fallback`` like every ``TaskReward``; ``rewards.options.counting`` overrides
+    them for this reward alone.
+    """
+
+    name = "counting"
+
+    def __init__(
+        self,
+        *,
+        accuracy_weight: float = 1.0,
+        format_weight: float = 0.0,
+        fallback: bool = False,
+        **common: Any,
+    ) -> None:
+        super().__init__(
+            accuracy_weight=accuracy_weight, format_weight=format_weight, fallback=fallback, **common
+        )
+
+    def parse_answer(self, text: Any, inp: RewardInput) -> int | None:
+        return parse_count(text)
+
+    def accuracy(self, answer: int, truth: int, inp: RewardInput) -> float:
+        return 1.0 if answer == truth else 0.0

@@ -6,12 +6,12 @@ only where its official protocol differs from the shared rules below.
 
 Shared rules per ``problem_type`` (extraction → score):
 
-- ``multiple_choice``: the option letter (:func:`~videorl_benchmarks.parsing.choice_letter`) → exact match;
+- ``multiple_choice``: the option letter (:func:`videorl.answers.answer_choice`) → exact match;
 - ``numerical``: the one number of the final answer → equal after rounding to 2 decimals;
 - ``regression``: the number → mean relative accuracy with VSI-Bench's inclusive thresholds;
 - ``counting``: the number → exact match;
-- ``yes_no``: ``"yes"``/``"no"`` → exact match;
-- ``temporal_grounding``: a ``[start, end]`` span in seconds → temporal IoU;
+- ``yes_no``: ``"yes"``/``"no"``, the first word deciding (TempCompass) → exact match;
+- ``temporal_grounding``: a ``[start, end]`` span in seconds (a reversed one swapped) → temporal IoU;
 - ``spatial_temporal_grounding``: ``{"time": [s, e], "boxes": {"<second>": [x1, y1, x2, y2]}}`` →
   0.5 · tIoU + 0.5 · mean box IoU over the seconds in both (tIoU alone when the truth has no boxes);
 - ``open_ended``: the final answer text → a rule-based match (normalised equality, the truth contained in
@@ -25,19 +25,10 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from videorl.answers import interval_iou, parse_number
-from videorl.api import BenchmarkRow, DataError, benchmark_summary, breakdown, mean
+from videorl.api import BenchmarkRow, DataError, answers, benchmark_summary, breakdown, mean
 from videorl_benchmarks.files import Record, find, missing, require_dir
-from videorl_benchmarks.parsing import (
-    choice_letter,
-    final_text,
-    parse_span,
-    parse_st_answer,
-    relative_accuracy,
-    st_score,
-    yes_no,
-)
 from videorl_benchmarks.prompts import IMAGE_HINT, evr1_question, family_prompt, prompt_style, thinking_ending
+from videorl_benchmarks.spatiotemporal import parse_st_answer, st_score
 from videorl_benchmarks.unified import read_unified
 
 PROBLEM_TYPES = (
@@ -154,17 +145,17 @@ class BaseBenchmark:
 
     def extract(self, row: BenchmarkRow, response: str) -> Any:
         kind = row.problem_type
-        if kind == "multiple_choice":
-            return choice_letter(response, row.options)
-        if kind == "temporal_grounding":
-            return parse_span(final_text(response)) or parse_span(response)
+        if kind == "multiple_choice":  # options are bare texts: lettered by position, never re-parsed
+            return answers.answer_choice(response, dict(zip(answers.CHOICE_LETTERS, row.options or ())))
+        text = answers.answer_text(response)
+        if kind == "temporal_grounding":  # JSON anywhere counts (EasyVideoR1 reads it even inside <think>)
+            return answers.parse_interval(text, sort=True) or answers.parse_interval(response, sort=True)
         if kind == "spatial_temporal_grounding":
-            return parse_st_answer(final_text(response)) or parse_st_answer(response)
-        text = final_text(response)
+            return parse_st_answer(text) or parse_st_answer(response)
         if kind in ("numerical", "regression", "counting"):
-            return parse_number(text)
+            return answers.parse_number(text)
         if kind == "yes_no":
-            return yes_no(text)
+            return answers.parse_boolean(text, leading_wins=True)
         return text.strip() or None
 
     def score(self, row: BenchmarkRow, prediction: Any) -> float:
@@ -172,11 +163,11 @@ class BaseBenchmark:
             return 0.0
         kind, truth = row.problem_type, row.answer
         if kind == "temporal_grounding":
-            return interval_iou(prediction, truth)
+            return answers.interval_iou(prediction, truth)
         if kind == "spatial_temporal_grounding":
             return st_score(prediction, truth)
         if kind == "regression":
-            return relative_accuracy(float(prediction), float(truth))
+            return answers.mean_relative_accuracy(float(prediction), float(truth), inclusive=True)
         if kind == "numerical":
             return float(round(float(prediction), 2) == round(float(truth), 2))
         if kind == "counting":
@@ -204,7 +195,7 @@ def open_match(prediction: str, truth: str) -> bool:
         return False
     if pred == gold or f" {gold} " in f" {pred} ":
         return True
-    a, b = parse_number(prediction), parse_number(truth)
+    a, b = answers.parse_number(prediction), answers.parse_number(truth)
     return a is not None and b is not None and abs(a - b) < 0.01
 
 

@@ -17,10 +17,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from videorl.api import BenchmarkRow, DataError, benchmark_summary, mean
+from videorl.api import BenchmarkRow, DataError, answers, benchmark_summary, mean
 from videorl_benchmarks.base import BaseBenchmark
 from videorl_benchmarks.files import read_records, resolve_media
-from videorl_benchmarks.parsing import parse_span
 from videorl_benchmarks.prompts import thinking_ending
 
 THRESHOLDS = (0.3, 0.5, 0.7)
@@ -53,7 +52,7 @@ class CharadesSTA(BaseBenchmark):
                 entries.append((video, float(start), float(end), sentence, f"{path}:{number}"))
         else:
             for rec in read_records(path):
-                span = parse_span(str(rec.items("timestamp")))
+                span = answers.parse_interval(rec.items("timestamp"), sort=True)
                 if span is None:
                     raise rec.error(f"field 'timestamp' {rec.get('timestamp')!r} is not [start, end]")
                 video = Path(rec.text("video")).stem

@@ -19,13 +19,13 @@ three category scores, each the mean of its tasks' accuracies.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from videorl.api import BenchmarkRow, benchmark_summary, group_means, macro_mean, mean
+from videorl.api import BenchmarkRow, answers, benchmark_summary, group_means, macro_mean, mean
 from videorl_benchmarks.base import BaseBenchmark, index_answer
 from videorl_benchmarks.files import Record, read_records
-from videorl_benchmarks.parsing import digits, final_text
 from videorl_benchmarks.prompts import thinking_ending
 
 CATEGORIES = {
@@ -148,14 +148,14 @@ class OVOBench(BaseBenchmark):
     # --- scoring ------------------------------------------------------------------------------------
 
     def extract(self, row: BenchmarkRow, response: str) -> Any:
-        return final_text(response).strip() or None
+        return answers.answer_text(response).strip() or None
 
     def score(self, row: BenchmarkRow, prediction: Any) -> float:
         if not prediction:
             return 0.0
         text = str(prediction)
-        if row.problem_type == "counting":
-            return float(digits(text) == str(row.answer))
+        if row.problem_type == "counting":  # all digits of the answer, concatenated (the official REC rule)
+            return float("".join(re.findall(r"\d", text)) == str(row.answer))
         if row.problem_type == "yes_no":  # the truth is "Yes" or "No"
             if text in ("Y", "N"):
                 return float(text == str(row.answer)[0])

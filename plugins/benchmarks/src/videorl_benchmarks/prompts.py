@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from videorl.answers import CHOICE_LETTERS
+from videorl.api import answers
 
 QWEN3 = "qwen3"
 QWEN25 = "qwen25"
@@ -35,7 +35,7 @@ def evr1_question(problem: str, options: Sequence[str] | None) -> str:
     """EasyVideoR1's question text: the problem, then "Possible answer choices" with lettered options."""
     if not options:
         return problem
-    lines = "".join(f"{CHOICE_LETTERS[i]}. {text}\n" for i, text in enumerate(options))
+    lines = "".join(f"{answers.CHOICE_LETTERS[i]}. {text}\n" for i, text in enumerate(options))
     return f"{problem} Possible answer choices:\n{lines}"
 
 

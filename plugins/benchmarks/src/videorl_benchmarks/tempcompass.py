@@ -21,10 +21,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from videorl.api import BenchmarkRow
+from videorl.api import BenchmarkRow, answers
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
 from videorl_benchmarks.files import Record, read_json_object, split_inline_options
-from videorl_benchmarks.parsing import choice_letter, final_text
 from videorl_benchmarks.prompts import thinking_ending
 
 FORMATS = ("multi-choice", "yes_no", "caption_matching")
@@ -110,9 +109,8 @@ class TempCompass(BaseBenchmark):
     def extract(self, row: BenchmarkRow, response: str) -> Any:
         labels: list[str] | None = row.extra.get("labels")
         if labels and row.options:
-            text = final_text(response).lower()
+            text = answers.answer_text(response).lower()
             named = {i for i, label in enumerate(labels) if label.lower() in text}
             if len(named) == 1:
                 return chr(65 + named.pop())
-            return choice_letter(response, row.options)
         return super().extract(row, response)

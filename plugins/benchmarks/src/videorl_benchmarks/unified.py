@@ -10,14 +10,12 @@ types), ``solution`` (``<answer>X</answer>``; Charades-STA puts its JSON inside 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-from videorl.answers import CHOICE_LETTERS, extract_tag, parse_number
-from videorl.api import BenchmarkRow
+from videorl.api import BenchmarkRow, answers
 from videorl_benchmarks.files import Record, read_records
-from videorl_benchmarks.parsing import parse_span, parse_st_answer, yes_no
+from videorl_benchmarks.spatiotemporal import parse_st_answer
 
 TYPES = {
     "multiple choice": "multiple_choice",
@@ -33,29 +31,21 @@ TYPES = {
     "crr": "yes_no",
 }
 
-_LETTER_PREFIX = re.compile(r"^\s*\(?([A-J])\s*[).:：]\s*")
-
-
-def strip_letter(option: Any) -> str:
-    """``"A. red"`` / ``"(A) red"`` / ``"A: red"`` → ``"red"``."""
-    return _LETTER_PREFIX.sub("", str(option), count=1).strip()
-
-
 def answer_from_solution(rec: Record, problem_type: str, solution: str, n_options: int) -> Any:
     """The ground truth of ``solution`` in the form the adapters' ``extract`` returns."""
-    body = extract_tag(solution)
+    body = answers.extract_tag(solution)
     text = solution if body is None else body
     value: Any
     if problem_type == "multiple_choice":
         value = text.strip().strip("().").upper()
-        if len(value) != 1 or value not in CHOICE_LETTERS[: max(n_options, 1)]:
+        if len(value) != 1 or value not in answers.CHOICE_LETTERS[: max(n_options, 1)]:
             raise rec.error(f"solution {solution!r} is not one of the {n_options} option letters")
     elif problem_type in ("numerical", "regression", "counting"):
-        value = parse_number(text)
+        value = answers.parse_number(text)
     elif problem_type == "yes_no":
-        value = yes_no(text)
+        value = answers.parse_boolean(text, leading_wins=True)
     elif problem_type == "temporal_grounding":
-        value = parse_span(text)
+        value = answers.parse_interval(text, sort=True)
     elif problem_type == "spatial_temporal_grounding":
         value = parse_st_answer(text)
     else:
@@ -71,7 +61,7 @@ def unified_row(rec: Record, index: int, video_root: Path) -> BenchmarkRow:
     problem_type = TYPES.get(raw_type.strip().lower())
     if problem_type is None:
         raise rec.error(f"unknown problem_type {raw_type!r} (known: {', '.join(sorted(TYPES))})")
-    options = [strip_letter(o) for o in (rec.get("options") or [])] or None
+    options = [answers.strip_option_letter(o) for o in (rec.get("options") or [])] or None
     if problem_type == "multiple_choice" and not options:
         raise rec.error("a multiple-choice record needs 'options'")
     path = rec.text("path")

@@ -18,11 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from videorl.api import BenchmarkRow, benchmark_summary, mean
+from videorl.api import BenchmarkRow, answers, benchmark_summary, mean
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
 from videorl_benchmarks.files import Record, read_records
 from videorl_benchmarks.prompts import thinking_ending
-from videorl_benchmarks.unified import strip_letter
 
 CONFIGS = {"mcq": "mcq", "multi_binary": "mbin"}
 
@@ -47,7 +46,7 @@ class VideoMathQA(BaseBenchmark):
         return rows
 
     def _row(self, root: Path, rec: Record, row_id: str, fmt: str, question_id: str) -> BenchmarkRow:
-        options = [strip_letter(o) for o in rec.items("options")]
+        options = [answers.strip_option_letter(o) for o in rec.items("options")]
         return BenchmarkRow(
             id=row_id,
             problem=rec.text("question"),

@@ -14,10 +14,9 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from videorl.api import BenchmarkRow
+from videorl.api import BenchmarkRow, answers
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
 from videorl_benchmarks.files import Record, read_records, resolve_media
-from videorl_benchmarks.unified import strip_letter
 
 _CATEGORIES = ("duration", "domain", "sub_category", "task_type")
 _VIDEO_DIRS = ("data", "videos", "video")
@@ -73,7 +72,7 @@ class VideoMME(BaseBenchmark):
         return [self._row(root, rec) for rec in read_records(path)]
 
     def _row(self, root: Path, rec: Record) -> BenchmarkRow:
-        options = [strip_letter(o) for o in rec.items("options")]
+        options = [answers.strip_option_letter(o) for o in rec.items("options")]
         video_id = rec.text("videoID")
         return BenchmarkRow(
             id=rec.text("question_id"),

@@ -20,10 +20,9 @@ import ast
 from pathlib import Path
 from typing import Any, ClassVar
 
-from videorl.api import BenchmarkRow, DataError, benchmark_summary, mean
+from videorl.api import BenchmarkRow, DataError, answers, benchmark_summary, mean
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
 from videorl_benchmarks.files import read_records, resolve_media, split_inline_options
-from videorl_benchmarks.unified import strip_letter
 
 GROUP_SIZE = 4
 _SQUARES = {0: 0.0, 1: 1 / 16, 2: 4 / 16, 3: 9 / 16, 4: 1.0}
@@ -80,7 +79,7 @@ class VideoMMEv2(BaseBenchmark):
         for index, rec in enumerate(records):
             raw = rec.get("options")
             options = (
-                [strip_letter(o) for o in rec.items("options")]
+                [answers.strip_option_letter(o) for o in rec.items("options")]
                 if not isinstance(raw, str)
                 else split_inline_options(raw)[1]
             )

@@ -20,12 +20,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from videorl.answers import parse_number
-from videorl.api import BenchmarkRow
+from videorl.api import BenchmarkRow, answers
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
 from videorl_benchmarks.files import Record, read_records, resolve_media
 from videorl_benchmarks.prompts import thinking_ending
-from videorl_benchmarks.unified import strip_letter
 
 TRACKS = ("Perception", "Comprehension", "Adaptation")
 
@@ -81,12 +79,12 @@ class VideoMMMU(BaseBenchmark):
     def _row(self, root: Path, track: str, rec: Record) -> BenchmarkRow:
         sample_id = rec.text("id")
         raw = rec.get("options") or []
-        options = [strip_letter(o) for o in (raw.tolist() if hasattr(raw, "tolist") else raw) if str(o).strip()]
+        options = [answers.strip_option_letter(o) for o in (raw.tolist() if hasattr(raw, "tolist") else raw) if str(o).strip()]
         answer: Any = rec.text("answer")
         if options:
             kind, answer = "multiple_choice", letter_answer(rec, answer, len(options))
-        elif parse_number(answer) is not None:
-            kind, answer = "numerical", parse_number(answer)
+        elif answers.parse_number(answer) is not None:
+            kind, answer = "numerical", answers.parse_number(answer)
         else:
             kind = "open_ended"
         row = BenchmarkRow(

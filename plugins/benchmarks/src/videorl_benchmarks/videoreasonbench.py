@@ -16,10 +16,9 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from videorl.api import BenchmarkRow
+from videorl.api import BenchmarkRow, answers
 from videorl_benchmarks.base import BaseBenchmark
 from videorl_benchmarks.files import Record
-from videorl_benchmarks.parsing import final_text
 from videorl_benchmarks.prompts import THINK_LEAD
 
 _FINAL = re.compile(r"final\s+answer\s*[:：]", re.I)
@@ -37,5 +36,5 @@ class VideoReasonBench(BaseBenchmark):
 
     def extract(self, row: BenchmarkRow, response: str) -> Any:
         matches = list(_FINAL.finditer(response))
-        text = response[matches[-1].end() :] if matches else final_text(response)
+        text = response[matches[-1].end() :] if matches else answers.answer_text(response)
         return text.strip() or None

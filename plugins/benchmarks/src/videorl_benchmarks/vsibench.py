@@ -18,10 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from videorl.api import BenchmarkRow, benchmark_summary, group_means, macro_mean, mean
+from videorl.api import BenchmarkRow, answers, benchmark_summary, group_means, macro_mean, mean
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
 from videorl_benchmarks.files import Record, read_records
-from videorl_benchmarks.unified import strip_letter
 
 MC_TYPES = (
     "object_rel_direction_easy",
@@ -60,7 +59,7 @@ class VSIBench(BaseBenchmark):
             categories={"question_type": kind},
         )
         if kind in MC_TYPES:
-            row.options = [strip_letter(o) for o in rec.items("options")]
+            row.options = [answers.strip_option_letter(o) for o in rec.items("options")]
             row.answer = letter_answer(rec, rec.text("ground_truth"), len(row.options))
         elif kind in NUMERIC_TYPES:
             row.problem_type, row.answer = "regression", rec.number("ground_truth")
