@@ -12,8 +12,8 @@ from videorl.plugins import load_plugins
 
 @pytest.mark.slow
 def test_a_short_demo_run_learns_the_colour_from_pixels(tmp_path: Path) -> None:
-    result = demo.run(tmp_path, load_plugins(), steps=110, seed=1, val_clips=32, extra=["trainer.progress_bar=false"])
+    result = demo.run(tmp_path, load_plugins(), steps=100, seed=0, val_clips=32, extra=["trainer.progress_bar=false"])
     assert result.before <= 0.3  # a random policy: chance (0.25) or worse, without the answer format
-    assert result.after >= 0.5, f"held-out accuracy {result.after} after 110 steps (chance 0.25)"
+    assert result.after >= 0.5, f"held-out accuracy {result.after} after 100 steps (chance 0.25)"
     assert result.curve is not None and result.curve.stat().st_size > 10_000
     assert (result.run_dir / "checkpoints").is_dir()

@@ -101,14 +101,14 @@ def demo_overrides(out: Path, model: Path, train: Path, val: Path, *, steps: int
         f"data.video_min_pixels={pixels}",
         f"data.video_max_pixels={pixels}",
         "data.max_prompt_length=512",
-        "data.rollout_batch_size=8",
+        "data.rollout_batch_size=16",
         "data.thinking=false",
         f"data.prompt_template={out / 'prompt.jinja'}",
         f"rollout.engine={engine}",
         "rollout.n=8",
         "rollout.max_response_length=8",
         "rollout.enable_mix_policy=true",
-        "actor.global_batch_size=8",
+        "actor.global_batch_size=16",
         "actor.gradient_checkpointing=false",
         "optim.lr=1e-3",
         "optim.weight_decay=0.0",
@@ -150,7 +150,7 @@ def prepare(out: Path, plugins: Plugins, *, family: str, seed: int, train: int, 
 
 
 def run(
-    out: Path, plugins: Plugins, *, steps: int = 200, seed: int = 1, family: str = "qwen2_5_vl",
+    out: Path, plugins: Plugins, *, steps: int = 150, seed: int = 0, family: str = "qwen2_5_vl",
     engine: str = "hf", train_clips: int = 96, val_clips: int = 64, extra: Sequence[str] = (),
 ) -> DemoResult:
     """Prepare, train, and report held-out accuracy before and after (greedy, exact letter)."""

@@ -13,8 +13,8 @@ from videorl.plugins import Plugins
 
 @click.command("demo")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/demo"), show_default=True)
-@click.option("--steps", type=int, default=200, show_default=True, help="GRPO steps.")
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--steps", type=int, default=150, show_default=True, help="GRPO steps.")
+@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--family", default="qwen2_5_vl", show_default=True, help="Model family of the tiny model.")
 @click.option("--engine", default="hf", show_default=True, help="Rollout engine (hf or vllm).")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
