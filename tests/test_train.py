@@ -62,7 +62,7 @@ def test_two_steps_write_metrics_checkpoints_and_metadata(task: Any, tmp_path: P
 def test_parameters_change_and_the_offline_answer_gets_likelier(task: Any, tmp_path: Path) -> None:
     import torch
 
-    config = load_config(None, _overrides(task, tmp_path / "run", 3, "optim.lr=5e-3"))
+    config = load_config(None, _overrides(task, tmp_path / "run", 3))  # the demo's learning rate
     training = build_training(config, load_plugins())
     before = {k: v.clone() for k, v in training.actor.model.state_dict().items()}
     prompt = training.validation[0]
@@ -87,7 +87,7 @@ def test_parameters_change_and_the_offline_answer_gets_likelier(task: Any, tmp_p
 def test_unknown_key_and_bad_dataset_rows_are_named(task: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"rollout\.temperatur.*Did you mean .rollout\.temperature"):
         load_config(None, _overrides(task, tmp_path / "r", 1, "rollout.temperatur=0.5"))
-    out, model, train, val = task
+    out, _, train, _ = task
     bad = tmp_path / "bad.jsonl"
     lines = train.read_text().splitlines()
     row = json.loads(lines[1])
@@ -143,3 +143,154 @@ def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(task: Any, tmp_pa
     a = read_metrics(run / "metrics.jsonl")
     b = read_metrics(straight / "metrics.jsonl")
     assert [r["reward/overall"] for r in a] == pytest.approx([r["reward/overall"] for r in b], abs=1e-6)
+
+
+# --- joint image-video training, dynamic sampling, KL ----------------------------------------------
+
+
+def _video_image_text_dataset(task: tuple[Path, Path, Path, Path], out: Path) -> Path:
+    """Rows in file order video, image (a PNG of a red square), text; all multiple choice."""
+    from PIL import Image
+
+    _, _, train, _ = task
+    video = json.loads(train.read_text().splitlines()[0])
+    picture = Image.new("RGB", (demo.SIDE, demo.SIDE), (10, 10, 10))
+    picture.paste(demo.COLOURS["red"], (8, 8, 8 + demo.SQUARE, 8 + demo.SQUARE))
+    picture.save(out / "red.png")
+    common = {"problem_type": "multiple choice", "problem": demo.QUESTION, "options": demo.OPTIONS,
+              "answer": "A", "offline_output": "<answer>A</answer>"}
+    rows = [
+        {**video, "videos": [str(train.parent / video["videos"][0])]},
+        {**common, "id": "image-0", "data_type": "image", "images": [str(out / "red.png")]},
+        {**common, "id": "text-0", "data_type": "text", "problem": "Which letter comes first?",
+         "options": ["A. a", "B. b", "C. c", "D. d"]},
+    ]
+    path = out / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _recording(training: Any) -> list[Any]:
+    """Record every sample the loop encodes (in order)."""
+    seen: list[Any] = []
+    encode = training.encode
+
+    def recording_encode(sample: Any) -> Any:
+        seen.append(sample)
+        return encode(sample)
+
+    training.encode = recording_encode
+    return seen
+
+
+@pytest.fixture(scope="module")
+def qwen2_task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    out = tmp_path_factory.mktemp("task-qwen2")
+    model, train, val = demo.prepare(out, load_plugins(), family="qwen2_vl", seed=0, train=2, val=1)
+    return out, model, train, val
+
+
+@pytest.mark.parametrize("family_task", ["task", "qwen2_task"])
+def test_one_batch_of_video_image_and_text_trains_the_vision_tower(
+    family_task: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    import torch
+
+    chosen = request.getfixturevalue(family_task)
+    data = _video_image_text_dataset(chosen, tmp_path)
+    overrides = [*_overrides(chosen, tmp_path / "run", 1, f"data.train_files=[{data}]", "data.shuffle=false",
+                             "data.rollout_batch_size=3", "actor.global_batch_size=3", "trainer.val_every=0")]
+    training = build_training(load_config(None, overrides), load_plugins())
+    seen = _recording(training)
+    before = {k: v.clone() for k, v in training.actor.model.named_parameters()}
+    rows: list[dict[str, float]] = []
+    training.run(on_step=lambda step, m: rows.append(m))
+    assert [s.data_type for s in seen] == ["video", "image", "text"]  # one micro-batch holds all three
+    assert all(torch.isfinite(torch.tensor(v)) for v in rows[0].values())
+    tower = {k: v for k, v in training.actor.model.named_parameters() if k.startswith("model.visual.")}
+    unchanged = [k for k, v in tower.items() if torch.equal(v, before[k])]
+    assert tower and not unchanged  # the image and the video both reach every vision parameter
+
+
+def _rewards_by_sample(flat_ids: set[str]) -> Any:
+    """A reward of 1.0 for every response to the samples in ``flat_ids`` (their groups teach nothing),
+    and a response-dependent reward below 0.5 for the others."""
+    from videorl.rewards.router import RewardRouter
+    from videorl.rewards.types import RewardOutput
+
+    def reward(inp: Any) -> RewardOutput:
+        if inp.sample_id in flat_ids:
+            return RewardOutput(1.0)
+        return RewardOutput((sum(map(ord, inp.response)) % 97) / 200)
+
+    return RewardRouter.of({"multiple choice": reward})
+
+
+def test_dynamic_sampling_drops_equal_reward_groups_and_refills_from_the_data(task: Any, tmp_path: Path) -> None:
+    _, _, train, _ = task
+    ids = [json.loads(line)["id"] for line in train.read_text().splitlines()]
+    config = load_config(None, _overrides(task, tmp_path / "run", 1, "algorithm.dynamic_sampling=true",
+                                          "data.shuffle=false", "rollout.enable_mix_policy=false",
+                                          "trainer.val_every=0"))
+    training = build_training(config, load_plugins())
+    training.rewards = _rewards_by_sample(set(ids[:3]))
+    seen = _recording(training)
+    rows: list[dict[str, float]] = []
+    training.run(on_step=lambda step, m: rows.append(m))
+    # round 1 takes samples 0, 1 (both dropped); round 2 takes 2, 3 (2 dropped); round 3 takes 4
+    assert [s.id for s in seen] == ids[:5]
+    assert rows[0]["dynamic_sampling/dropped_groups"] == 3.0
+    assert rows[0]["dynamic_sampling/rounds"] == 3.0
+    assert rows[0]["reward/overall"] < 0.5  # only the groups of samples 3 and 4 were trained on
+    assert training.data.state_dict() == {"epoch": 0, "index": 5}
+
+
+def test_dynamic_sampling_keeps_the_batch_full_when_every_group_is_flat(task: Any, tmp_path: Path) -> None:
+    _, _, train, _ = task
+    ids = [json.loads(line)["id"] for line in train.read_text().splitlines()]
+    config = load_config(None, _overrides(task, tmp_path / "run", 1, "algorithm.dynamic_sampling=true",
+                                          "algorithm.dynamic_sampling_max_tries=2", "data.shuffle=false",
+                                          "rollout.enable_mix_policy=false", "trainer.val_every=0"))
+    training = build_training(config, load_plugins())
+    training.rewards = _rewards_by_sample(set(ids))
+    rows: list[dict[str, float]] = []
+    training.run(on_step=lambda step, m: rows.append(m))
+    assert rows[0]["dynamic_sampling/dropped_groups"] == 4.0 and rows[0]["dynamic_sampling/rounds"] == 2.0
+    assert rows[0]["reward/overall"] == 1.0 and rows[0]["actor/loss"] == 0.0  # zero advantage everywhere
+
+
+def test_kl_to_a_frozen_reference_is_zero_at_step_one_then_grows(task: Any, tmp_path: Path) -> None:
+    import torch
+
+    config = load_config(None, _overrides(task, tmp_path / "run", 2, "algorithm.use_kl_loss=true",
+                                          "algorithm.kl_coef=0.1", "trainer.val_every=0"))
+    training = build_training(config, load_plugins())
+    reference = training.actor.reference
+    assert reference is not None and reference is not training.actor.model
+    frozen = {k: v.clone() for k, v in reference.state_dict().items()}
+    rows: list[dict[str, float]] = []
+    training.run(on_step=lambda step, m: rows.append(m))
+    assert rows[0]["actor/kl"] == pytest.approx(0.0, abs=1e-7)  # the policy is the reference at step 1
+    assert rows[1]["actor/kl"] > 1e-6 and rows[1]["time/reference"] > 0
+    assert all(torch.equal(v, frozen[k]) for k, v in reference.state_dict().items())
+    assert not any(p.requires_grad for p in reference.parameters())
+
+
+def test_learning_rate_warms_up_linearly_then_stays(task: Any, tmp_path: Path) -> None:
+    config = load_config(None, _overrides(task, tmp_path / "run", 3, "optim.lr_warmup_steps=2", "optim.lr=1e-3",
+                                          "trainer.val_every=0"))
+    rows: list[dict[str, float]] = []
+    build_training(config, load_plugins()).run(on_step=lambda step, m: rows.append(m))
+    assert [r["actor/lr"] for r in rows] == pytest.approx([5e-4, 1e-3, 1e-3])
+
+
+def test_engine_options_and_process_count_are_checked_before_training(task: Any, tmp_path: Path) -> None:
+    from videorl.grpo import Dist
+
+    config = load_config(None, _overrides(task, tmp_path / "r", 1, "rollout.engine_options={max_model_len: 64}"))
+    with pytest.raises(ConfigError, match=r"rollout\.engine_options\.max_model_len: the hf engine takes no option"):
+        build_training(config, load_plugins())
+    config = load_config(None, _overrides(task, tmp_path / "r", 1, "data.rollout_batch_size=3",
+                                          "actor.global_batch_size=3"))
+    with pytest.raises(ConfigError, match=r"data\.rollout_batch_size \(3\) must be a multiple of .* \(2\)"):
+        build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))

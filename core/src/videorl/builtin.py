@@ -24,6 +24,7 @@ def register_commands(cli: click.Group) -> None:
     from videorl.commands.cache import cache_group
     from videorl.commands.demo import demo_command
     from videorl.commands.eval import eval_group
+    from videorl.commands.export import export_command
     from videorl.commands.filter import filter_command
     from videorl.commands.models import models_group
     from videorl.commands.plot import plot_command
@@ -38,4 +39,5 @@ def register_commands(cli: click.Group) -> None:
     cli.add_command(plot_command)
     cli.add_command(train_command)
     cli.add_command(filter_command)
+    cli.add_command(export_command)
     cli.add_command(demo_command)

@@ -190,19 +190,26 @@ def rollout_groups(
     *,
     seed: int | None,
     first_group: int = 0,
+    timer: StageTimer | None = None,
 ) -> tuple[list[list[Trajectory]], dict[str, float]]:
-    """Generate, check, mix in offline trajectories and score the groups of ``prompts``."""
+    """Generate, check, mix in offline trajectories and score the groups of ``prompts``.
+
+    ``timer`` receives the generation time as ``rollout`` and the scoring time as ``reward``.
+    """
+    timer = timer or StageTimer()
     tokenizer = backend.processor.tokenizer
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     forbidden = backend.forbidden_token_ids() | set(config.model.suppress_token_ids)
-    outputs = engine.generate([p.encoded for p in prompts], sampling_params(config, seed=seed))
+    with timer("rollout"):
+        outputs = engine.generate([p.encoded for p in prompts], sampling_params(config, seed=seed))
     groups = []
     for g, (prompt, completions) in enumerate(zip(prompts, outputs)):
         for c in completions:
             check_response_tokens(prompt.sample.id, c.token_ids, forbidden)
         groups.append([Trajectory(prompt, first_group + g, c) for c in completions])
     flat = [t for group in groups for t in group]
-    score(rewards, flat, decode, backend.family)
+    with timer("reward"):
+        score(rewards, flat, decode, backend.family)
     metrics: dict[str, float] = {}
     if config.rollout.enable_mix_policy:
         decision = algo.mix_policy_decision(
@@ -218,7 +225,8 @@ def rollout_groups(
                 completion = offline_completion(backend, text, config.rollout.max_response_length)
                 group[-1] = Trajectory(last.prompt, last.group, completion, offline=True)
                 replaced.append(group[-1])
-        score(rewards, replaced, decode, backend.family)
+        with timer("reward"):
+            score(rewards, replaced, decode, backend.family)
         metrics.update(decision.metrics())
     return groups, metrics
 
@@ -269,6 +277,10 @@ def update(
     With a single optimizer step the old policy is the current one, so the ratio's denominator is
     the detached log-prob of the same forward; with several, the old log-probs are computed first,
     before any parameter changes.
+
+    Each micro-batch's loss is divided by the token (or response) count of the whole mini-batch over
+    all ranks, times the world size: FSDP averages the ranks' gradients, so the step follows the
+    gradient of the mini-batch's token-mean loss however it is split into micro-batches and ranks.
     """
     cfg = config.algorithm
     forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
@@ -287,23 +299,24 @@ def update(
     sums: dict[str, float] = defaultdict(float)
     actor.model.train()
     for mini in minis:
-        tokens = float(dist.all_reduce(torch.tensor(float(sum(len(t.completion.token_ids) for t in mini)))))
+        counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in mini)), float(len(mini))])
+        tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
         for batch in _micro_batches(mini, budget, dist):
             logp, entropy, mask = _forward(actor.model, actor.backend, batch, forbidden)
             old_logp = torch.stack([old[id(t)] for t in batch]) if old else logp.detach()
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
             pl = algo.policy_loss(
                 logp, old_logp, adv, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                mode=cfg.loss_agg_mode, denominator=tokens if cfg.loss_agg_mode == "token-mean" else None,
+                mode=cfg.loss_agg_mode, denominator=tokens if cfg.loss_agg_mode == "token-mean" else responses,
             )
             loss, valid = pl.loss, mask.float()
             if cfg.entropy_coef > 0:
-                loss = loss - cfg.entropy_coef * (entropy * valid).sum() / max(tokens, 1.0)
+                loss = loss - cfg.entropy_coef * (entropy * valid).sum() / tokens
             if cfg.use_kl_loss and actor.reference is not None:
                 with timer("reference"), torch.no_grad():
                     ref_logp, _, _ = _forward(actor.reference, actor.backend, batch, forbidden)
                 kl = algo.kl_k3(logp, ref_logp)
-                loss = loss + cfg.kl_coef * (kl * valid).sum() / max(tokens, 1.0)
+                loss = loss + cfg.kl_coef * (kl * valid).sum() / tokens
                 sums["actor/kl"] += float((kl.detach() * valid).sum())
             loss.backward()
             sums["actor/loss"] += float(pl.loss.detach())
@@ -382,6 +395,60 @@ def evaluate(
 # --- the loop -------------------------------------------------------------------------------------
 
 
+def collect_groups(
+    config: TrainConfig,
+    step: int,
+    count: int,
+    actor: Actor,
+    engine: RolloutEngine,
+    rewards: RewardRouter,
+    data: TrainData,
+    encode: Callable[[Any], Prompt],
+    dist: Dist,
+    timer: StageTimer,
+) -> tuple[list[list[Trajectory]], dict[str, float]]:
+    """The ``count`` scored groups this rank trains on in ``step``, and the counters of the rollout.
+
+    With dynamic sampling, a group whose rewards are all equal (zero advantage) is dropped and the
+    batch is refilled with new samples from the data, for at most ``dynamic_sampling_max_tries``
+    rounds; after that, dropped groups fill what is still missing (they contribute no gradient).
+    ``dynamic_sampling/dropped_groups`` counts the groups dropped.
+    """
+    cfg = config.algorithm
+    kept: list[list[Trajectory]] = []
+    dropped: list[list[Trajectory]] = []
+    extra: dict[str, float] = defaultdict(float)
+    for attempt in range(cfg.dynamic_sampling_max_tries if cfg.dynamic_sampling else 1):
+        with timer("data"):
+            prompts = [encode(s) for s in data.take(count - len(kept))]
+        seed = config.seed * 100_003 + step * 1009 + attempt * 17 + dist.rank
+        groups, mix_metrics = rollout_groups(
+            config, prompts, engine, rewards, actor.backend, seed=seed, first_group=len(kept), timer=timer
+        )
+        for key, value in mix_metrics.items():
+            extra[key] += value
+        if not cfg.dynamic_sampling:
+            return groups, dict(extra)
+        informative = algo.informative_groups(torch.tensor([[t.reward for t in g] for g in groups])).tolist()
+        kept += [g for g, keep in zip(groups, informative) if keep]
+        dropped += [g for g, keep in zip(groups, informative) if not keep]
+        extra["dynamic_sampling/dropped_groups"] += float(informative.count(False))
+        if len(kept) >= count:
+            break
+    extra["dynamic_sampling/rounds"] = float(attempt + 1)
+    filled = kept + dropped[-(count - len(kept)) :] if len(kept) < count else kept
+    return filled[:count], dict(extra)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, config: TrainConfig, step: int) -> None:
+    """Constant ``optim.lr`` after a linear warm-up of ``optim.lr_warmup_steps`` steps (stateless,
+    so a resumed run continues with the same schedule)."""
+    warmup = config.optim.lr_warmup_steps
+    lr = config.optim.lr * (min(1.0, step / warmup) if warmup > 0 else 1.0)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def train(
     config: TrainConfig,
     *,
@@ -404,56 +471,36 @@ def train(
     """
     dist = dist or Dist()
     start = resume(config, actor, data, io, dist)
+    if start > 0 and not engine_shares_actor:
+        engine.update_weights(actor.state_dict())  # the engine was loaded with the base model's weights
     prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
     for step in range(start + 1, config.trainer.max_steps + 1):
         timer = StageTimer()
         step_start = time.perf_counter()
-        kept: list[list[Trajectory]] = []
-        extra: dict[str, float] = defaultdict(float)
-        for attempt in range(config.algorithm.dynamic_sampling_max_tries if config.algorithm.dynamic_sampling else 1):
-            with timer("data"):
-                prompts = [encode(s) for s in data.take(prompts_per_rank - len(kept))]
-            with timer("rollout"):
-                seed = config.seed * 100_003 + step * 1009 + attempt * 17 + dist.rank
-                groups, mix_metrics = rollout_groups(
-                    config, prompts, engine, rewards, actor.backend, seed=seed, first_group=len(kept)
-                )
-            for key, value in mix_metrics.items():
-                extra[key] += value
-            if not config.algorithm.dynamic_sampling:
-                kept = groups
-                break
-            informative = algo.informative_groups(torch.tensor([[t.reward for t in g] for g in groups]))
-            kept += [g for g, keep in zip(groups, informative.tolist()) if keep]
-            extra["dynamic_sampling/dropped_groups"] += float(len(groups) - int(informative.sum()))
-            if len(kept) >= prompts_per_rank:
-                break
-        else:
-            if config.algorithm.dynamic_sampling and len(kept) < prompts_per_rank:
-                kept += groups[: prompts_per_rank - len(kept)]  # keep the batch full (zero advantage)
-        kept = kept[:prompts_per_rank]
-        rewards_tensor = torch.tensor([[t.reward for t in g] for g in kept])
+        kept, extra = collect_groups(config, step, prompts_per_rank, actor, engine, rewards, data, encode, dist, timer)
         advantages = algo.grpo_advantages(
-            rewards_tensor, eps=config.algorithm.adv_eps, norm_by_std=config.algorithm.norm_adv_by_std
+            torch.tensor([[t.reward for t in g] for g in kept]),
+            eps=config.algorithm.adv_eps, norm_by_std=config.algorithm.norm_adv_by_std,
         )
         flat = []
         for g, group in enumerate(kept):
             for j, t in enumerate(group):
                 t.advantage = float(advantages[g, j])
                 flat.append(t)
+        set_learning_rate(actor.optimizer, config, step)
         with timer("actor"):
             actor_metrics = update(config, actor, flat, dist, timer)
         if not engine_shares_actor:
             with timer("weight_sync"):
                 engine.update_weights(actor.state_dict())
-        timer.seconds["step"] = time.perf_counter() - step_start
         metrics = {**step_metrics(flat), **actor_metrics, **extra}
-        metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
         metrics["tokens/step"] = float(sum(len(t.prompt.encoded) + len(t.completion.token_ids) for t in flat))
         every = config.trainer.val_every
         if validation and every and (step % every == 0 or step == config.trainer.max_steps):
             with timer("validation"):
                 metrics.update(evaluate(validation, engine, rewards, actor.backend, config.rollout.max_response_length))
+        timer.seconds["step"] = time.perf_counter() - step_start
+        metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
         metrics = _average_over_ranks(metrics, dist)
         if dist.rank == 0 and io.metrics is not None:
             io.metrics.log(step, metrics)
@@ -467,29 +514,35 @@ def train(
 
 
 def _average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
+    """Each metric's mean over the ranks that report it (ranks may see different problem types)."""
     if dist.world_size == 1:
         return metrics
-    keys = sorted(metrics)
-    values = dist.all_reduce(torch.tensor([metrics[k] for k in keys], dtype=torch.float64)) / dist.world_size
-    return dict(zip(keys, values.tolist()))
+    keys = sorted(set().union(*_gather_objects(sorted(metrics), dist)))
+    pairs = [[metrics[k], 1.0] if k in metrics else [0.0, 0.0] for k in keys]
+    totals = dist.all_reduce(torch.tensor(pairs, dtype=torch.float64)).tolist()
+    return {k: total / count for k, (total, count) in zip(keys, totals)}
 
 
 # --- checkpoints ----------------------------------------------------------------------------------
 
 
 def save_checkpoint(step: int, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> None:
-    """Every rank contributes its data position and RNG state; rank 0 writes (after a barrier)."""
+    """Every rank contributes its data position and RNG state; rank 0 writes, the others wait.
+
+    Gathering the full model and optimizer states are collectives: every rank runs them.
+    """
     import json
 
     model_state = actor.state_dict()
+    optimizer_state = _optimizer_state(actor)
     local = json.dumps({"data": data.state_dict(), "rng": capture_rng_state()})
-    states = _gather_strings(local, dist)
+    states = [str(v) for v in _gather_objects(local, dist)]
     if dist.rank == 0:
         parsed = [json.loads(s) for s in states]
         io.checkpoints.save(
             step,
             model_state=model_state,
-            optimizer_state=_optimizer_state(actor),
+            optimizer_state=optimizer_state,
             data_state={"ranks": [p["data"] for p in parsed]},
             rng=[p["rng"] for p in parsed],
         )
@@ -506,14 +559,15 @@ def _optimizer_state(actor: Actor) -> dict[str, Any]:
     )
 
 
-def _gather_strings(value: str, dist: Dist) -> list[str]:
+def _gather_objects(value: Any, dist: Dist) -> list[Any]:
+    """``value`` of every rank, in rank order (a collective; JSON-like values only)."""
     if dist.world_size == 1:
         return [value]
     import torch.distributed as tdist
 
     out: list[Any] = [None] * dist.world_size
     tdist.all_gather_object(out, value)
-    return [str(v) for v in out]
+    return out
 
 
 def resume(config: TrainConfig, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> int:

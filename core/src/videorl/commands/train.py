@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
+
+if TYPE_CHECKING:
+    from videorl.config import TrainConfig
 
 
 @click.command("train", context_settings={"ignore_unknown_options": True})
@@ -31,18 +36,25 @@ def train_command(
     if resume is not None:
         items.append(f"trainer.resume={resume}")
     try:
-        config = load_config(config_file, items)
+        config: TrainConfig = load_config(config_file, items)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     if print_config:
         click.echo(dump_config(config), nl=False)
         return
     from videorl.train.compose import build_training
-    from videorl.train.distributed import init_distributed
+    from videorl.train.distributed import close_distributed, init_distributed
 
+    dist = init_distributed()
     try:
-        training = build_training(config, plugins, dist=init_distributed())
-        last = training.run()
+        training = build_training(config, plugins, dist=dist)
+        try:
+            last = training.run()
+        finally:
+            training.engine.close()
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"trained to step {last}; run directory: {config.output_dir}")
+    finally:
+        close_distributed()
+    if dist.rank == 0:
+        click.echo(f"trained to step {last}; run directory: {config.output_dir}")

@@ -2,7 +2,7 @@
 
 The engine receives the backend's compact prompt ids with the cached frames and their
 ``VideoMetadata``, and processor kwargs that forbid resampling and resizing, so it builds the same
-grids as the training forward. Weights are refreshed from the actor through a safetensors file in
+grids as the training forward. Weights are refreshed from the actor through a model directory in
 shared memory and ``reload_weights`` (the path that works on CPU and GPU alike; tensors cannot be
 passed to vLLM's worker processes directly).
 """
@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.alignment import check_same_prompt
+from videorl.errors import ConfigError
 from videorl.rollout.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
@@ -55,7 +57,10 @@ class VLLMEngine:
         from vllm import LLM
 
         self.backend = backend
-        self.model_path = Path(model_path if model_path is not None else backend.path)  # type: ignore[attr-defined]
+        path = model_path if model_path is not None else backend.path
+        if path is None:
+            raise ConfigError("VLLMEngine: give model_path (the backend knows no checkpoint directory)")
+        self.model_path = Path(path)
         options: dict[str, Any] = {
             "model": str(self.model_path),
             "dtype": dtype,
@@ -74,7 +79,7 @@ class VLLMEngine:
 
         if not current_platform.is_cpu():
             options["gpu_memory_utilization"] = gpu_memory_utilization
-        self.llm = LLM(**options)
+        self.llm: Any = LLM(**options)
         self.bias = {int(i): _SUPPRESS for i in backend.forbidden_token_ids()}
         self._weights_dir: Path | None = None
 
@@ -99,27 +104,34 @@ class VLLMEngine:
             group = []
             for completion in output.outputs:
                 ids = [int(t) for t in completion.token_ids]
-                logprobs = [float(step[t].logprob) for step, t in zip(completion.logprobs or [], ids)]
+                steps: list[Any] = list(completion.logprobs or [])
+                logprobs = [float(step[t].logprob) for step, t in zip(steps, ids)]
                 reason = "stop" if completion.finish_reason == "stop" else "length"
                 group.append(Completion(ids, logprobs, reason))
             groups.append(group)
         return groups
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        from safetensors.torch import save_file
+        """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it.
+
+        vLLM points its model config at the directory it reloads from (and, in one process, loads
+        its processor from there later), so the directory is a whole HF model directory: the base
+        model's config, tokenizer and processor files with the new weights.
+        """
+        from videorl.train.checkpoint import export_hf_model
 
         if self._weights_dir is None:
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
             self._weights_dir = Path(tempfile.mkdtemp(prefix="videorl-weights-", dir=shm))
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-        tmp = self._weights_dir / "model.safetensors.tmp"
-        save_file(tensors, str(tmp))
-        os.replace(tmp, self._weights_dir / "model.safetensors")
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._weights_dir)})
+            # removed by close(), or at the latest when the engine is collected or the process exits
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self._weights_dir, ignore_errors=True)
+        model_dir = export_hf_model(dict(state_dict), self.model_path, self._weights_dir / "model", overwrite=True)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
+        """Release vLLM and remove the weights directory."""
         if self._weights_dir is not None:
-            shutil.rmtree(self._weights_dir, ignore_errors=True)
+            self._cleanup()
             self._weights_dir = None
         self.llm = None

@@ -9,6 +9,7 @@ the rollout engine. Everything is validated before the first rollout: every data
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
+    from videorl.backend import ModelBackend, VisionSync
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.grpo import Actor, Dist, RunIO
@@ -42,6 +44,7 @@ class Training:
     dist: Dist
     engine_shares_actor: bool
     validation: list[Prompt]
+    vision_sync: VisionSync | None = None  # the actor's hooks (``dummy_calls`` counts text-only forwards)
 
     def run(self, **kwargs: Any) -> int:
         from videorl.grpo import train
@@ -121,20 +124,99 @@ def _dataset_template(spec: str | None, plugins: Plugins) -> PromptTemplate | No
     return template
 
 
+def make_backend(config: TrainConfig, plugins: Plugins) -> ModelBackend:
+    """The model backend of ``model.family``, or the one serving the checkpoint's ``model_type``."""
+    from videorl.backend import backend_for_model
+
+    if config.model.family:
+        backend: ModelBackend = plugins.model_backends.create(config.model.family, path=Path(config.model.path))
+        return backend
+    return backend_for_model(config.model.path, plugins.model_backends)
+
+
+def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -> PromptEncoder:
+    """Samples to prompts as the ``data`` section says: frame cache (none: decode on the fly), video and
+    image budgets, template, thinking, prompt limit."""
+    from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.train.data import PromptEncoder
+
+    d = config.data
+    cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
+    video_params = DecodeParams(
+        factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, fps=d.video_fps,
+        max_frames=d.video_max_frames, min_pixels=d.video_min_pixels, max_pixels=d.video_max_pixels,
+        total_pixels=d.video_total_pixels,
+    )
+    image_params = ImageParams(factor=backend.factor, min_pixels=d.image_min_pixels, max_pixels=d.image_max_pixels)
+    return PromptEncoder(
+        backend, cache, video_params, image_params, plugins.prompt_templates, thinking=d.thinking,
+        max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
+    )
+
+
+def make_engine(
+    plugins: Plugins,
+    name: str,
+    backend: ModelBackend,
+    *,
+    model_path: str,
+    dtype: str,
+    seed: int,
+    options: Mapping[str, Any] | None = None,
+    model: Any = None,
+    device: Any = None,
+) -> RolloutEngine:
+    """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options`` (``rollout.engine_options``).
+
+    The ``hf`` engine generates with ``model`` when given (the actor itself, never refreshed), else
+    with a copy of its own on ``device``; every other engine loads ``model_path``, in ``dtype``,
+    seeded with ``seed`` unless ``options`` say otherwise. An option the engine does not take is a
+    :class:`ConfigError`.
+    """
+    import inspect
+
+    import torch
+
+    canonical = plugins.rollout_engines.canonical(name)
+    factory = plugins.rollout_engines.get(canonical)
+    kwargs = dict(options or {})
+    accepted = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        for key in kwargs:
+            if key not in accepted or key in ("backend", "model", "model_path", "owns_model"):
+                valid = [k for k in accepted if k not in ("self", "backend", "model", "model_path", "owns_model")]
+                raise ConfigError(
+                    f"rollout.engine_options.{key}: the {canonical} engine takes no option {key!r}; "
+                    f"its options: {', '.join(valid)}"
+                )
+    if canonical == "hf":
+        engine_model = model if model is not None else backend.load_model(dtype=getattr(torch, dtype), device=device)
+        engine: RolloutEngine = factory(backend, engine_model, owns_model=model is None, **kwargs)
+        return engine
+    for key, value in (("dtype", dtype), ("seed", seed)):
+        if key in accepted:
+            kwargs.setdefault(key, value)
+    engine = factory(backend, model_path, **kwargs)
+    return engine
+
+
 def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
     import torch
 
-    from videorl.backend import backend_for_model
     from videorl.grpo import Actor, Dist, RunIO
-    from videorl.media import DecodeParams, ImageParams, MediaCache
     from videorl.rewards.router import RewardRouter
     from videorl.train import distributed
     from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.data import PromptEncoder, TrainData
+    from videorl.train.data import TrainData
     from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
 
     dist = dist or Dist()
+    if config.data.rollout_batch_size % dist.world_size:
+        raise ConfigError(
+            f"data.rollout_batch_size ({config.data.rollout_batch_size}) must be a multiple of the number "
+            f"of training processes ({dist.world_size}): each takes the same share of the prompts"
+        )
     seed_everything(config.seed + dist.rank)
     out = Path(config.output_dir)
     if dist.rank == 0:
@@ -147,65 +229,47 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
             "or choose another output_dir"
         )
 
-    if config.model.family:
-        backend = plugins.model_backends.create(config.model.family, path=Path(config.model.path))
-    else:
-        backend = backend_for_model(config.model.path, plugins.model_backends)
+    backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     samples = load_training_samples(config, rewards, config.data.train_files)
-
+    encoder = make_encoder(config, backend, plugins)
     d = config.data
-    cache = MediaCache(d.cache_dir if d.source_mode != "realtime_only" else None, d.source_mode)
-    video_params = DecodeParams(
-        factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, fps=d.video_fps,
-        max_frames=d.video_max_frames, min_pixels=d.video_min_pixels, max_pixels=d.video_max_pixels,
-        total_pixels=d.video_total_pixels,
-    )
-    image_params = ImageParams(factor=backend.factor, min_pixels=d.image_min_pixels, max_pixels=d.image_max_pixels)
-    encoder = PromptEncoder(
-        backend, cache, video_params, image_params, plugins.prompt_templates, thinking=d.thinking,
-        max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
-    )
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
     if d.source_mode == "preprocessed_only":
         check_cached(samples + val_samples, encoder)
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
 
-    dtype = getattr(torch, config.model.dtype)
-    model = backend.load_model(dtype=dtype)
+    dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
+    model = backend.load_model(dtype=dtype, device=device)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     reference = None
     if config.algorithm.use_kl_loss:
-        reference = backend.load_model(dtype=dtype).eval().requires_grad_(False)
-    backend.install_vision_sync(model)
+        reference = backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
+    vision_sync = backend.install_vision_sync(model)
     engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
-    engine_factory = plugins.rollout_engines.get(engine_name)
     sharded = dist.world_size > 1
+    # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
+    # process needs none (and the HF engine, generating with the actor, would run it every token).
+    vision_sync.dummy = sharded
     if sharded:
         distributed.shard_model(model)
+    o = config.optim
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas), eps=config.optim.eps,
-        weight_decay=config.optim.weight_decay,
+        model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
     )
     actor = Actor(
         model, optimizer, backend, reference,
         full_state_dict=(lambda: distributed.full_state_dict(model)) if sharded else None,
         load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
     )
-    options = dict(config.rollout.engine_options)
-    shares = False
-    if engine_name == "hf":
-        shares = not sharded
-        engine_model = model if shares else backend.load_model(dtype=dtype)
-        engine = engine_factory(backend, engine_model, owns_model=not shares, **options)
-    elif engine_name == "vllm":
-        options.setdefault("dtype", config.model.dtype)
-        options.setdefault("seed", config.seed + dist.rank)
-        engine = engine_factory(backend, config.model.path, **options)
-    else:
-        engine = engine_factory(backend=backend, model_path=config.model.path, **options)
+    shares = engine_name == "hf" and not sharded  # one process: generate with the actor itself
+    engine = make_engine(
+        plugins, engine_name, backend, model_path=config.model.path, dtype=config.model.dtype,
+        seed=config.seed + dist.rank, options=config.rollout.engine_options, model=model if shares else None,
+        device=device,
+    )
 
     metrics = progress = None
     if dist.rank == 0:
@@ -215,4 +279,4 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
         if config.trainer.progress_bar:
             progress = ProgressBar(config.trainer.max_steps, start_step=start)
     io = RunIO(checkpoints, metrics, progress)
-    return Training(config, actor, engine, rewards, data, encoder, io, dist, shares, validation)
+    return Training(config, actor, engine, rewards, data, encoder, io, dist, shares, validation, vision_sync)

@@ -7,7 +7,7 @@ HF model), then the vision tower and the root, as FSDP2 (``fully_shard``) expect
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -27,6 +27,21 @@ def init_distributed() -> Dist:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return Dist(dist.get_rank(), dist.get_world_size())
+
+
+def local_device() -> torch.device:
+    """This process's accelerator (``cuda:LOCAL_RANK`` under torchrun) or the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def close_distributed() -> None:
+    """Leave the process group (when one was joined)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -51,7 +66,7 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
     # cpu_offload=True would leave every rank but 0 empty; each rank's engine needs the weights.
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    return {k: v.detach().cpu() for k, v in state.items()}
+    return {k: cast(torch.Tensor, v).detach().cpu() for k, v in state.items()}
 
 
 def load_full_state_dict(model: torch.nn.Module, state: dict[str, Any]) -> None:

@@ -1,0 +1,66 @@
+"""``videorl export RUN_OR_CHECKPOINT OUT_DIR``: a trained policy as a plain HF model directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from videorl.errors import VideorlError
+
+
+def resolve_checkpoint(source: Path) -> Path:
+    """The checkpoint ``source`` names: a checkpoint directory, or a run directory (its latest one)."""
+    from videorl.train.checkpoint import CheckpointError, CheckpointManager
+    from videorl.train.compose import CHECKPOINT_DIR
+
+    if (source / CHECKPOINT_DIR).is_dir() or (source / "config.yaml").is_file():
+        latest = CheckpointManager(source / CHECKPOINT_DIR).latest()
+        if latest is None:
+            raise CheckpointError(f"{source} holds no complete checkpoint (looked in {source / CHECKPOINT_DIR})")
+        return latest
+    CheckpointManager(source.parent).load(source)  # a complete checkpoint, or an error naming what is wrong
+    return source
+
+
+def base_model_of(checkpoint: Path) -> Path:
+    """The base model directory the run of ``checkpoint`` trained from (``model.path`` of its config.yaml)."""
+    from videorl.config import load_config
+    from videorl.train.metrics import CONFIG_FILE
+
+    config_file = checkpoint.parent.parent / CONFIG_FILE
+    if not config_file.is_file():
+        raise VideorlError(
+            f"{config_file} not found: cannot tell which base model {checkpoint} was trained from; "
+            "pass --base-model DIR"
+        )
+    return Path(load_config(config_file).model.path)
+
+
+@click.command("export")
+@click.argument("source", metavar="RUN_OR_CHECKPOINT", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out_dir", metavar="OUT_DIR", type=click.Path(path_type=Path))
+@click.option("--base-model", default=None, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The model the run started from (default: model.path of the run's config.yaml).")
+@click.option("--overwrite", is_flag=True, help="Replace OUT_DIR if it exists.")
+def export_command(source: Path, out_dir: Path, base_model: Path | None, overwrite: bool) -> None:
+    """Write the policy of a checkpoint (or of a run's latest checkpoint) to OUT_DIR as a plain HF model
+    directory: the base model's config, tokenizer and processor with the trained weights, loadable
+    with `from_pretrained` and by vLLM.
+
+    \b
+    Examples:
+      videorl export runs/demo/run exported/            # the run's latest checkpoint
+      videorl export runs/demo/run/checkpoints/step_000050 exported-50/
+    """
+    from videorl.train.checkpoint import export_hf_model
+
+    if out_dir.exists() and not overwrite:
+        raise click.ClickException(f"{out_dir} already exists; choose another OUT_DIR or pass --overwrite")
+    try:
+        checkpoint = resolve_checkpoint(source)
+        base = base_model if base_model is not None else base_model_of(checkpoint)
+        written = export_hf_model(checkpoint, base, out_dir, overwrite=overwrite)
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"exported {checkpoint} to {written}")
