@@ -92,3 +92,17 @@ def test_version_lists_plugins() -> None:
         [sys.executable, "-m", "videorl.cli", "--version"], capture_output=True, text=True, check=True
     ).stdout
     assert out.startswith("videorl 0.1.0") and "videorl-rewards 0.1.0 [ok]" in out
+
+
+def test_a_broken_core_command_is_an_error_not_a_silently_missing_command(
+    run_cli: Any, monkeypatch: Any
+) -> None:
+    from videorl import builtin
+
+    def broken(cli: Any) -> None:
+        raise ModuleNotFoundError("No module named 'videorl.commands.gone'")
+
+    monkeypatch.setattr(builtin, "register_commands", builtin.hookimpl(broken))
+    result = run_cli("plugins")
+    assert result.exit_code == 2
+    assert "plugin 'videorl' failed to load: ModuleNotFoundError: No module named 'videorl.commands.gone'" in result.stderr

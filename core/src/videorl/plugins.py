@@ -119,7 +119,7 @@ class Plugins:
     def _fail(self, info: PluginInfo, exc: BaseException | str) -> None:
         info.status = "failed"
         info.error = exc if isinstance(exc, str) else _format_exc(exc)
-        if self.strict:
+        if self.strict or info.builtin:  # core's own components failing is a broken install, never skipped
             raise PluginLoadError(f"plugin {info.name!r} failed to load: {info.error}")
 
     def add(self, plugin: object, info: PluginInfo) -> None:

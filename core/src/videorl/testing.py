@@ -128,9 +128,10 @@ def run_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CliResult
         disabled, extra, strict = cli._global_flags(args)
         try:
             plugins = load_plugins(disable=disabled, extra=extra, strict=strict or None)
+            root = cli.make_cli(plugins)
         except Exception as load_error:  # reported as `videorl` itself reports it
             return CliResult(2, "", f"Error: {load_error}\n", load_error)
-        result = CliRunner().invoke(cli.make_cli(plugins), list(args), catch_exceptions=True)
+        result = CliRunner().invoke(root, list(args), catch_exceptions=True)
         raised = result.exception if not isinstance(result.exception, SystemExit) else None
         return CliResult(result.exit_code, result.stdout, result.stderr, raised)
 
