@@ -17,6 +17,14 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _summary(kind: str, names: list[str], width: int = 60) -> str:
+    """``kind (n): a, b, …`` cut to about ``width`` characters (``--json`` lists every name)."""
+    text = ", ".join(names)
+    if len(text) > width:
+        text = text[: width - 1].rsplit(", ", 1)[0] + ", …"
+    return f"{kind} ({len(names)}): {text}"
+
+
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of the plugins.")
 @click.option("--requirements", is_flag=True, help="Print name==version lines (recorded by every run).")
@@ -38,7 +46,7 @@ def plugins_command(
         return
     rows = []
     for info in infos:
-        components = "; ".join(f"{k}: {', '.join(v)}" for k, v in info.components.items())
+        components = "; ".join(_summary(k, v) for k, v in info.components.items())
         detail = components if info.status == "ok" else (info.error or "").splitlines()[-1]
         rows.append([info.name, info.version or "-", info.status, detail])
     if not rows:
