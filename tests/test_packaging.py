@@ -1,0 +1,57 @@
+"""Each distribution builds a wheel on its own, with its entry point and package data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wheel(project: Path, out: Path) -> zipfile.ZipFile:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "-w", str(out), str(project)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = out.glob("*.whl")
+    return zipfile.ZipFile(wheel)
+
+
+def _read(wheel: zipfile.ZipFile, suffix: str) -> str:
+    (name,) = [n for n in wheel.namelist() if n.endswith(suffix)]
+    return wheel.read(name).decode()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("folder", "dist", "package", "data"),
+    [
+        ("core", "videorl", "videorl", ["videorl/py.typed"]),
+        ("plugins/rewards", "videorl-rewards", "videorl_rewards", ["videorl_rewards/templates/multiple_choice.jinja"]),
+        ("plugins/benchmarks", "videorl-benchmarks", "videorl_benchmarks", []),
+        ("plugins/models", "videorl-models", "videorl_models", []),
+    ],
+)
+def test_distribution_builds_alone(tmp_path: Path, folder: str, dist: str, package: str, data: list[str]) -> None:
+    wheel = _wheel(ROOT / folder, tmp_path)
+    names = wheel.namelist()
+    assert f"{package}/__init__.py" in names
+    for item in data:
+        assert item in names, item
+    metadata = _read(wheel, ".dist-info/METADATA")
+    assert f"Name: {dist}" in metadata and "Version: 0.1.0" in metadata
+    if dist == "videorl":
+        assert "videorl = videorl.cli:main" in _read(wheel, "entry_points.txt")
+        assert not any(n.startswith(("videorl_", "tests/")) for n in names)  # no plugin inside core
+    else:
+        assert "Requires-Dist: videorl" in metadata
+        entry = _read(wheel, "entry_points.txt")
+        assert f"[videorl]\n{dist} = {package}.plugin" in entry
+        source = "\n".join(wheel.read(n).decode() for n in names if n.endswith(".py"))
+        for other in {"videorl_rewards", "videorl_benchmarks", "videorl_models"} - {package}:
+            assert f"import {other}" not in source and f"from {other}" not in source  # public API only
