@@ -8,9 +8,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from videorl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +94,7 @@ def test_both_modes_train_identically_and_realtime_decodes_at_every_stage(
             max_pixels=pixels, response=4, seed=0,
         )
         # one sequence per micro-batch: four reference forwards per step, still one load per prompt
-        config = load_config(None, [*options, "actor.max_tokens_per_micro_batch=1"])
+        config: TrainConfig = load_config(None, [*options, "actor.max_tokens_per_micro_batch=1"])
         rows[mode] = bench.run_mode(config, plugins)
         # 2 prompts × (data, rollout, reference) × 2 steps decoded in realtime mode; none when cached
         assert len(decodes) == (12 if mode == "realtime_only" else 0), mode
