@@ -294,3 +294,22 @@ def test_engine_options_and_process_count_are_checked_before_training(task: Any,
                                           "actor.global_batch_size=3"))
     with pytest.raises(ConfigError, match=r"data\.rollout_batch_size \(3\) must be a multiple of .* \(2\)"):
         build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))
+
+
+def test_bf16_compute_keeps_float32_master_weights(task: Any, tmp_path: Path) -> None:
+    """At the recipe's lr of 1e-6 a bf16 weight of 0.02 cannot move (its spacing is ~1.2e-4):
+    the actor keeps float32 masters and only computes in bf16."""
+    import torch
+
+    config = load_config(None, _overrides(task, tmp_path / "run", 1, "model.dtype=bfloat16", "optim.lr=1e-6"))
+    training = build_training(config, load_plugins())
+    model = training.actor.model
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert training.actor.compute_dtype == torch.bfloat16
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    training.run()
+    moved = [
+        k for k, v in model.state_dict().items()
+        if v.is_floating_point() and 0 < float((v - before[k]).abs().max()) < 1e-4
+    ]
+    assert moved  # updates far below bf16's resolution landed in the float32 masters

@@ -57,6 +57,7 @@ class Actor:
     optimizer: torch.optim.Optimizer
     backend: ModelBackend
     reference: torch.nn.Module | None = None  # frozen copy, only when the KL penalty is on
+    compute_dtype: torch.dtype | None = None  # autocast dtype of the forward (float32 masters); None: as stored
     full_state_dict: Callable[[], dict[str, torch.Tensor]] | None = None  # gathers FSDP shards
     load_full_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None
 
@@ -242,13 +243,21 @@ def _micro_batches(
 
 
 def _forward(
-    model: torch.nn.Module, backend: ModelBackend, batch: Sequence[Trajectory], forbidden: Sequence[int]
+    model: torch.nn.Module,
+    backend: ModelBackend,
+    batch: Sequence[Trajectory],
+    forbidden: Sequence[int],
+    compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token log-probs and entropies of the responses of ``batch`` (teacher-forced), and their mask."""
+    """Per-token log-probs and entropies of the responses of ``batch`` (teacher-forced), and their mask.
+
+    With ``compute_dtype`` the forward runs under autocast in it (float32 master weights)."""
     param = next(model.parameters())
     inputs = backend.collate([t.prompt.encoded for t in batch], [t.completion.token_ids for t in batch])
     inputs = inputs.to(device=param.device, dtype=param.dtype)
-    logits = model(**inputs.model_kwargs()).logits
+    mixed = compute_dtype is not None and compute_dtype != param.dtype
+    with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
+        logits = model(**inputs.model_kwargs()).logits
     logp = response_logprobs(logits, inputs, forbidden=forbidden)
     width, rwidth = inputs.prompt_width, logp.shape[1]
     step_logits = algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), list(forbidden))
@@ -294,7 +303,7 @@ def update(
     if updates > 1:
         with timer("old_logprob"), torch.no_grad():
             for batch in _micro_batches(trajectories, budget, dist):
-                logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden)
+                logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
                 old.update({id(t): logp[row] for row, t in enumerate(batch)})
     sums: dict[str, float] = defaultdict(float)
     actor.model.train()
@@ -302,7 +311,7 @@ def update(
         counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in mini)), float(len(mini))])
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
         for batch in _micro_batches(mini, budget, dist):
-            logp, entropy, mask = _forward(actor.model, actor.backend, batch, forbidden)
+            logp, entropy, mask = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
             old_logp = torch.stack([old[id(t)] for t in batch]) if old else logp.detach()
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
             pl = algo.policy_loss(

@@ -241,7 +241,9 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
 
     dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
-    model = backend.load_model(dtype=dtype, device=device)
+    # Master weights and optimizer states stay float32 (an lr of 1e-6 cannot move a bf16 weight);
+    # model.dtype is the compute dtype: autocast in one process, FSDP2's mixed precision when sharded.
+    model = backend.load_model(dtype=torch.float32, device=device)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     reference = None
@@ -254,13 +256,13 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     # process needs none (and the HF engine, generating with the actor, would run it every token).
     vision_sync.dummy = sharded
     if sharded:
-        distributed.shard_model(model)
+        distributed.shard_model(model, compute_dtype=dtype)
     o = config.optim
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
     )
     actor = Actor(
-        model, optimizer, backend, reference,
+        model, optimizer, backend, reference, compute_dtype=None if sharded else dtype,
         full_state_dict=(lambda: distributed.full_state_dict(model)) if sharded else None,
         load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
     )

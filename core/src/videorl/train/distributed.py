@@ -44,19 +44,23 @@ def close_distributed() -> None:
         dist.destroy_process_group()
 
 
-def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """Apply FSDP2 ``fully_shard`` to each unit named by ``model._no_split_modules``, the vision tower
-    (``visual``) and the root."""
-    from torch.distributed.fsdp import fully_shard
+    (``visual``) and the root. Parameters stay in their dtype (float32 masters); with another
+    ``compute_dtype`` the forward runs in it and gradients are reduced in float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    options: dict[str, Any] = {}
+    if compute_dtype != torch.float32:
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     units = set(getattr(model, "_no_split_modules", None) or [])
     for module in model.modules():
         if type(module).__name__ in units:
-            fully_shard(module)
+            fully_shard(module, **options)
     for name, module in model.named_modules():
         if name.endswith("visual") and name.count(".") <= 1:
-            fully_shard(module)
-    fully_shard(model)
+            fully_shard(module, **options)
+    fully_shard(model, **options)
     return model
 
 
