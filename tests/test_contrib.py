@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,40 @@ def test_plugin_template_renders_installs_and_passes_its_own_tests(tmp_path: Pat
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
+
+
+@pytest.mark.slow
+def test_llava_onevision_backend_installs_is_listed_and_passes_its_own_tests(tmp_path: Path) -> None:
+    assert "videorl-models-llava-onevision" not in _plugins_json()
+    # installed from a copy, so that the build leaves nothing in the checkout
+    package = tmp_path / "videorl-models-llava-onevision"
+    shutil.copytree(CONTRIB / package.name, package, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = tmp_path / "site"
+    _pip_install_target(package, target)
+    env = {**_env_with(target), "OMP_NUM_THREADS": "1"}
+    entry = _plugins_json(env)["videorl-models-llava-onevision"]
+    assert entry["status"] == "ok" and entry["version"] == "0.1.0"
+    assert entry["components"] == {"model_backends": ["llava_onevision"]}
+    assert entry["hooks"] == ["register_model_backends"]
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "models", "list", "--json"],
+        capture_output=True, text=True, check=True, env=env,
+    ).stdout
+    backends = {row["family"]: row for row in json.loads(listed)}
+    assert backends["llava_onevision"]["model_types"] == ["llava_onevision"]
+    assert backends["llava_onevision"]["plugin"] == "videorl-models-llava-onevision"
+    assert {"qwen2_5_vl", "qwen3_vl"} <= set(backends)  # the first-party backends are still there
+
+    # the tests import the installed copy, not the checkout's sources
+    where = subprocess.run(
+        [sys.executable, "-c", "import videorl_models_llava_onevision as m; print(m.__file__)"],
+        capture_output=True, text=True, check=True, env=env, cwd=tmp_path,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(target), where
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(package / "tests")],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert " passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout

@@ -7,6 +7,7 @@ leak into pytest. In one process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) vLLM sta
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,3 +80,96 @@ def _offline_answer_logprobs(training: Any) -> Any:
     with torch.no_grad():
         logits = training.actor.model(**inputs.model_kwargs()).logits
     return response_logprobs(logits, inputs, forbidden=backend.forbidden_token_ids())[inputs.response_mask.bool()]
+
+
+# The async engine's weight refresh, in a subprocess: ``python -c _ASYNC_REFRESH BASE OTHER OUT_JSON``.
+# It generates from a video and a text prompt with BASE's weights, refreshes to OTHER's, generates
+# again (the video prompt needs the processor after the refresh) and writes the largest difference of
+# the engine's log-probs from the fp32 teacher-forced forward of each model.
+_ASYNC_REFRESH = """
+import json, sys
+from pathlib import Path
+
+import torch
+
+from videorl.api import PromptInput, backend_for_model, response_logprobs
+from videorl.media import VideoMetadata
+from videorl.plugins import load_plugins
+from videorl.rollout import SamplingParams
+from videorl.rollout.vllm_async import AsyncVLLMEngine
+
+base_dir, other_dir, out = sys.argv[1:4]
+registry = load_plugins().model_backends
+backend = backend_for_model(base_dir, registry)
+f = backend.factor
+gen = torch.Generator().manual_seed(0)
+frames = torch.randint(0, 256, (4, 3, 2 * f, 2 * f), dtype=torch.uint8, generator=gen)
+meta = VideoMetadata(source_fps=4.0, total_frames=16, duration=4.0, frame_indices=(0, 5, 10, 15),
+                     timestamps=(0.0, 1.25, 2.5, 3.75), source_width=2 * f, source_height=2 * f,
+                     width=2 * f, height=2 * f)
+prompts = [backend.encode(PromptInput("video", "What colour is the square?", videos=[(frames, meta)])),
+           backend.encode(PromptInput("text", "Which direction does the object move?"))]
+forbidden = backend.forbidden_token_ids()
+params = SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=0)
+
+
+def max_diff(groups, model):
+    diffs = []
+    for enc, group in zip(prompts, groups):
+        responses = [c.token_ids for c in group]
+        inputs = backend.collate([enc] * len(responses), responses)
+        with torch.no_grad():
+            logits = model(**inputs.model_kwargs()).logits
+        ours = response_logprobs(logits, inputs, forbidden=forbidden)
+        diffs += [abs(float(ours[row, j]) - lp) for row, c in enumerate(group) for j, lp in enumerate(c.logprobs)]
+    return max(diffs), len(diffs)
+
+
+base = backend.load_model(dtype=torch.float32)
+other = backend_for_model(other_dir, registry).load_model(dtype=torch.float32)
+engine = AsyncVLLMEngine(backend, base_dir, dtype="float32", max_model_len=1024)
+try:
+    before = engine.generate(prompts, params)
+    engine.update_weights(other.state_dict())
+    folder = engine._weights.root / "model"
+    files = sorted(p.name for p in folder.iterdir())
+    after = engine.generate(prompts, params)
+finally:
+    engine.close()
+result = {
+    "before_vs_base": max_diff(before, base)[0],
+    "after_vs_other": max_diff(after, other)[0],
+    "after_vs_base": max_diff(after, base)[0],
+    "completions": [len(g) for g in before + after],
+    "tokens": max_diff(after, other)[1],
+    "refresh_dir_files": files,
+    "removed": not folder.exists(),
+}
+Path(out).write_text(json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+def test_async_engine_update_weights_gives_the_new_weights_logprobs(
+    tmp_path: Path, tiny_model_dir: Any
+) -> None:
+    from videorl_models.tiny import build_tiny
+
+    base = tiny_model_dir("qwen2_5_vl")
+    other = build_tiny("qwen2_5_vl", tmp_path / "other", seed=1)  # same architecture, other random weights
+    out = tmp_path / "result.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    done = subprocess.run([sys.executable, "-c", _ASYNC_REFRESH, str(base), str(other), str(out)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["completions"] == [2, 2, 2, 2]  # two prompts, n=2, before and after the refresh
+    assert result["tokens"] >= 4  # responses end at EOS or after 8 tokens
+    assert result["before_vs_base"] < 1e-4  # fp32 engine and HF forward agree before the refresh
+    assert result["after_vs_other"] < 1e-4  # ... and after it, with the new weights
+    assert result["after_vs_base"] > 100 * 1e-4, result  # the old weights would have shown
+    # the refresh folder was a whole model folder (vLLM reads config and processor from it), since removed
+    assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= set(
+        result["refresh_dir_files"]
+    ), result["refresh_dir_files"]
+    assert result["removed"]

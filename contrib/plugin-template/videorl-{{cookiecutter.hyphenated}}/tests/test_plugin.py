@@ -29,7 +29,9 @@ def test_reward_contract() -> None:
             (case("<answer>red</answer>"), 1.0),
             (case("<answer>blue</answer><answer> RED </answer>"), 1.0),
             (case("<answer>red</answer><answer>blue</answer>"), 0.0),
-            (case("red"), 0.0),
+            (case("< Answer > red </ANSWER>"), 1.0),  # tag spelling repaired
+            (case("<answer>dark red</answer>"), 0.0),
+            (case("red"), 0.0),  # untagged
         ],
     )
 {% else %}

@@ -79,7 +79,7 @@ def _load_data(paths: Iterable[Path], media_root: Path | None, failures: list[di
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    from videorl.media.files import atomic_write_text
+    from videorl.atomic import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

@@ -77,8 +77,8 @@ def score_command(
 
     A row without a prediction, or whose prediction failed, counts as wrong and is listed.
     """
+    from videorl.atomic import atomic_write_text
     from videorl.eval import predictions_path, read_predictions, record_result, score_predictions
-    from videorl.eval.results import atomic_write
 
     try:
         canonical = plugins.benchmarks.canonical(name)
@@ -93,7 +93,7 @@ def score_command(
             record_result(run_dir, result)
         text = json.dumps(result.summary, indent=2, ensure_ascii=False)
         if output is not None:
-            atomic_write(output, text + "\n")
+            atomic_write_text(output, text + "\n")
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
     if result.unknown_ids:
@@ -112,8 +112,8 @@ def score_command(
 @click.option("--png", type=click.Path(path_type=Path, dir_okay=False), help="Write a bar chart (needs matplotlib).")
 def compare_command(run_a: Path, run_b: Path, markdown: Path | None, png: Path | None) -> None:
     """Per-benchmark and per-category table of two runs and their deltas (B - A, in points)."""
+    from videorl.atomic import atomic_write_text
     from videorl.eval import compare_results, format_table, plot_comparison, read_results, to_markdown
-    from videorl.eval.results import atomic_write
 
     try:
         rows = compare_results(read_results(run_a), read_results(run_b))
@@ -124,7 +124,7 @@ def compare_command(run_a: Path, run_b: Path, markdown: Path | None, png: Path |
         name_a, name_b = str(run_a), str(run_b)
     click.echo(format_table(rows, name_a, name_b))
     if markdown is not None:
-        atomic_write(markdown, to_markdown(rows, name_a, name_b))
+        atomic_write_text(markdown, to_markdown(rows, name_a, name_b))
     if png is not None:
         try:
             plot_comparison(rows, png, name_a, name_b)

@@ -251,7 +251,7 @@ def reward_command(
     timeout: float | None,
 ) -> None:
     """Score responses with the installed rewards (debugging rewards, scripting, tests)."""
-    from videorl.media.files import atomic_write
+    from videorl.atomic import atomic_write
 
     try:
         config = load_reward_config(config_path, timeout)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from videorl.atomic import atomic_write_bytes
 from videorl.eval.aggregate import mean
-from videorl.eval.results import atomic_write
 
 AVERAGE = "average"
 
@@ -140,4 +140,4 @@ def plot_comparison(rows: Sequence[ComparisonRow], path: Path, name_a: str, name
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
-    atomic_write(Path(path), buf.getvalue())
+    atomic_write_bytes(Path(path), buf.getvalue())

@@ -37,9 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.atomic import atomic_write_text
 from videorl.errors import ConfigError
 from videorl.eval.predictions import Prediction, append_prediction, read_predictions
-from videorl.eval.results import RESULTS_FILE, atomic_write, predictions_path, record_result
+from videorl.eval.results import RESULTS_FILE, predictions_path, record_result
 from videorl.eval.scoring import BenchmarkResult, score_predictions, score_row
 
 if TYPE_CHECKING:
@@ -565,7 +566,7 @@ def begin_run(run_dir: Path | str, settings: Mapping[str, Any]) -> None:
         data["settings"] = {**old, **settings, "benchmarks": merged}
     else:
         data["settings"] = dict(settings)
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def run_settings(
@@ -612,7 +613,7 @@ def _write_timing(run_dir: Path, times: StageTimes) -> None:
 
     data = read_results(run_dir)
     data["timing"] = times.as_dict()
-    atomic_write(run_dir / RESULTS_FILE, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(run_dir / RESULTS_FILE, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def timing_summary(report: RunReport) -> str:

@@ -13,20 +13,19 @@
 
 A benchmark's ``summary`` is its adapter's aggregate (``overall``, ``metric``, ``categories``,
 optional ``metrics``) plus ``n``, ``n_failed`` and ``failed`` (``[{"id", "reason"}]``). ``NAME`` is the
-registered benchmark name. Every file is written atomically (a temporary file, then a rename),
+registered benchmark name. Every file is written atomically (:mod:`videorl.atomic`),
 except ``predictions.jsonl``, which is appended line by line.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from videorl.atomic import atomic_write_text
 from videorl.errors import DataError
 from videorl.eval.scoring import BenchmarkResult
 
@@ -36,21 +35,6 @@ PREDICTIONS_FILE = "predictions.jsonl"
 SCORES_FILE = "scores.jsonl"
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def benchmark_dir(run_dir: Path | str, name: str) -> Path:
@@ -94,7 +78,7 @@ def record_result(
     """Write ``NAME/scores.jsonl`` and put the summary into ``results.json`` (other entries kept)."""
     run_dir = Path(run_dir)
     lines = "".join(json.dumps(r.as_dict(), ensure_ascii=False) + "\n" for r in result.rows)
-    atomic_write(scores_path(run_dir, result.benchmark), lines)
+    atomic_write_text(scores_path(run_dir, result.benchmark), lines)
     path = run_dir / RESULTS_FILE
     data: dict[str, Any] = (
         read_results(run_dir) if path.exists() else {"format": FORMAT, "settings": {}, "benchmarks": {}}
@@ -102,5 +86,5 @@ def record_result(
     if settings:
         data.setdefault("settings", {}).update(settings)
     data["benchmarks"][result.benchmark] = result.summary
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
     return path

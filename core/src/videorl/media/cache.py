@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
+from videorl.atomic import atomic_write, is_temp
 from videorl.errors import ConfigError
 from videorl.media.decode import decode_video
 from videorl.media.errors import (
@@ -39,7 +40,6 @@ from videorl.media.errors import (
     ParamsMismatchError,
     SourceChangedError,
 )
-from videorl.media.files import atomic_write, is_temp
 from videorl.media.fingerprint import SourceFingerprint, fingerprint, read_memo
 from videorl.media.metadata import VideoMetadata
 from videorl.media.params import DecodeParams

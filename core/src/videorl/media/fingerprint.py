@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from videorl.atomic import atomic_write_text
 from videorl.media.errors import MediaError
-from videorl.media.files import atomic_write_text
 
 _CHUNK = 1 << 20
 

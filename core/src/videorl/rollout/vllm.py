@@ -4,35 +4,30 @@ The engine receives the backend's compact prompt ids with the cached frames and 
 ``VideoMetadata``, and processor kwargs that forbid resampling and resizing, so it builds the same
 grids as the training forward. Weights are refreshed from the actor through a model directory in
 shared memory and ``reload_weights`` (the path that works on CPU and GPU alike; tensors cannot be
-passed to vLLM's worker processes directly).
+passed to vLLM's worker processes directly). What it shares with the async engine lives in
+:mod:`videorl.rollout.vllm_common`.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from videorl.alignment import check_same_prompt
-from videorl.errors import ConfigError
 from videorl.rollout.types import Completion, SamplingParams
+from videorl.rollout.vllm_common import (
+    WeightsFolder,
+    completions,
+    default_environment,
+    engine_options,
+    model_dir,
+    suppression_bias,
+    vllm_sampling_params,
+)
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.model_inputs import EncodedPrompt
-
-# Logit bias vLLM clamps to [-100, 100]; -100 makes a token's probability e^-100 of the others'.
-_SUPPRESS = -100.0
-
-
-def _default_environment() -> None:
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default (4+) is far too big for tests
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 class VLLMEngine:
@@ -53,85 +48,34 @@ class VLLMEngine:
         max_num_batched_tokens: int | None = None,
         max_media_per_prompt: int = 4,
     ) -> None:
-        _default_environment()
+        default_environment()
         from vllm import LLM
 
         self.backend = backend
-        path = model_path if model_path is not None else backend.path
-        if path is None:
-            raise ConfigError("VLLMEngine: give model_path (the backend knows no checkpoint directory)")
-        self.model_path = Path(path)
-        options: dict[str, Any] = {
-            "model": str(self.model_path),
-            "dtype": dtype,
-            "max_model_len": max_model_len,
-            "seed": seed,
-            "enforce_eager": enforce_eager,
-            "tensor_parallel_size": tensor_parallel_size,
-            "logprobs_mode": "processed_logprobs",
-            "limit_mm_per_prompt": {"video": max_media_per_prompt, "image": max_media_per_prompt},
-        }
-        if enable_chunked_prefill is not None:
-            options["enable_chunked_prefill"] = enable_chunked_prefill
-        if max_num_batched_tokens is not None:
-            options["max_num_batched_tokens"] = max_num_batched_tokens
-        from vllm.platforms import current_platform
-
-        if not current_platform.is_cpu():
-            options["gpu_memory_utilization"] = gpu_memory_utilization
+        self.model_path = model_dir(backend, model_path, "VLLMEngine")
+        options = engine_options(
+            self.model_path, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+            max_media_per_prompt=max_media_per_prompt, max_model_len=max_model_len,
+            enable_chunked_prefill=enable_chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
+        )
         self.llm: Any = LLM(**options)
-        self.bias = {int(i): _SUPPRESS for i in backend.forbidden_token_ids()}
-        self._weights_dir: Path | None = None
+        self.bias = suppression_bias(backend)
+        self._weights = WeightsFolder(self.model_path)
 
     def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
-        from vllm import SamplingParams as VSamplingParams
-
         requests = [self.backend.rollout_request(p) for p in prompts]
-        sampling = VSamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else -1,
-            max_tokens=params.max_tokens,
-            seed=params.seed,
-            logprobs=0,
-            logit_bias=self.bias or None,
-        )
+        sampling = vllm_sampling_params(params, self.bias)
         outputs = self.llm.generate([r.vllm_prompt() for r in requests], sampling, use_tqdm=False)
-        groups: list[list[Completion]] = []
-        for request, output in zip(requests, outputs):
-            check_same_prompt(request.sample_id, request.prompt_ids, output.prompt_token_ids or [], where="vLLM")
-            group = []
-            for completion in output.outputs:
-                ids = [int(t) for t in completion.token_ids]
-                steps: list[Any] = list(completion.logprobs or [])
-                logprobs = [float(step[t].logprob) for step, t in zip(steps, ids)]
-                reason = "stop" if completion.finish_reason == "stop" else "length"
-                group.append(Completion(ids, logprobs, reason))
-            groups.append(group)
-        return groups
+        return [completions(request, output) for request, output in zip(requests, outputs)]
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it.
-
-        vLLM points its model config at the directory it reloads from (and, in one process, loads
-        its processor from there later), so the directory is a whole HF model directory: the base
-        model's config, tokenizer and processor files with the new weights.
-        """
-        from videorl.train.checkpoint import export_hf_model
-
-        if self._weights_dir is None:
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            self._weights_dir = Path(tempfile.mkdtemp(prefix="videorl-weights-", dir=shm))
-            # removed by close(), or at the latest when the engine is collected or the process exits
-            self._cleanup = weakref.finalize(self, shutil.rmtree, self._weights_dir, ignore_errors=True)
-        model_dir = export_hf_model(dict(state_dict), self.model_path, self._weights_dir / "model", overwrite=True)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
+        """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it."""
+        model = self._weights.write(state_dict)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Release vLLM and remove the weights directory."""
-        if self._weights_dir is not None:
-            self._cleanup()
-            self._weights_dir = None
+        self._weights.close()
         self.llm = None

@@ -10,7 +10,8 @@ the others.
 The engine runs an asyncio loop in a daemon thread of its own; every method may be called from any
 other thread. On vLLM's CPU build a per-request seed together with chunked prefill crashes the worker
 ("CPU Generator does not use offset"), so there requests carry no seed and sampling follows the
-engine's ``seed`` (greedy decoding is unaffected); :meth:`describe` reports which applies.
+engine's ``seed`` (greedy decoding is unaffected); :meth:`describe` reports which applies. What it
+shares with the offline engine lives in :mod:`videorl.rollout.vllm_common`.
 """
 
 from __future__ import annotations
@@ -18,35 +19,27 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
-import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from videorl.alignment import check_same_prompt
-from videorl.errors import ConfigError
 from videorl.rollout.types import Completion, SamplingParams
-from videorl.rollout.vllm import _SUPPRESS, _default_environment
+from videorl.rollout.vllm_common import (
+    WeightsFolder,
+    completions,
+    default_environment,
+    engine_options,
+    model_dir,
+    suppression_bias,
+    vllm_sampling_params,
+)
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.model_inputs import EncodedPrompt, RolloutRequest
 
 T = TypeVar("T")
-
-
-def _completions(request: RolloutRequest, output: Any) -> list[Completion]:
-    """The completions of one finished vLLM ``RequestOutput``, after checking its prompt ids."""
-    check_same_prompt(request.sample_id, request.prompt_ids, output.prompt_token_ids or [], where="vLLM")
-    group = []
-    for completion in output.outputs:
-        ids = [int(t) for t in completion.token_ids]
-        logprobs = [float(step[t].logprob) for step, t in zip(completion.logprobs or [], ids)]
-        group.append(Completion(ids, logprobs, "stop" if completion.finish_reason == "stop" else "length"))
-    return group
 
 
 class AsyncVLLMEngine:
@@ -68,40 +61,25 @@ class AsyncVLLMEngine:
         max_num_seqs: int | None = None,
         max_media_per_prompt: int = 4,
     ) -> None:
-        _default_environment()
+        default_environment()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
 
         self.backend = backend
-        path = model_path if model_path is not None else getattr(backend, "path", None)
-        if path is None:
-            raise ConfigError("AsyncVLLMEngine: give model_path (the backend knows no checkpoint directory)")
-        self.model_path = Path(path)
-        options: dict[str, Any] = {
-            "model": str(self.model_path),
-            "dtype": dtype,
-            "seed": seed,
-            "enforce_eager": enforce_eager,
-            "tensor_parallel_size": tensor_parallel_size,
-            "logprobs_mode": "processed_logprobs",
-            "limit_mm_per_prompt": {"video": max_media_per_prompt, "image": max_media_per_prompt},
-            "enable_chunked_prefill": enable_chunked_prefill,
-            "disable_log_stats": True,
-        }
-        if max_model_len is not None:
-            options["max_model_len"] = max_model_len
-        if max_num_batched_tokens is not None:
-            options["max_num_batched_tokens"] = max_num_batched_tokens
-        if max_num_seqs is not None:
-            options["max_num_seqs"] = max_num_seqs
+        self.model_path = model_dir(backend, model_path, "AsyncVLLMEngine")
+        options = engine_options(
+            self.model_path, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+            max_media_per_prompt=max_media_per_prompt, enable_chunked_prefill=enable_chunked_prefill,
+            disable_log_stats=True, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+        )
         cpu = current_platform.is_cpu()
-        if not cpu:
-            options["gpu_memory_utilization"] = gpu_memory_utilization
         self.per_request_seed = not (cpu and enable_chunked_prefill)
         self.options = options
-        self.bias = {int(i): _SUPPRESS for i in backend.forbidden_token_ids()}
+        self.bias = suppression_bias(backend)
         self._ids = itertools.count()
-        self._weights_dir: Path | None = None
+        self._weights = WeightsFolder(self.model_path)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
         self._thread.start()
@@ -127,20 +105,7 @@ class AsyncVLLMEngine:
                 "per_request_seed": self.per_request_seed}
 
     def _sampling(self, params: SamplingParams) -> Any:
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        return VSamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else -1,
-            max_tokens=params.max_tokens,
-            seed=params.seed if self.per_request_seed else None,
-            logprobs=0,
-            logit_bias=self.bias or None,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
+        return vllm_sampling_params(params, self.bias, per_request_seed=self.per_request_seed, final_only=True)
 
     async def _generate_one(self, request: RolloutRequest, sampling: Any) -> list[Completion]:
         final = None
@@ -148,7 +113,7 @@ class AsyncVLLMEngine:
             final = output
         if final is None:
             raise RuntimeError(f"vLLM returned no output for sample {request.sample_id!r}")
-        return _completions(request, final)
+        return completions(request, final)
 
     def submit(self, prompt: EncodedPrompt, params: SamplingParams) -> concurrent.futures.Future[list[Completion]]:
         """Queue one prompt; the future holds its ``params.n`` completions (or the engine's error)."""
@@ -160,16 +125,9 @@ class AsyncVLLMEngine:
         return [f.result() for f in futures]
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Reload weights between generations (in-flight requests finish first)."""
-        from safetensors.torch import save_file
-
-        if self._weights_dir is None:
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            self._weights_dir = Path(tempfile.mkdtemp(prefix="videorl-weights-", dir=shm))
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-        tmp = self._weights_dir / "model.safetensors.tmp"
-        save_file(tensors, str(tmp))
-        os.replace(tmp, self._weights_dir / "model.safetensors")
+        """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it
+        between generations (in-flight requests finish first)."""
+        model = self._weights.write(state_dict)
 
         async def reload(path: str) -> None:
             await self.llm.pause_generation(mode="wait")
@@ -179,16 +137,14 @@ class AsyncVLLMEngine:
             finally:
                 await self.llm.resume_generation()
 
-        self._call(reload(str(self._weights_dir)))
+        self._call(reload(str(model)))
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
     def close(self) -> None:
-        if self._weights_dir is not None:
-            shutil.rmtree(self._weights_dir, ignore_errors=True)
-            self._weights_dir = None
+        self._weights.close()
         if self.llm is not None:
             self.llm.shutdown()
             self.llm = None

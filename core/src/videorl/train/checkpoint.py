@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.atomic import atomic_write_text, fsync_dir, fsync_file
 from videorl.errors import VideorlError
-from videorl.train.atomic import atomic_write_text, fsync_dir, fsync_file
 
 if TYPE_CHECKING:
     import torch

@@ -5,10 +5,16 @@
 from the checkpoint of step ``k`` drops the lines after ``k`` (they are logged again). Log a step's
 metrics before writing its checkpoint.
 
-Metric names used by the loop and read by ``videorl plot``: ``reward/overall``, ``reward/<problem_type>``,
-``accuracy/overall``, ``accuracy/<problem_type>``, ``format/overall``, ``response_length/mean``,
-``actor/{loss,clip_fraction,kl,entropy,grad_norm,lr}``, ``mix_policy/*``, ``offline/*`` and
-``time/{data,rollout,reward,reference,actor,step}`` (seconds).
+Metric names logged by the loop (``videorl.grpo``; ``videorl plot`` reads ``reward/*`` and ``accuracy/*``):
+``reward/overall``, ``reward/<problem_type>``, ``accuracy/overall``, ``accuracy/<problem_type>``,
+``format/overall``, ``response_length/{mean,clip_ratio}``, ``tokens/step``,
+``actor/{loss,clip_fraction,entropy,grad_norm,lr,updates}``, ``actor/kl`` (with the KL loss),
+``rollout/logprob_diff`` (engine vs actor log-probs of the sampled tokens), ``mix_policy/*``,
+``offline/{reward,accuracy,count}``, ``dynamic_sampling/{dropped_groups,rounds}``,
+``val/{reward,accuracy,format}/*`` on validation steps, and the wall time of each stage in seconds:
+``time/{data,rollout,reward,actor,weight_sync,validation,step}``, where ``time/actor`` includes
+``time/old_logprob`` and ``time/reference`` (logged when those forwards run), ``weight_sync`` and
+``validation`` appear only on steps that do them, and ``time/step`` is the whole step.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from videorl.atomic import atomic_write_text
 from videorl.errors import DataError, VideorlError
-from videorl.train.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from videorl.plugins import Plugins

@@ -144,8 +144,8 @@ def write_kept_rows(
     """Write the rows of ``data`` whose sample has ``0 < pass rate < 1`` to ``out`` (JSONL, atomically):
     each row as it was, plus ``pass_rate``, with relative media paths made to resolve from ``out``'s
     folder (unless ``media_root`` names the folder they are relative to)."""
+    from videorl.atomic import atomic_write_text
     from videorl.data import read_rows
-    from videorl.train.atomic import atomic_write_text
 
     rows = dict(read_rows(data))
     root = Path(media_root) if media_root is not None else data.absolute().parent

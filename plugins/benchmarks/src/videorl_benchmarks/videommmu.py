@@ -106,9 +106,9 @@ class VideoMMMU(BaseBenchmark):
         if isinstance(image, str) and image:
             return str(root / image)
         if isinstance(image, dict) and image.get("bytes") and not target.exists():
-            from videorl.eval import atomic_write
+            from videorl.atomic import atomic_write_bytes
 
-            atomic_write(target, bytes(image["bytes"]))
+            atomic_write_bytes(target, bytes(image["bytes"]))
         elif isinstance(image, dict) and image.get("path") and (root / str(image["path"])).is_file():
             return str(root / str(image["path"]))
         return str(target)

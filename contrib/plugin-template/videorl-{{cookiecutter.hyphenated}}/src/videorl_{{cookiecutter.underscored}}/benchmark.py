@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-from videorl.api import BenchmarkRow, DataError
-
-_LETTER = re.compile(r"<answer>\s*\(?([A-Z])\)?", re.IGNORECASE)
+from videorl.api import BenchmarkRow, DataError, answers, benchmark_summary, breakdown, mean
 
 
 class JsonlBenchmark:
@@ -45,17 +42,11 @@ class JsonlBenchmark:
         return f"{row.problem}\n{options}\n{tail} the letter in <answer></answer>."
 
     def extract(self, row: BenchmarkRow, response: str) -> Any:
-        found = _LETTER.findall(response)
-        return found[-1].upper() if found else None
+        # the option letter of the last <answer> (else "the answer is (B)", \boxed{B}, an option's text)
+        return answers.answer_choice(response, row.options)
 
     def score(self, row: BenchmarkRow, prediction: Any) -> float:
         return 1.0 if prediction is not None and prediction == row.answer else 0.0
 
     def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
-        by: dict[str, list[float]] = {}
-        for row, score in zip(rows, scores):
-            by.setdefault(row.categories["category"], []).append(score)
-        return {
-            "overall": sum(scores) / len(scores) if scores else 0.0,
-            "categories": {"category": {k: sum(v) / len(v) for k, v in sorted(by.items())}},
-        }
+        return benchmark_summary(mean(scores), breakdown(rows, scores, ["category"]))

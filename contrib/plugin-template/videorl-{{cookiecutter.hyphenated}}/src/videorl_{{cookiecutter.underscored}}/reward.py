@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from videorl.api import RewardInput, RewardOutput
-
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+from videorl.api import RewardInput, TaskReward
 
 
-def _normalise(text: str) -> str:
-    return " ".join(text.strip().casefold().split())
+class ExactAnswerReward(TaskReward):
+    """Exact match of the last ``<answer>`` against ``ground_truth``, case and spaces ignored.
 
+    :class:`videorl.api.TaskReward` finds the last ``<answer>``, applies the format rule and weighs
+    accuracy and format. Built on its own, this reward scores accuracy alone and reads only a tagged
+    answer; routed in a run, it takes the run's ``rewards.accuracy_weight``, ``format_weight`` and
+    ``fallback`` (``rewards.options.<name>`` overrides them for this reward alone).
+    """
 
-class ExactAnswerReward:
-    """Exact match of the last ``<answer>`` against ``ground_truth``, case and spaces ignored."""
+    name = "{{ cookiecutter.underscored }}"
 
-    def __call__(self, inp: RewardInput) -> RewardOutput:
-        answers = _ANSWER.findall(inp.response)
-        correct = bool(answers) and _normalise(answers[-1]) == _normalise(str(inp.ground_truth))
-        accuracy = 1.0 if correct else 0.0
-        return RewardOutput(score=accuracy, parts={"accuracy": accuracy})
+    def __init__(
+        self, *, accuracy_weight: float = 1.0, format_weight: float = 0.0, fallback: bool = False, **common: Any
+    ) -> None:
+        super().__init__(accuracy_weight=accuracy_weight, format_weight=format_weight, fallback=fallback, **common)
+
+    def parse_answer(self, text: Any, inp: RewardInput) -> str | None:
+        return " ".join(str(text).casefold().split()) or None
+
+    def accuracy(self, answer: str, truth: str, inp: RewardInput) -> float:
+        return 1.0 if answer == truth else 0.0

@@ -1,0 +1,149 @@
+"""What the vLLM engines (:mod:`videorl.rollout.vllm` and :mod:`videorl.rollout.vllm_async`) share: the
+environment defaults, the engine options that make vLLM's log-probs the training forward's, the
+suppression of forbidden ids, the translation of :class:`SamplingParams`, the conversion of vLLM's
+outputs into :class:`Completion`\\ s, and the model folder weights are refreshed from.
+
+Importing this module does not import vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from videorl.alignment import check_same_prompt
+from videorl.errors import ConfigError
+from videorl.rollout.types import Completion, SamplingParams
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.model_inputs import RolloutRequest
+
+#: the logit bias of a forbidden id: vLLM clamps biases to [-100, 100], and -100 makes a token's
+#: probability e^-100 of the others'
+SUPPRESS = -100.0
+
+
+def default_environment() -> None:
+    """Defaults for vLLM's environment variables (set before vLLM is imported; the user's win)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default (4+) is far too big for tests
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def model_dir(backend: ModelBackend, model_path: str | Path | None, engine: str) -> Path:
+    """The model folder an engine loads: ``model_path``, else the backend's own."""
+    path = model_path if model_path is not None else getattr(backend, "path", None)
+    if path is None:
+        raise ConfigError(f"{engine}: give model_path (the backend knows no checkpoint directory)")
+    return Path(path)
+
+
+def engine_options(
+    model: Path,
+    *,
+    dtype: str,
+    seed: int,
+    enforce_eager: bool,
+    tensor_parallel_size: int,
+    gpu_memory_utilization: float,
+    max_media_per_prompt: int,
+    **optional: Any,
+) -> dict[str, Any]:
+    """vLLM engine arguments: log-probs after the logit bias (``processed_logprobs``, as the training
+    forward computes them), ``max_media_per_prompt`` videos and images per prompt, the GPU memory share
+    (not on CPU), and each of ``optional`` that is not ``None``."""
+    from vllm.platforms import current_platform
+
+    options: dict[str, Any] = {
+        "model": str(model),
+        "dtype": dtype,
+        "seed": seed,
+        "enforce_eager": enforce_eager,
+        "tensor_parallel_size": tensor_parallel_size,
+        "logprobs_mode": "processed_logprobs",
+        "limit_mm_per_prompt": {"video": max_media_per_prompt, "image": max_media_per_prompt},
+    }
+    options.update({k: v for k, v in optional.items() if v is not None})
+    if not current_platform.is_cpu():
+        options["gpu_memory_utilization"] = gpu_memory_utilization
+    return options
+
+
+def suppression_bias(backend: ModelBackend) -> dict[int, float]:
+    """The logit bias that keeps the backend's forbidden ids (visual placeholders, ...) from being sampled."""
+    return {int(i): SUPPRESS for i in backend.forbidden_token_ids()}
+
+
+def vllm_sampling_params(
+    params: SamplingParams, bias: Mapping[int, float], *, per_request_seed: bool = True, final_only: bool = False
+) -> Any:
+    """``params`` as ``vllm.SamplingParams``, with the log-prob of each sampled token and ``bias``.
+
+    ``per_request_seed=False`` drops ``params.seed`` (sampling then follows the engine's seed);
+    ``final_only`` asks for the finished output only (streaming engines).
+    """
+    from vllm import SamplingParams as VSamplingParams
+
+    extra: dict[str, Any] = {}
+    if final_only:
+        from vllm.sampling_params import RequestOutputKind
+
+        extra["output_kind"] = RequestOutputKind.FINAL_ONLY
+    return VSamplingParams(
+        n=params.n,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else -1,
+        max_tokens=params.max_tokens,
+        seed=params.seed if per_request_seed else None,
+        logprobs=0,
+        logit_bias=dict(bias) or None,
+        **extra,
+    )
+
+
+def completions(request: RolloutRequest, output: Any) -> list[Completion]:
+    """The completions of one finished vLLM ``RequestOutput``, after checking that vLLM saw the
+    framework's prompt ids (an :class:`~videorl.errors.AlignmentError` naming the sample otherwise)."""
+    check_same_prompt(request.sample_id, request.prompt_ids, output.prompt_token_ids or [], where="vLLM")
+    group = []
+    for completion in output.outputs:
+        ids = [int(t) for t in completion.token_ids]
+        logprobs = [float(step[t].logprob) for step, t in zip(completion.logprobs or [], ids)]
+        group.append(Completion(ids, logprobs, "stop" if completion.finish_reason == "stop" else "length"))
+    return group
+
+
+class WeightsFolder:
+    """The model folder an engine reloads refreshed weights from, in shared memory when there is one.
+
+    vLLM points its model config at the folder it reloads from (and, in one process, loads its
+    processor from there later), so the folder is a whole HF model folder: the base model's config,
+    tokenizer and processor files with the new weights (:func:`videorl.train.checkpoint.export_hf_model`).
+    It is removed by :meth:`close`, or at the latest when this object is collected or the process exits.
+    """
+
+    def __init__(self, base_model: str | Path) -> None:
+        self.base_model = Path(base_model)
+        self.root: Path | None = None
+
+    def write(self, state_dict: Mapping[str, Any]) -> Path:
+        """Write ``state_dict`` (HF parameter names, full tensors) and return the model folder."""
+        from videorl.train.checkpoint import export_hf_model
+
+        if self.root is None:
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            self.root = Path(tempfile.mkdtemp(prefix="videorl-weights-", dir=shm))
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        return export_hf_model(dict(state_dict), self.base_model, self.root / "model", overwrite=True)
+
+    def close(self) -> None:
+        if self.root is not None:
+            self._cleanup()
+            self.root = None
