@@ -172,8 +172,8 @@ def run(
 
 
 def _plot(run_dir: Path) -> Path | None:
-    from videorl.commands.plot import curves, render
     from videorl.atomic import atomic_write_bytes
+    from videorl.commands.plot import curves, render
     from videorl.train.metrics import METRICS_FILE, read_metrics
 
     try:
