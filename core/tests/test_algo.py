@@ -18,8 +18,8 @@ from videorl.algo import (
     mix_policy_decision,
     pack_by_token_budget,
     policy_loss,
-    token_log_probs,
 )
+from videorl.model_inputs import token_logprobs
 
 LN = math.log
 
@@ -75,14 +75,14 @@ def test_token_log_probs_by_hand() -> None:
     # logits log([1, 2, 1]) -> probabilities [0.25, 0.5, 0.25]
     logits = torch.log(torch.tensor([[[1.0, 2.0, 1.0], [1.0, 2.0, 1.0]]]))
     labels = torch.tensor([[1, 0]])
-    assert token_log_probs(logits, labels)[0].tolist() == pytest.approx([LN(0.5), LN(0.25)], abs=1e-6)
+    assert token_logprobs(logits, labels)[0].tolist() == pytest.approx([LN(0.5), LN(0.25)], abs=1e-6)
     # temperature 2 halves the logits: weights sqrt([1, 2, 1]) -> p1 = √2 / (2 + √2) = √2 - 1
-    assert token_log_probs(logits, labels, temperature=2.0)[0, 0].item() == pytest.approx(
+    assert token_logprobs(logits, labels, temperature=2.0)[0, 0].item() == pytest.approx(
         LN(math.sqrt(2) - 1), abs=1e-6
     )
     # masking id 0 leaves [0, 2/3, 1/3]; a masked label gets -inf
     masked = mask_logits(logits, [0])
-    assert token_log_probs(masked, labels)[0].tolist() == pytest.approx([LN(2 / 3), -math.inf], abs=1e-6)
+    assert token_logprobs(masked, labels)[0].tolist() == pytest.approx([LN(2 / 3), -math.inf], abs=1e-6)
 
 
 def test_token_log_probs_matches_log_softmax() -> None:
@@ -90,7 +90,7 @@ def test_token_log_probs_matches_log_softmax() -> None:
     logits = torch.randn(2, 5, 11, generator=gen)
     labels = torch.randint(0, 11, (2, 5), generator=gen)
     expected = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    torch.testing.assert_close(token_log_probs(logits, labels), expected)
+    torch.testing.assert_close(token_logprobs(logits, labels), expected)
 
 
 def test_entropy_by_hand_with_masked_entries_and_finite_gradients() -> None:

@@ -31,7 +31,6 @@ __all__ = [
     "mix_policy_decision",
     "pack_by_token_budget",
     "policy_loss",
-    "token_log_probs",
 ]
 
 
@@ -87,19 +86,6 @@ def mask_logits(logits: torch.Tensor, forbidden_ids: Sequence[int] | torch.Tenso
     forbidden = torch.zeros(vocab, dtype=torch.bool, device=logits.device)
     forbidden[ids] = True  # a fresh tensor of ours; logits are untouched
     return logits.masked_fill(forbidden, float("-inf"))
-
-
-def token_log_probs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
-    """``log softmax(logits / temperature)[label]`` per position: ``(B, T, V), (B, T) -> (B, T)``.
-
-    ``logits[:, t]`` must be the prediction of ``labels[:, t]`` (shift before calling). Computed as
-    ``logit[label] - logsumexp(logits)`` without materialising the full log-softmax. A label whose
-    logit is masked (``-inf``) gets ``-inf``.
-    """
-    if temperature != 1.0:
-        logits = logits / temperature
-    picked = logits.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
-    return picked.float() - torch.logsumexp(logits.float(), dim=-1)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
