@@ -16,6 +16,7 @@ pixels per video frame, 1,048,576 per image, 4,096 response tokens). Dependencie
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 import types
@@ -39,6 +40,7 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "OptimConfig",
+    "RayConfig",
     "RolloutConfig",
     "TrainConfig",
     "TrainerConfig",
@@ -315,6 +317,58 @@ class TrainerConfig:
 
 
 @dataclass
+class RayConfig:
+    """``videorl train CONFIG --ray``: a single controller and worker groups on a Ray cluster."""
+
+    placement: Literal["colocated", "split"] = option(
+        "colocated",
+        "colocated: each actor worker also hosts a rollout engine (and the reference model when the KL "
+        "penalty is on) on the same devices; split: rollout engines and reference models in worker groups "
+        "of their own, with their own devices.",
+    )
+    actor_workers: int = option(1, "FSDP actor workers (ranks); data.rollout_batch_size must be a multiple.")
+    rollout_workers: int | None = option(
+        None, "Rollout engine workers with placement split; null: as many as actor workers."
+    )
+    reference_workers: int | None = option(
+        None, "Reference-model workers with placement split and the KL penalty on; null: as many as actor workers."
+    )
+    reward_workers: int = option(1, "Reward workers (CPU only); the responses of a step are shared among them.")
+    gpus_per_worker: float | None = option(
+        None, "GPUs of each actor, rollout and reference worker; null: 1 when the cluster has GPUs, else 0."
+    )
+    rollout_gpus_per_worker: float | None = option(
+        None, "GPUs of each split rollout worker (e.g. 2 for a tensor-parallel-2 engine); null: gpus_per_worker."
+    )
+    cpus_per_worker: float = option(1.0, "CPUs reserved for each worker in its placement-group bundle.")
+    address: str | None = option(
+        None, "Ray cluster to join (HOST:PORT, or auto); null: start a local Ray runtime on the loopback."
+    )
+    dashboard: bool = option(False, "Start Ray's dashboard with a local runtime (listening on 127.0.0.1 only).")
+    auth: Literal["token", "disabled"] = option(
+        "token",
+        "Token authentication of a local runtime (Ray's RAY_AUTH_MODE); a cluster's own setting is used when "
+        "joining one.",
+    )
+    worker_start_timeout: float = option(600.0, "Seconds to wait for the placement groups and workers to start.")
+
+    def _problems(self) -> Problems:
+        problems: Problems = []
+        for key in ("actor_workers", "reward_workers"):
+            if getattr(self, key) < 1:
+                problems.append((key, "must be >= 1"))
+        for key in ("rollout_workers", "reference_workers"):
+            if (getattr(self, key) or 1) < 1:
+                problems.append((key, "must be >= 1 (or null)"))
+        for key in ("gpus_per_worker", "rollout_gpus_per_worker"):
+            if (getattr(self, key) or 0) < 0:
+                problems.append((key, "must be >= 0"))
+        if self.cpus_per_worker <= 0:
+            problems.append(("cpus_per_worker", "must be > 0"))
+        return problems
+
+
+@dataclass
 class TrainConfig:
     """Everything ``videorl train`` reads: one section per part of the system."""
 
@@ -332,6 +386,7 @@ class TrainConfig:
         factory=RewardConfig, help="Reward weights, the format rule, routing by problem_type, timeouts."
     )
     trainer: TrainerConfig = option(factory=TrainerConfig, help="Steps, checkpoints and logging.")
+    ray: RayConfig = option(factory=RayConfig, help="Training on Ray (videorl train --ray): placement and workers.")
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -647,14 +702,16 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     schema: type[T] = TrainConfig,  # type: ignore[assignment]
+    data: Mapping[str, Any] | None = None,
 ) -> T:
-    """The configuration from a YAML file (or the defaults) with ``key=value`` overrides applied.
+    """The configuration from a YAML file, or from ``data`` (what :func:`config_to_dict` returns, e.g.
+    sent to another process), or the defaults, with ``key=value`` overrides applied.
 
     Raises :class:`ConfigError` listing every unknown key, wrong type and out-of-range value, each
     with its full key and where it was set.
     """
     ctx = _Context(schema)
-    raw: dict[str, Any] = {}
+    raw: dict[str, Any] = copy.deepcopy(dict(data)) if data is not None else {}
     if path is not None:
         where = str(path)
         try:

@@ -155,7 +155,7 @@ def run(
 ) -> DemoResult:
     """Prepare, train, and report held-out accuracy before and after (greedy, exact letter)."""
     from videorl.config import load_config
-    from videorl.grpo import evaluate
+    from videorl.grpo import evaluate, local_scorer
     from videorl.train.compose import build_training
 
     out.mkdir(parents=True, exist_ok=True)
@@ -164,9 +164,10 @@ def run(
     config: TrainConfig = load_config(None, [*overrides, *extra])
     training = build_training(config, plugins)
     max_tokens = config.rollout.max_response_length
-    before = evaluate(training.validation, training.engine, training.rewards, training.actor.backend, max_tokens)
+    scorer = local_scorer(training.rewards, training.actor.backend)
+    before = evaluate(training.validation, training.engine, scorer, max_tokens)
     training.run()
-    after = evaluate(training.validation, training.engine, training.rewards, training.actor.backend, max_tokens)
+    after = evaluate(training.validation, training.engine, scorer, max_tokens)
     curve = _plot(Path(config.output_dir))
     return DemoResult(before["val/accuracy/overall"], after["val/accuracy/overall"], Path(config.output_dir), curve)
 

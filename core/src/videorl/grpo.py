@@ -39,6 +39,7 @@ from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
+    from videorl.data import Sample
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
     from videorl.train.checkpoint import CheckpointManager
@@ -111,6 +112,7 @@ class Trajectory:
     reward: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
     advantage: float = 0.0
+    ref_logprobs: list[float] | None = None  # from reference workers (Ray, split placement)
 
 
 # --- small helpers --------------------------------------------------------------------------------
@@ -154,6 +156,17 @@ def offline_completion(backend: ModelBackend, text: str, max_tokens: int) -> Com
     return Completion(ids, [math.nan] * len(ids), reason)
 
 
+Scorer = Callable[[Sequence["Trajectory"]], None]
+"""Scores trajectories in place (``reward`` and ``parts``): in this process, or on reward workers."""
+
+
+def local_scorer(rewards: RewardRouter, backend: ModelBackend) -> Scorer:
+    """A :data:`Scorer` that decodes with ``backend``'s tokenizer and routes to ``rewards`` here."""
+    tokenizer = backend.processor.tokenizer
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    return lambda trajectories: score(rewards, trajectories, decode, backend.family)
+
+
 def score(
     rewards: RewardRouter, trajectories: Sequence[Trajectory], decode: Callable[[list[int]], str], family: str
 ) -> None:
@@ -186,23 +199,37 @@ def rollout_groups(
     config: TrainConfig,
     prompts: Sequence[Prompt],
     engine: RolloutEngine,
-    rewards: RewardRouter,
+    scorer: Scorer,
     backend: ModelBackend,
     *,
     seed: int | None,
     first_group: int = 0,
     timer: StageTimer | None = None,
 ) -> tuple[list[list[Trajectory]], dict[str, float]]:
-    """Generate, check, mix in offline trajectories and score the groups of ``prompts``.
+    """Generate the groups of ``prompts`` with ``engine``, then :func:`finish_groups`.
 
     ``timer`` receives the generation time as ``rollout`` and the scoring time as ``reward``.
     """
     timer = timer or StageTimer()
-    tokenizer = backend.processor.tokenizer
-    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
-    forbidden = backend.forbidden_token_ids() | set(config.model.suppress_token_ids)
     with timer("rollout"):
-        outputs = engine.generate([p.encoded for p in prompts], sampling_params(config, seed=seed))
+        outputs = engine.generate([p.require_encoded() for p in prompts], sampling_params(config, seed=seed))
+    return finish_groups(config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer)
+
+
+def finish_groups(
+    config: TrainConfig,
+    prompts: Sequence[Prompt],
+    outputs: Sequence[Sequence[Completion]],
+    scorer: Scorer,
+    backend: ModelBackend,
+    *,
+    first_group: int = 0,
+    timer: StageTimer | None = None,
+) -> tuple[list[list[Trajectory]], dict[str, float]]:
+    """Check the generated responses (``outputs[i]`` are the completions of ``prompts[i]``), score
+    them, and mix in offline trajectories when mix-policy is on."""
+    timer = timer or StageTimer()
+    forbidden = backend.forbidden_token_ids() | set(config.model.suppress_token_ids)
     groups = []
     for g, (prompt, completions) in enumerate(zip(prompts, outputs)):
         for c in completions:
@@ -210,7 +237,7 @@ def rollout_groups(
         groups.append([Trajectory(prompt, first_group + g, c) for c in completions])
     flat = [t for group in groups for t in group]
     with timer("reward"):
-        score(rewards, flat, decode, backend.family)
+        scorer(flat)
     metrics: dict[str, float] = {}
     if config.rollout.enable_mix_policy:
         decision = algo.mix_policy_decision(
@@ -227,7 +254,7 @@ def rollout_groups(
                 group[-1] = Trajectory(last.prompt, last.group, completion, offline=True)
                 replaced.append(group[-1])
         with timer("reward"):
-            score(rewards, replaced, decode, backend.family)
+            scorer(replaced)
         metrics.update(decision.metrics())
     return groups, metrics
 
@@ -236,7 +263,7 @@ def _micro_batches(
     trajectories: Sequence[Trajectory], budget: int, dist: Dist
 ) -> list[list[Trajectory]]:
     """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
-    lengths = [len(t.prompt.encoded) + len(t.completion.token_ids) for t in trajectories]
+    lengths = [len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories]
     count = len(algo.pack_by_token_budget(lengths, budget))
     count = int(dist.all_reduce(torch.tensor(count), op="max"))
     return [[trajectories[i] for i in b] for b in algo.pack_by_token_budget(lengths, budget, min_micro_batches=count)]
@@ -253,7 +280,7 @@ def _forward(
 
     With ``compute_dtype`` the forward runs under autocast in it (float32 master weights)."""
     param = next(model.parameters())
-    inputs = backend.collate([t.prompt.encoded for t in batch], [t.completion.token_ids for t in batch])
+    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch])
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     mixed = compute_dtype is not None and compute_dtype != param.dtype
     with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
@@ -321,9 +348,9 @@ def update(
             loss, valid = pl.loss, mask.float()
             if cfg.entropy_coef > 0:
                 loss = loss - cfg.entropy_coef * (entropy * valid).sum() / tokens
-            if cfg.use_kl_loss and actor.reference is not None:
+            if cfg.use_kl_loss:
                 with timer("reference"), torch.no_grad():
-                    ref_logp, _, _ = _forward(actor.reference, actor.backend, batch, forbidden)
+                    ref_logp = _reference_logprobs(actor, batch, forbidden, logp)
                 kl = algo.kl_k3(logp, ref_logp)
                 loss = loss + cfg.kl_coef * (kl * valid).sum() / tokens
                 sums["actor/kl"] += float((kl.detach() * valid).sum())
@@ -344,12 +371,46 @@ def update(
         "actor/grad_norm": sums["actor/grad_norm"],
         "actor/lr": float(actor.optimizer.param_groups[0]["lr"]),
         "actor/updates": float(updates),
+        "tokens/step": float(sum(len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories)),
     }
     if cfg.use_kl_loss:
         out["actor/kl"] = sums["actor/kl"] / tokens_all
     if sums["gap_tokens"]:
         out["rollout/logprob_diff"] = sums["gap"] / sums["gap_tokens"]
     return out
+
+
+def _reference_logprobs(
+    actor: Actor, batch: Sequence[Trajectory], forbidden: Sequence[int], like: torch.Tensor
+) -> torch.Tensor:
+    """The reference model's per-token log-probs of ``batch``, shaped as ``like``: computed here by the
+    actor's own reference copy, or taken from the trajectories (computed by reference workers)."""
+    if actor.reference is not None:
+        return _forward(actor.reference, actor.backend, batch, forbidden)[0]
+    out = torch.zeros_like(like)
+    for row, t in enumerate(batch):
+        if t.ref_logprobs is None:
+            raise RuntimeError(
+                f"sample {t.prompt.sample.id!r}: algorithm.use_kl_loss is on but neither a reference model "
+                "nor reference log-probs are available"
+            )
+        out[row, : len(t.ref_logprobs)] = torch.tensor(t.ref_logprobs, dtype=out.dtype)
+    return out
+
+
+def reference_logprobs(
+    reference: torch.nn.Module, backend: ModelBackend, trajectories: Sequence[Trajectory], config: TrainConfig
+) -> list[list[float]]:
+    """Per-token log-probs of each response under ``reference`` (a reference worker's whole job),
+    packed into micro-batches by ``actor.max_tokens_per_micro_batch`` as the update packs them."""
+    forbidden = sorted(backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
+    out: dict[int, list[float]] = {}
+    with torch.no_grad():
+        for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Dist()):
+            logp = _forward(reference, backend, batch, forbidden)[0]
+            for row, t in enumerate(batch):
+                out[id(t)] = logp[row, : len(t.completion.token_ids)].float().tolist()
+    return [out[id(t)] for t in trajectories]
 
 
 def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
@@ -390,33 +451,56 @@ def step_metrics(trajectories: Sequence[Trajectory], format_key: str = "format")
     return out
 
 
-def evaluate(
-    prompts: Sequence[Prompt], engine: RolloutEngine, rewards: RewardRouter, backend: ModelBackend, max_tokens: int
-) -> dict[str, float]:
+def evaluate(prompts: Sequence[Prompt], engine: RolloutEngine, scorer: Scorer, max_tokens: int) -> dict[str, float]:
     """Greedy accuracy and reward on held-out prompts (``val/*`` metrics), overall and per problem type."""
-    tokenizer = backend.processor.tokenizer
-    outputs = engine.generate([p.encoded for p in prompts], SamplingParams(n=1, temperature=0, max_tokens=max_tokens))
+    outputs = engine.generate([p.require_encoded() for p in prompts], validation_params(max_tokens))
+    return validation_metrics(prompts, outputs, scorer)
+
+
+def validation_params(max_tokens: int) -> SamplingParams:
+    return SamplingParams(n=1, temperature=0, max_tokens=max_tokens)
+
+
+def validation_metrics(
+    prompts: Sequence[Prompt], outputs: Sequence[Sequence[Completion]], scorer: Scorer
+) -> dict[str, float]:
+    """Score the greedy answers ``outputs`` of ``prompts``: the ``val/*`` metrics."""
     answers = [Trajectory(p, i, group[0]) for i, (p, group) in enumerate(zip(prompts, outputs))]
-    score(rewards, answers, lambda ids: tokenizer.decode(ids, skip_special_tokens=True), backend.family)
+    scorer(answers)
     return {f"val/{k}": v for k, v in step_metrics(answers).items() if k.startswith(("reward/", "accuracy/", "format/"))}
 
 
 # --- the loop -------------------------------------------------------------------------------------
 
 
+Rollout = Callable[[list["Sample"], int, int], tuple[list[list[Trajectory]], dict[str, float]]]
+"""``rollout(samples, seed, first_group)``: the scored groups of ``samples`` and the rollout's
+counters (:func:`rollout_groups` here; worker calls on the Ray controller)."""
+
+
+def local_rollout(
+    config: TrainConfig, engine: RolloutEngine, scorer: Scorer, backend: ModelBackend,
+    encode: Callable[[Any], Prompt], timer: StageTimer,
+) -> Rollout:
+    """A :data:`Rollout` in this process: encode (the ``data`` stage), generate, score."""
+
+    def rollout(samples: list[Sample], seed: int, first_group: int) -> tuple[list[list[Trajectory]], dict[str, float]]:
+        with timer("data"):
+            prompts = [encode(s) for s in samples]
+        return rollout_groups(config, prompts, engine, scorer, backend, seed=seed, first_group=first_group, timer=timer)
+
+    return rollout
+
+
+def rollout_seed(config: TrainConfig, step: int, attempt: int, rank: int) -> int:
+    """The sampling seed of a rank's rollout round (one per step, dynamic-sampling attempt and rank)."""
+    return config.seed * 100_003 + step * 1009 + attempt * 17 + rank
+
+
 def collect_groups(
-    config: TrainConfig,
-    step: int,
-    count: int,
-    actor: Actor,
-    engine: RolloutEngine,
-    rewards: RewardRouter,
-    data: TrainData,
-    encode: Callable[[Any], Prompt],
-    dist: Dist,
-    timer: StageTimer,
+    config: TrainConfig, step: int, count: int, data: TrainData, rollout: Rollout, rank: int = 0
 ) -> tuple[list[list[Trajectory]], dict[str, float]]:
-    """The ``count`` scored groups this rank trains on in ``step``, and the counters of the rollout.
+    """The ``count`` scored groups rank ``rank`` trains on in ``step``, and the counters of the rollout.
 
     With dynamic sampling, a group whose rewards are all equal (zero advantage) is dropped and the
     batch is refilled with new samples from the data, for at most ``dynamic_sampling_max_tries``
@@ -428,12 +512,8 @@ def collect_groups(
     dropped: list[list[Trajectory]] = []
     extra: dict[str, float] = defaultdict(float)
     for attempt in range(cfg.dynamic_sampling_max_tries if cfg.dynamic_sampling else 1):
-        with timer("data"):
-            prompts = [encode(s) for s in data.take(count - len(kept))]
-        seed = config.seed * 100_003 + step * 1009 + attempt * 17 + dist.rank
-        groups, mix_metrics = rollout_groups(
-            config, prompts, engine, rewards, actor.backend, seed=seed, first_group=len(kept), timer=timer
-        )
+        samples = data.take(count - len(kept))
+        groups, mix_metrics = rollout(samples, rollout_seed(config, step, attempt, rank), len(kept))
         for key, value in mix_metrics.items():
             extra[key] += value
         if not cfg.dynamic_sampling:
@@ -447,6 +527,20 @@ def collect_groups(
     extra["dynamic_sampling/rounds"] = float(attempt + 1)
     filled = kept + dropped[-(count - len(kept)) :] if len(kept) < count else kept
     return filled[:count], dict(extra)
+
+
+def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]]) -> list[Trajectory]:
+    """Set every trajectory's group-normalised advantage; the trajectories, flattened in group order."""
+    advantages = algo.grpo_advantages(
+        torch.tensor([[t.reward for t in g] for g in groups]),
+        eps=config.algorithm.adv_eps, norm_by_std=config.algorithm.norm_adv_by_std,
+    )
+    flat = []
+    for g, group in enumerate(groups):
+        for j, t in enumerate(group):
+            t.advantage = float(advantages[g, j])
+            flat.append(t)
+    return flat
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, config: TrainConfig, step: int) -> None:
@@ -483,19 +577,13 @@ def train(
     if start > 0 and not engine_shares_actor:
         engine.update_weights(actor.state_dict())  # the engine was loaded with the base model's weights
     prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
+    scorer = local_scorer(rewards, actor.backend)
     for step in range(start + 1, config.trainer.max_steps + 1):
         timer = StageTimer()
         step_start = time.perf_counter()
-        kept, extra = collect_groups(config, step, prompts_per_rank, actor, engine, rewards, data, encode, dist, timer)
-        advantages = algo.grpo_advantages(
-            torch.tensor([[t.reward for t in g] for g in kept]),
-            eps=config.algorithm.adv_eps, norm_by_std=config.algorithm.norm_adv_by_std,
-        )
-        flat = []
-        for g, group in enumerate(kept):
-            for j, t in enumerate(group):
-                t.advantage = float(advantages[g, j])
-                flat.append(t)
+        rollout = local_rollout(config, engine, scorer, actor.backend, encode, timer)
+        kept, extra = collect_groups(config, step, prompts_per_rank, data, rollout, dist.rank)
+        flat = assign_advantages(config, kept)
         set_learning_rate(actor.optimizer, config, step)
         with timer("actor"):
             actor_metrics = update(config, actor, flat, dist, timer)
@@ -503,11 +591,10 @@ def train(
             with timer("weight_sync"):
                 engine.update_weights(actor.state_dict())
         metrics = {**step_metrics(flat), **actor_metrics, **extra}
-        metrics["tokens/step"] = float(sum(len(t.prompt.encoded) + len(t.completion.token_ids) for t in flat))
         every = config.trainer.val_every
         if validation and every and (step % every == 0 or step == config.trainer.max_steps):
             with timer("validation"):
-                metrics.update(evaluate(validation, engine, rewards, actor.backend, config.rollout.max_response_length))
+                metrics.update(evaluate(validation, engine, scorer, config.rollout.max_response_length))
         timer.seconds["step"] = time.perf_counter() - step_start
         metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
         metrics = _average_over_ranks(metrics, dist)
@@ -523,13 +610,15 @@ def train(
 
 
 def _average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
-    """Each metric's mean over the ranks that report it (ranks may see different problem types)."""
     if dist.world_size == 1:
         return metrics
-    keys = sorted(set().union(*_gather_objects(sorted(metrics), dist)))
-    pairs = [[metrics[k], 1.0] if k in metrics else [0.0, 0.0] for k in keys]
-    totals = dist.all_reduce(torch.tensor(pairs, dtype=torch.float64)).tolist()
-    return {k: total / count for k, (total, count) in zip(keys, totals)}
+    return mean_over_ranks(_gather_objects(metrics, dist))
+
+
+def mean_over_ranks(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the ranks that report it (ranks may see different problem types)."""
+    keys = sorted(set().union(*per_rank))
+    return {k: math.fsum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank) for k in keys}
 
 
 # --- checkpoints ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``videorl train CONFIG [key=value ...]``: GRPO training, in one process or under torchrun."""
+"""``videorl train CONFIG [key=value ...]``: GRPO training, in one process, under torchrun, or on Ray."""
 
 from __future__ import annotations
 
@@ -18,9 +18,14 @@ if TYPE_CHECKING:
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--resume", default=None, metavar="auto|DIR", help="Continue from a checkpoint (auto: the latest).")
 @click.option("--print-config", is_flag=True, help="Print the resolved config and exit.")
+@click.option("--ray", "use_ray", is_flag=True, help="Train with a controller and worker groups on Ray (the ray section).")
+@click.option(
+    "--ray-address", default=None, metavar="HOST:PORT", help="Join this Ray cluster (implies --ray; else ray.address)."
+)
 @click.pass_obj
 def train_command(
-    plugins: Plugins, config_file: str, overrides: tuple[str, ...], resume: str | None, print_config: bool
+    plugins: Plugins, config_file: str, overrides: tuple[str, ...], resume: str | None, print_config: bool,
+    use_ray: bool, ray_address: str | None,
 ) -> None:
     """Train a policy with GRPO as CONFIG (YAML) describes, with dotted KEY=VALUE overrides.
 
@@ -29,6 +34,8 @@ def train_command(
       videorl train examples/demo.yaml trainer.max_steps=50 rollout.n=4
       torchrun --nproc-per-node 2 -m videorl.cli train CONFIG      # FSDP2 over 2 processes
       videorl train CONFIG --resume auto                            # continue after a crash
+      videorl train CONFIG --ray ray.actor_workers=2                # a local Ray runtime, 2 FSDP workers
+      videorl train CONFIG --ray-address HEAD:6379                  # join a Ray cluster
     """
     from videorl.config import dump_config, load_config
 
@@ -41,6 +48,15 @@ def train_command(
         raise click.ClickException(str(exc)) from None
     if print_config:
         click.echo(dump_config(config), nl=False)
+        return
+    if use_ray or ray_address:
+        from videorl.cluster.controller import train_on_ray
+
+        try:
+            last = train_on_ray(config, plugins, address=ray_address)
+        except VideorlError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"trained to step {last}; run directory: {config.output_dir}")
         return
     from videorl.train.compose import build_training
     from videorl.train.distributed import close_distributed, init_distributed

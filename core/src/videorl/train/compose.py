@@ -200,13 +200,73 @@ def make_engine(
     return engine
 
 
-def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
-    """Build the actor, engine, rewards, data and run files that ``config`` describes."""
+def make_actor(
+    config: TrainConfig, backend: ModelBackend, dist: Dist, *, reference: bool | None = None
+) -> tuple[Actor, VisionSync]:
+    """The policy of this rank (FSDP2-sharded over ``dist``), its AdamW, and the frozen reference
+    copy when ``reference`` (default: when the KL penalty is on)."""
     import torch
 
-    from videorl.grpo import Actor, Dist, RunIO
-    from videorl.rewards.router import RewardRouter
+    from videorl.grpo import Actor
     from videorl.train import distributed
+
+    dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
+    # Master weights and optimizer states stay float32 (an lr of 1e-6 cannot move a bf16 weight);
+    # model.dtype is the compute dtype: autocast in one process, FSDP2's mixed precision when sharded.
+    model = backend.load_model(dtype=torch.float32, device=device)
+    if config.actor.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ref_model = None
+    if config.algorithm.use_kl_loss if reference is None else reference:
+        ref_model = load_reference(config, backend)
+    vision_sync = backend.install_vision_sync(model)
+    sharded = dist.world_size > 1
+    # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
+    # process needs none (and the HF engine, generating with the actor, would run it every token).
+    vision_sync.dummy = sharded
+    if sharded:
+        distributed.shard_model(model, compute_dtype=dtype)
+    o = config.optim
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
+    )
+    actor = Actor(
+        model, optimizer, backend, ref_model, compute_dtype=None if sharded else dtype,
+        full_state_dict=(lambda: distributed.full_state_dict(model)) if sharded else None,
+        load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
+    )
+    return actor, vision_sync
+
+
+def load_reference(config: TrainConfig, backend: ModelBackend) -> Any:
+    """The frozen reference policy (the base checkpoint) in ``model.dtype``, for the KL penalty."""
+    import torch
+
+    from videorl.train import distributed
+
+    dtype = getattr(torch, config.model.dtype)
+    return backend.load_model(dtype=dtype, device=distributed.local_device()).eval().requires_grad_(False)
+
+
+def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist) -> tuple[RolloutEngine, bool]:
+    """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
+    engine in one process: no copy, never refreshed)."""
+    from videorl.train import distributed
+
+    engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
+    shares = engine_name == "hf" and dist.world_size == 1
+    engine = make_engine(
+        plugins, engine_name, actor.backend, model_path=config.model.path, dtype=config.model.dtype,
+        seed=config.seed + dist.rank, options=config.rollout.engine_options,
+        model=actor.model if shares else None, device=distributed.local_device(),
+    )
+    return engine, shares
+
+
+def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
+    """Build the actor, engine, rewards, data and run files that ``config`` describes."""
+    from videorl.grpo import Dist, RunIO
+    from videorl.rewards.router import RewardRouter
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
     from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
@@ -240,38 +300,8 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
 
-    dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
-    # Master weights and optimizer states stay float32 (an lr of 1e-6 cannot move a bf16 weight);
-    # model.dtype is the compute dtype: autocast in one process, FSDP2's mixed precision when sharded.
-    model = backend.load_model(dtype=torch.float32, device=device)
-    if config.actor.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    reference = None
-    if config.algorithm.use_kl_loss:
-        reference = backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
-    vision_sync = backend.install_vision_sync(model)
-    engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
-    sharded = dist.world_size > 1
-    # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
-    # process needs none (and the HF engine, generating with the actor, would run it every token).
-    vision_sync.dummy = sharded
-    if sharded:
-        distributed.shard_model(model, compute_dtype=dtype)
-    o = config.optim
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
-    )
-    actor = Actor(
-        model, optimizer, backend, reference, compute_dtype=None if sharded else dtype,
-        full_state_dict=(lambda: distributed.full_state_dict(model)) if sharded else None,
-        load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
-    )
-    shares = engine_name == "hf" and not sharded  # one process: generate with the actor itself
-    engine = make_engine(
-        plugins, engine_name, backend, model_path=config.model.path, dtype=config.model.dtype,
-        seed=config.seed + dist.rank, options=config.rollout.engine_options, model=model if shares else None,
-        device=device,
-    )
+    actor, vision_sync = make_actor(config, backend, dist)
+    engine, shares = make_rank_engine(config, plugins, actor, dist)
 
     metrics = progress = None
     if dist.rank == 0:

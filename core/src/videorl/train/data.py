@@ -69,11 +69,21 @@ class TrainData:
 
 @dataclass
 class Prompt:
-    """A sample ready for rollout and training: tokenised once, with what its rewards need."""
+    """A sample ready for rollout and training: tokenised once, with what its rewards need.
+
+    ``encoded`` is None where the prompt was encoded in another process (the Ray controller knows a
+    prompt by its sample and media metadata only; its workers encode it where the frames are used).
+    """
 
     sample: Sample
-    encoded: EncodedPrompt
+    encoded: EncodedPrompt | None
     media: MediaInfo | None
+
+    def require_encoded(self) -> EncodedPrompt:
+        """The tokenised prompt; an error where this process holds only the sample."""
+        if self.encoded is None:
+            raise RuntimeError(f"sample {self.sample.id!r}: its prompt was encoded in another process, not here")
+        return self.encoded
 
 
 class PromptEncoder:

@@ -99,7 +99,7 @@ def score_pass_rates(
     for chunk in _chunks(todo, batch_size):
         prompts = [encode(s) for s in chunk]
         seed = None if params.seed is None else params.seed + position[chunk[0].id]
-        outputs = engine.generate([p.encoded for p in prompts], replace(params, seed=seed))
+        outputs = engine.generate([p.require_encoded() for p in prompts], replace(params, seed=seed))
         groups = [[Trajectory(p, g, c) for c in group] for g, (p, group) in enumerate(zip(prompts, outputs))]
         score(rewards, [t for group in groups for t in group], decode, backend.family)
         for sample, group in zip(chunk, groups):

@@ -1,0 +1,256 @@
+"""Starting Ray, placing the worker groups with placement groups, and calling them.
+
+Placement (``ray.placement``):
+
+- ``colocated``: one placement group of ``actor_workers`` bundles; each bundle holds one worker with
+  the ``actor`` and ``rollout`` roles (and ``reference`` when the KL penalty is on), sharing its devices;
+- ``split``: a placement group each for the actor workers, the rollout workers and (KL on) the
+  reference workers, each worker with devices of its own.
+
+Reward workers (CPU only) get a placement group of their own in both. Every call goes through
+:meth:`Cluster.call`, which turns a worker's death or error into a :class:`WorkerFailure` naming the
+worker, its process, the stage and the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from videorl.errors import ConfigError, VideorlError
+
+if TYPE_CHECKING:
+    from videorl.config import RayConfig, TrainConfig
+
+FAILURE_GRACE_S = 5.0  # after one call fails, how long to wait for the others (a peer's death explains it)
+
+
+class WorkerFailure(VideorlError):
+    """A worker died or raised; ``worker`` names it, ``died`` says whether its process is gone."""
+
+    def __init__(self, worker: WorkerHandle, stage: str, step: int, cause: BaseException, *, died: bool) -> None:
+        where = f"{worker.name} ({'+'.join(worker.roles)}; pid {worker.pid} on {worker.node})"
+        when = f"during {stage} of step {step}" if step else f"during {stage}"
+        if died:
+            text = f"worker {where} died {when}: {_reason(cause)}"
+        else:
+            text = f"worker {where} failed {when}: {_reason(cause)}"
+        super().__init__(text)
+        self.worker, self.stage, self.step, self.died = worker, stage, step, died
+
+
+def _reason(exc: BaseException) -> str:
+    """The error a worker raised (not Ray's wrapper and traceback), or why Ray lost the worker."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and not isinstance(exc, _actor_error_types()):
+        return f"{type(cause).__name__}: {cause}"
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _actor_error_types() -> tuple[type[BaseException], ...]:
+    from ray.exceptions import RayActorError
+
+    return (RayActorError,)
+
+
+@dataclass
+class WorkerHandle:
+    """A started worker: its name (``actor-0``, ``rollout-1``, ...), roles, Ray handle and process."""
+
+    name: str
+    roles: list[str]
+    handle: Any
+    pid: int = 0
+    node: str = "?"
+    port: int = 0
+    gpus: list[Any] = field(default_factory=list)
+
+
+def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
+    """Join the cluster at ``address`` (or ``ray.address``), or start a local runtime; True when started.
+
+    A local runtime is started with its defaults set explicitly: Ray's dashboard off unless
+    ``ray.dashboard`` (and then on 127.0.0.1 only), token authentication as ``ray.auth`` says
+    (``RAY_AUTH_MODE``), this node's address for everything Ray starts, and enough logical CPUs for
+    the workers' bundles.
+    """
+    import ray
+
+    address = address or cfg.address
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, namespace="videorl", log_to_driver=True, logging_level=logging.WARNING)
+        return False
+    if cfg.auth == "token":
+        # Ray's own default for a new local runtime: it turns token auth on and writes a token under
+        # ~/.ray when there is none (setting RAY_AUTH_MODE=token ourselves would skip that step).
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(
+        num_cpus=max(os.cpu_count() or 1, int(cpus_needed + 0.999)),
+        include_dashboard=cfg.dashboard,
+        dashboard_host="127.0.0.1",
+        namespace="videorl",
+        log_to_driver=True,
+        logging_level=logging.WARNING,
+        _node_ip_address="127.0.0.1",
+    )
+    if os.environ.get("RAY_AUTH_MODE", "disabled") != cfg.auth:
+        ray.shutdown()
+        raise ConfigError(f"ray.auth: asked for {cfg.auth!r}, but Ray started with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}")
+    return True
+
+
+def cpus_needed(config: TrainConfig) -> float:
+    """Logical CPUs the placement groups of ``config`` reserve (a local runtime gets at least these)."""
+    r = config.ray
+    return r.cpus_per_worker * sum(count for _, _, count, _ in _groups(config))
+
+
+def _groups(config: TrainConfig) -> list[tuple[str, list[str], int, str]]:
+    """(group name, roles, worker count, device key) of each worker group of ``config``."""
+    r, kl = config.ray, config.algorithm.use_kl_loss
+    if r.placement == "colocated":
+        groups = [("actor", ["actor", "rollout", *(["reference"] if kl else [])], r.actor_workers, "gpus")]
+    else:
+        groups = [("actor", ["actor"], r.actor_workers, "gpus"),
+                  ("rollout", ["rollout"], r.rollout_workers or r.actor_workers, "rollout_gpus")]
+        if kl:
+            groups.append(("reference", ["reference"], r.reference_workers or r.actor_workers, "gpus"))
+    groups.append(("reward", ["reward"], r.reward_workers, "none"))
+    return groups
+
+
+class Cluster:
+    """The worker groups of one run: ``actor``, ``rollout``, ``reference``, ``reward`` (a colocated
+    run's rollout and reference groups are its actor workers)."""
+
+    def __init__(self, config: TrainConfig, disable: Sequence[str] = ()) -> None:
+        self.config, self.disable = config, list(disable)
+        self.groups: dict[str, list[WorkerHandle]] = {}
+        self._placement_groups: list[Any] = []
+
+    @property
+    def actors(self) -> list[WorkerHandle]:
+        return self.groups["actor"]
+
+    @property
+    def rollouts(self) -> list[WorkerHandle]:
+        return self.groups.get("rollout") or self.groups["actor"]
+
+    @property
+    def references(self) -> list[WorkerHandle]:
+        return self.groups.get("reference", [])
+
+    @property
+    def rewards(self) -> list[WorkerHandle]:
+        return self.groups["reward"]
+
+    @property
+    def colocated(self) -> bool:
+        return self.config.ray.placement == "colocated"
+
+    def start(self) -> None:
+        """Reserve the placement groups, start every worker in its bundle, then build the models (the
+        actor ranks meeting at actor-0's address)."""
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from videorl.cluster.worker import Worker
+        from videorl.config import config_to_dict
+
+        r = self.config.ray
+        has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+        gpus = r.gpus_per_worker if r.gpus_per_worker is not None else (1.0 if has_gpus else 0.0)
+        devices = {"gpus": gpus, "rollout_gpus": r.rollout_gpus_per_worker if r.rollout_gpus_per_worker is not None
+                   else gpus, "none": 0.0}
+        remote = ray.remote(Worker)
+        payload = config_to_dict(self.config)
+        for group, roles, count, device_key in _groups(self.config):
+            bundle = {"CPU": r.cpus_per_worker, **({"GPU": devices[device_key]} if devices[device_key] else {})}
+            pg = placement_group([dict(bundle) for _ in range(count)], strategy="PACK", name=f"videorl-{group}")
+            self._placement_groups.append(pg)
+            try:
+                ray.get(pg.ready(), timeout=r.worker_start_timeout)
+            except ray.exceptions.GetTimeoutError:
+                raise ConfigError(
+                    f"ray: {count} {group} worker(s) of {bundle} each could not be placed within "
+                    f"{r.worker_start_timeout:.0f} s; the cluster has {ray.cluster_resources()}. Lower "
+                    "ray.*_workers or ray.gpus_per_worker, or add nodes."
+                ) from None
+            handles = []
+            for i in range(count):
+                options = dict(
+                    num_cpus=r.cpus_per_worker, num_gpus=devices[device_key], max_restarts=0, max_task_retries=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+                )
+                rank, world = (i, count) if group == "actor" else (i, 1)
+                handle = remote.options(**options).remote(payload, roles, rank, world, self.disable)
+                handles.append(WorkerHandle(f"{group}-{i}", roles, handle))
+            self.groups[group] = handles
+        everyone = [w for ws in self.groups.values() for w in ws]
+        for w, info in zip(everyone, self.call("worker start-up", 0, [(w, "describe", ()) for w in everyone])):
+            w.pid, w.node, w.port, w.gpus = info["pid"], info["node"], info["port"], info["gpus"]
+        master = self.actors[0]
+        # The actor ranks meet on the loopback when they share a node, else at actor-0's node address.
+        addr = "127.0.0.1" if all(w.node == master.node for w in self.actors) else master.node
+        self.call("model set-up", 0, [(w, "setup", (addr, master.port)) for w in everyone])
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Name, roles, pid, node and devices of every worker (written to the run directory)."""
+        return [
+            {"name": w.name, "roles": w.roles, "pid": w.pid, "node": w.node, "gpus": w.gpus}
+            for ws in self.groups.values() for w in ws
+        ]
+
+    def call(self, stage: str, step: int, calls: Sequence[tuple[WorkerHandle, str, tuple[Any, ...]]]) -> list[Any]:
+        """Run ``worker.method(*args)`` for each call at once; their results in order.
+
+        When one fails, the others get :data:`FAILURE_GRACE_S` to finish, and a worker whose process
+        died is named before one that merely failed (an FSDP rank fails when its peer dies)."""
+        import ray
+
+        refs = [getattr(w.handle, method).remote(*args) for w, method, args in calls]
+        owner = {ref: w for ref, (w, _, _) in zip(refs, calls)}
+        results: dict[Any, Any] = {}
+        failures: list[tuple[WorkerHandle, BaseException]] = []
+        pending, deadline = list(refs), None
+        while pending:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+            if not ready:
+                break
+            for ref in ready:
+                try:
+                    results[ref] = ray.get(ref)
+                except Exception as exc:  # every failure is reported below, named
+                    failures.append((owner[ref], exc))
+                    deadline = deadline or time.monotonic() + FAILURE_GRACE_S
+        if failures:
+            died = [(w, e) for w, e in failures if isinstance(e, _actor_error_types())]
+            worker, error = (died or failures)[0]
+            raise WorkerFailure(worker, stage, step, error, died=bool(died))
+        return [results[ref] for ref in refs]
+
+    def shutdown(self, *, clean: bool) -> None:
+        """Close the engines and process groups (``clean``), then end every worker and placement group."""
+        import ray
+
+        everyone = [w for ws in self.groups.values() for w in ws]
+        if clean and everyone:
+            with contextlib.suppress(Exception):  # the workers are killed next anyway
+                ray.get([w.handle.close.remote() for w in everyone], timeout=60)
+        for w in everyone:
+            ray.kill(w.handle, no_restart=True)
+        for pg in self._placement_groups:
+            ray.util.remove_placement_group(pg)
+        self.groups, self._placement_groups = {}, []

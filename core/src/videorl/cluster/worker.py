@@ -1,0 +1,287 @@
+"""A worker process of a Ray run, hosting the roles its controller gives it.
+
+- ``actor``: one FSDP rank of the policy, its optimizer and (colocated) the reference copy; it runs
+  :func:`videorl.grpo.update` on its rank's trajectories and writes checkpoints with the other ranks;
+- ``rollout``: a rollout engine; with ``actor`` in the same process (colocated placement) it is
+  refreshed in place after each update, otherwise from the weights the actor ranks publish;
+- ``reference``: the frozen reference model's log-probs of the responses (split placement, KL on);
+- ``reward``: the reward router, scoring decoded responses.
+
+Every worker reads the dataset files itself and encodes a prompt from the frame cache where its
+frames are used, so its methods take and return :mod:`~videorl.cluster.wire` messages: sample ids,
+token ids and numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from videorl.cluster import wire
+
+if TYPE_CHECKING:
+    import torch
+
+    from videorl.data import Sample
+    from videorl.grpo import Actor, Dist, Scorer, Trajectory
+    from videorl.rollout import RolloutEngine
+    from videorl.train.data import Prompt
+
+ROLES = ("actor", "rollout", "reference", "reward")
+
+
+@dataclass
+class _DataPosition:
+    """A rank's data position as the controller holds it (what a checkpoint records for the rank)."""
+
+    state: dict[str, int]
+
+    def state_dict(self) -> dict[str, int]:
+        return self.state
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.state = dict(state)
+
+
+class Worker:
+    """One process of a Ray run (a Ray actor). ``rank``/``world_size`` place an ``actor`` role among
+    the FSDP ranks; :meth:`setup` builds the models once the controller knows the rendezvous."""
+
+    def __init__(self, config: dict[str, Any], roles: list[str], rank: int, world_size: int, disable: list[str]) -> None:
+        from videorl.config import DataConfig, TrainConfig, load_config
+        from videorl.data import load_samples
+        from videorl.plugins import load_plugins
+        from videorl.train.compose import make_backend
+
+        unknown = sorted(set(roles) - set(ROLES))
+        if unknown:
+            raise ValueError(f"unknown worker role(s) {unknown}; known: {', '.join(ROLES)}")
+        self.config: TrainConfig = load_config(None, [], data=config)
+        self.roles, self.rank, self.world_size = set(roles), rank, world_size
+        self.plugins = load_plugins(disable=disable)
+        self.backend = make_backend(self.config, self.plugins)
+        d: DataConfig = self.config.data
+        self.samples: dict[str, Sample] = {
+            s.id: s for f in [*d.train_files, *d.val_files] for s in load_samples(f, media_root=d.media_root)
+        }
+        self.actor: Actor | None = None
+        self.engine: RolloutEngine | None = None
+        self.engine_shares_actor = False
+        self.reference: torch.nn.Module | None = None
+        self.scorer: Scorer | None = None
+        self.dist: Dist | None = None
+
+    # --- placement ---------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """Where this worker runs: pid, node address, devices, and a free port for the rendezvous."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids(), "port": port}
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        """Build this worker's roles; the ``actor`` ranks join one process group at ``master_addr``."""
+        from videorl.grpo import Dist
+        from videorl.rewards.router import RewardRouter
+        from videorl.train.compose import (
+            load_reference,
+            make_actor,
+            make_encoder,
+            make_engine,
+            make_rank_engine,
+            seed_everything,
+        )
+        from videorl.train.distributed import init_distributed, local_device
+
+        config = self.config
+        self.encoder = make_encoder(config, self.backend, self.plugins)
+        if "actor" in self.roles:
+            os.environ.update(
+                RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
+                MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
+            )
+            self.dist = init_distributed()
+            seed_everything(config.seed + self.rank)  # as a torchrun rank does
+            with_reference = config.algorithm.use_kl_loss and "reference" in self.roles
+            self.actor, _ = make_actor(config, self.backend, self.dist, reference=with_reference)
+            if "rollout" in self.roles:
+                self.engine, self.engine_shares_actor = make_rank_engine(config, self.plugins, self.actor, self.dist)
+        else:
+            self.dist = Dist()
+            seed_everything(config.seed + self.rank)
+            if "reference" in self.roles:
+                self.reference = load_reference(config, self.backend)
+            if "rollout" in self.roles:
+                self.engine = make_engine(
+                    self.plugins, config.rollout.engine, self.backend, model_path=config.model.path,
+                    dtype=config.model.dtype, seed=config.seed + self.rank, options=config.rollout.engine_options,
+                    device=local_device(),
+                )
+        if "reward" in self.roles:
+            from videorl.grpo import local_scorer
+
+            self.scorer = local_scorer(RewardRouter.from_registry(self.plugins.rewards, config.rewards), self.backend)
+
+    def close(self) -> None:
+        from videorl.train.distributed import close_distributed
+
+        if self.engine is not None:
+            self.engine.close()
+        close_distributed()
+
+    # --- prompts -----------------------------------------------------------------------------------
+
+    def _sample(self, sample_id: str) -> Sample:
+        try:
+            return self.samples[sample_id]
+        except KeyError:
+            raise KeyError(
+                f"sample {sample_id!r} is not in this worker's copy of data.train_files / data.val_files: every "
+                "node must see the same dataset files at the same paths"
+            ) from None
+
+    def _prompts(self, sample_ids: list[str]) -> dict[str, Prompt]:
+        """Each distinct sample encoded once (frames from the cache, here)."""
+        out: dict[str, Prompt] = {}
+        for sid in sample_ids:
+            if sid not in out:
+                out[sid] = self.encoder(self._sample(sid))
+        return out
+
+    def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Trajectory]:
+        """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories."""
+        from videorl.grpo import Trajectory
+
+        return [
+            Trajectory(prompts[sid], group, wire.completion_in(c), offline=offline, advantage=adv, ref_logprobs=ref)
+            for sid, group, c, offline, adv, ref in items
+        ]
+
+    # --- roles -------------------------------------------------------------------------------------
+
+    def generate(self, message: bytes) -> bytes:
+        """``{ids, seed, greedy}`` -> per sample its media metadata and completions, and the seconds
+        spent encoding (``data``) and generating (``rollout``)."""
+        from videorl.grpo import sampling_params, validation_params
+
+        assert self.engine is not None, "generate() on a worker without the rollout role"
+        request = wire.loads(message)
+        start = time.perf_counter()
+        prompts = self._prompts(request["ids"])
+        encoded = time.perf_counter()
+        params = (
+            validation_params(self.config.rollout.max_response_length) if request["greedy"]
+            else sampling_params(self.config, seed=request["seed"])
+        )
+        ordered = [prompts[sid] for sid in request["ids"]]
+        outputs = self.engine.generate([p.require_encoded() for p in ordered], params)
+        return wire.dumps({
+            "media": [wire.media_out(p.media) for p in ordered],
+            "completions": [[wire.completion_out(c) for c in group] for group in outputs],
+            "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
+        })
+
+    def score(self, message: bytes) -> bytes:
+        """``{items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
+        from videorl.grpo import Trajectory
+        from videorl.rollout import Completion
+        from videorl.train.data import Prompt
+
+        assert self.scorer is not None, "score() on a worker without the reward role"
+        items = wire.loads(message)["items"]
+        trajectories = [
+            Trajectory(Prompt(self._sample(sid), None, wire.media_in(media)), 0, Completion(ids, [0.0] * len(ids), "stop"))
+            for sid, media, ids in items
+        ]
+        self.scorer(trajectories)
+        return wire.dumps([[t.reward, t.parts] for t in trajectories])
+
+    def reference_logprobs(self, message: bytes) -> bytes:
+        """``{items}`` (as :meth:`update`) -> the reference model's per-token log-probs of each response."""
+        from videorl.grpo import reference_logprobs
+
+        assert self.reference is not None, "reference_logprobs() on a worker without the reference role"
+        items = wire.loads(message)["items"]
+        start = time.perf_counter()
+        trajectories = self._trajectories(items, self._prompts([row[0] for row in items]))
+        logprobs = reference_logprobs(self.reference, self.backend, trajectories, self.config)
+        return wire.dumps({"logprobs": logprobs, "seconds": time.perf_counter() - start})
+
+    def update(self, message: bytes) -> bytes:
+        """``{step, items}`` -> this rank's actor metrics of the step (collective over the actor ranks).
+
+        A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
+        rank, as under torchrun)."""
+        from videorl.grpo import StageTimer, set_learning_rate, update
+
+        assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
+        request = wire.loads(message)
+        timer = StageTimer()
+        with timer("data"):
+            trajectories = self._trajectories(request["items"], self._prompts([row[0] for row in request["items"]]))
+        set_learning_rate(self.actor.optimizer, self.config, request["step"])
+        with timer("actor"):
+            metrics = update(self.config, self.actor, trajectories, self.dist, timer)
+        if self.engine is not None and not self.engine_shares_actor:
+            with timer("weight_sync"):
+                self.engine.update_weights(self.actor.state_dict())
+        return wire.dumps({"metrics": metrics, "seconds": dict(timer.seconds)})
+
+    def publish_weights(self) -> list[Any] | None:
+        """Gather the full weights (collective over the actor ranks); rank 0 puts them in Ray's object
+        store for the split rollout workers and returns ``[ref, bytes]``."""
+        import ray
+
+        assert self.actor is not None, "publish_weights() on a worker without the actor role"
+        state = self.actor.state_dict()
+        if self.rank != 0:
+            return None
+        return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> float:
+        """Refresh the engine with published weights (Ray resolves the reference); the seconds it took."""
+        assert self.engine is not None, "load_weights() on a worker without the rollout role"
+        start = time.perf_counter()
+        self.engine.update_weights(state)
+        return time.perf_counter() - start
+
+    # --- checkpoints -------------------------------------------------------------------------------
+
+    def _io(self) -> Any:
+        from pathlib import Path
+
+        from videorl.grpo import RunIO
+        from videorl.train.checkpoint import CheckpointManager
+        from videorl.train.compose import CHECKPOINT_DIR
+
+        root = Path(self.config.output_dir) / CHECKPOINT_DIR
+        return RunIO(CheckpointManager(root, keep_last=self.config.trainer.keep_last))
+
+    def save_checkpoint(self, step: int, data_state: dict[str, int]) -> None:
+        """Every actor rank gathers model and optimizer states; rank 0 writes, with each rank's data
+        position (held by the controller) and RNG state: the same checkpoint a torchrun run writes."""
+        from videorl.grpo import save_checkpoint
+
+        assert self.actor is not None and self.dist is not None
+        save_checkpoint(step, self.actor, _DataPosition(data_state), self._io(), self.dist)  # type: ignore[arg-type]
+
+    def resume(self, path: str) -> int:
+        """Load model, optimizer and RNG state of checkpoint ``path`` (the controller holds the data
+        positions); a colocated engine gets the loaded weights."""
+        from dataclasses import replace
+
+        from videorl.grpo import resume
+
+        assert self.actor is not None and self.dist is not None
+        config = replace(self.config, trainer=replace(self.config.trainer, resume=path))
+        step = resume(config, self.actor, _DataPosition({}), self._io(), self.dist)  # type: ignore[arg-type]
+        if self.engine is not None and not self.engine_shares_actor:
+            self.engine.update_weights(self.actor.state_dict())
+        return step
