@@ -342,7 +342,7 @@ class RayConfig:
     )
     cpus_per_worker: float = option(1.0, "CPUs reserved for each worker in its placement-group bundle.")
     address: str | None = option(
-        None, "Ray cluster to join (HOST:PORT, or auto); null: start a local Ray runtime on the loopback."
+        None, "Ray cluster to join (HOST:PORT, or auto); null: start a local Ray runtime on this machine."
     )
     dashboard: bool = option(False, "Start Ray's dashboard with a local runtime (listening on 127.0.0.1 only).")
     auth: Literal["token", "disabled"] = option(
@@ -358,7 +358,7 @@ class RayConfig:
             if getattr(self, key) < 1:
                 problems.append((key, "must be >= 1"))
         for key in ("rollout_workers", "reference_workers"):
-            if (getattr(self, key) or 1) < 1:
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 problems.append((key, "must be >= 1 (or null)"))
         for key in ("gpus_per_worker", "rollout_gpus_per_worker"):
             if (getattr(self, key) or 0) < 0:

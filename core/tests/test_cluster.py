@@ -1,0 +1,152 @@
+"""The Ray path's pieces that need no Ray runtime: the wire format, the worker groups a config asks
+for, the controller's byte counting and failure messages (the runs themselves: tests/test_train_ray.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from videorl.cluster import wire
+from videorl.cluster.controller import Controller
+from videorl.cluster.runtime import WorkerFailure, WorkerHandle, _groups, cpus_needed
+from videorl.config import load_config
+from videorl.data import Sample
+from videorl.errors import ConfigError
+from videorl.grpo import StageTimer, Trajectory
+from videorl.rewards.types import MediaInfo
+from videorl.rollout import Completion
+from videorl.train.data import Prompt
+
+BASE = ["model.path=/m", "data.train_files=[/d.jsonl]"]
+
+
+@pytest.mark.parametrize("value", [torch.zeros(2, dtype=torch.uint8), np.zeros(3), b"\x00\x01", {1, 2}])
+def test_wire_refuses_anything_but_plain_values(value: Any) -> None:
+    with pytest.raises(wire.WireError, match=f"a .*{type(value).__name__} cannot cross a process boundary"):
+        wire.dumps({"ids": ["a"], "frames": [value]})
+
+
+def test_wire_round_trips_completions_and_media() -> None:
+    c = Completion([5, 6, 151645], [-0.5, -1.25, math.nan], "stop")
+    back = wire.completion_in(wire.loads(wire.dumps(wire.completion_out(c))))
+    assert back.token_ids == c.token_ids and back.finish_reason == "stop"
+    assert back.logprobs[:2] == [-0.5, -1.25] and math.isnan(back.logprobs[2])  # offline responses: NaN
+    media = MediaInfo(duration=4.0, fps=30.0, num_frames=8, width=640, height=360, resized_width=56, resized_height=56)
+    assert wire.media_in(wire.loads(wire.dumps(wire.media_out(media)))) == media
+    assert wire.media_in(wire.loads(wire.dumps(wire.media_out(None)))) is None
+    assert wire.dumps({"ids": ["a", "b"], "seed": 7}) == b'{"ids":["a","b"],"seed":7}'
+
+
+def test_worker_groups_per_placement() -> None:
+    colocated = load_config(None, [*BASE, "ray.actor_workers=4", "algorithm.use_kl_loss=true"])
+    assert _groups(colocated) == [
+        ("actor", ["actor", "rollout", "reference"], 4, "gpus"),
+        ("reward", ["reward"], 1, "none"),
+    ]
+    assert cpus_needed(colocated) == 5.0
+    split = load_config(None, [*BASE, "ray.placement=split", "ray.actor_workers=4", "ray.rollout_workers=2",
+                               "ray.reward_workers=2", "ray.cpus_per_worker=2"])
+    assert _groups(split) == [
+        ("actor", ["actor"], 4, "gpus"), ("rollout", ["rollout"], 2, "rollout_gpus"), ("reward", ["reward"], 2, "none"),
+    ]
+    assert cpus_needed(split) == 16.0  # (4 + 2 + 2) workers x 2 CPUs
+    with_kl = load_config(None, [*BASE, "ray.placement=split", "ray.actor_workers=2", "algorithm.use_kl_loss=true"])
+    assert [g[:3] for g in _groups(with_kl)] == [
+        ("actor", ["actor"], 2), ("rollout", ["rollout"], 2), ("reference", ["reference"], 2), ("reward", ["reward"], 1),
+    ]
+
+
+def test_ray_section_is_validated() -> None:
+    with pytest.raises(ConfigError, match="ray.placement"):
+        load_config(None, [*BASE, "ray.placement=spread"])  # neither colocated nor split
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*BASE, "ray.actor_workers=0", "ray.rollout_workers=0", "ray.cpus_per_worker=0"])
+    text = str(err.value)
+    assert "ray.actor_workers must be >= 1" in text and "ray.rollout_workers must be >= 1 (or null)" in text
+    assert "ray.cpus_per_worker must be > 0" in text
+
+
+# --- the controller's calls, against a recording stand-in for the cluster ---------------------------
+
+
+@dataclass
+class FakeCluster:
+    """Answers ``generate`` and ``score`` as workers would, recording every message."""
+
+    replies: dict[str, Any]
+    sent: list[tuple[str, str, bytes]] = field(default_factory=list)
+    rollouts: list[WorkerHandle] = field(default_factory=lambda: [WorkerHandle("rollout-0", ["rollout"], None)])
+    rewards: list[WorkerHandle] = field(
+        default_factory=lambda: [WorkerHandle(f"reward-{i}", ["reward"], None) for i in range(2)]
+    )
+    colocated: bool = False
+
+    def call(self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]) -> list[bytes]:
+        out = []
+        for worker, method, (message,) in calls:
+            self.sent.append((worker.name, method, message))
+            request = wire.loads(message)
+            reply = self.replies[method](request)
+            out.append(wire.dumps(reply))
+        return out
+
+
+def _sample(i: int) -> Sample:
+    return Sample(id=f"s{i}", data_type="video", problem="Colour?", problem_type="multiple choice", ground_truth="A",
+                  videos=[f"/clips/{i}.mp4"])
+
+
+def test_controller_sends_ids_and_counts_every_byte() -> None:
+    media = {"duration": 2.0, "fps": 8.0, "num_frames": 4, "width": 64, "height": 64, "resized_width": 56,
+             "resized_height": 56}
+    replies = {
+        "generate": lambda r: {"media": [media] * len(r["ids"]), "completions": [[[[7, 8], [-0.5, -0.25], "stop"]]] * len(r["ids"]),
+                               "seconds": {"data": 0.5, "rollout": 1.5}},
+        "score": lambda r: [[1.0, {"accuracy": 1.0}] for _ in r["items"]],
+    }
+    cluster = FakeCluster(replies)
+    controller = Controller(load_config(None, BASE), cluster, None, [], [], None)  # type: ignore[arg-type]
+    timer = StageTimer()
+    prompts, outputs = controller._generate(0, [_sample(0), _sample(1)], 11, timer)
+    request = b'{"ids":["s0","s1"],"seed":11,"greedy":false}'
+    assert cluster.sent == [("rollout-0", "generate", request)]
+    assert [p.sample.id for p in prompts] == ["s0", "s1"] and all(p.encoded is None for p in prompts)
+    assert prompts[0].media == MediaInfo(**media)
+    assert outputs[1][0].token_ids == [7, 8] and timer.seconds == {"data": 0.5, "rollout": 1.5}
+
+    trajectories = [Trajectory(p, g, outputs[g][0]) for g, p in enumerate(prompts)] * 2
+    controller.score(trajectories)
+    assert [t.reward for t in trajectories] == [1.0] * 4 and trajectories[0].parts == {"accuracy": 1.0}
+    scored = [m for m in cluster.sent if m[1] == "score"]
+    assert [name for name, _, _ in scored] == ["reward-0", "reward-1"]  # the four responses shared among two
+    item = '["s0",' + wire.dumps(media).decode() + ",[7,8]]"
+    assert scored[0][2] == f'{{"items":[{item},{item.replace("s0", "s1")}]}}'.encode()
+    reply_bytes = len(wire.dumps(replies["generate"]({"ids": ["s0", "s1"]}))) + 2 * len(b'[[1.0,{"accuracy":1.0}],[1.0,{"accuracy":1.0}]]')
+    assert controller._bytes == {"sent": len(request) + len(scored[0][2]) + len(scored[1][2]), "received": reply_bytes}
+
+
+def test_prompt_without_tokens_says_where_it_was_encoded() -> None:
+    with pytest.raises(RuntimeError, match="sample 's0': its prompt was encoded in another process"):
+        Prompt(_sample(0), None, None).require_encoded()
+
+
+def test_worker_failure_names_worker_process_stage_and_step() -> None:
+    worker = WorkerHandle("actor-1", ["actor", "rollout"], None, pid=4321, node="10.0.0.2")
+
+    class Wrapped(Exception):
+        cause = ValueError("sample 'x' has 9000 prompt tokens")
+
+    failed = WorkerFailure(worker, "actor update", 7, Wrapped("traceback ..."), died=False)
+    assert str(failed) == (
+        "worker actor-1 (actor+rollout; pid 4321 on 10.0.0.2) failed during actor update of step 7: "
+        "ValueError: sample 'x' has 9000 prompt tokens"
+    )
+    from ray.exceptions import ActorDiedError
+
+    died = WorkerFailure(worker, "rollout", 3, ActorDiedError(), died=True)
+    assert str(died).startswith("worker actor-1 (actor+rollout; pid 4321 on 10.0.0.2) died during rollout of step 3: ")

@@ -1,0 +1,152 @@
+"""``videorl train --ray`` on a local Ray runtime with 2 CPU actor workers (FSDP over gloo).
+
+Both placements run two steps with the KL penalty on and must give the same metrics and weights as
+a torchrun run of two processes with the same seed; a worker killed mid-run stops the controller
+with an error naming it and the step, and ``--resume auto`` finishes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+COMPARED = ("actor/loss", "actor/kl", "actor/grad_norm", "actor/entropy", "reward/overall", "tokens/step",
+            "val/accuracy/overall")
+FRAME_BYTES = 4 * 56 * 56 * 3  # one demo sample's cached frames: 4 frames of 56 x 56 RGB, uint8
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """The demo task (2 training prompts per step over 2 ranks, 4 responses each, KL on)."""
+    from videorl import demo
+    from videorl.plugins import load_plugins
+
+    out = tmp_path_factory.mktemp("ray-task")
+    model, train, val = demo.prepare(out, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
+    (out / "empty.yaml").write_text("seed: 5\n")
+    overrides = [
+        *demo.demo_overrides(out, model, train, val, steps=2, seed=5, engine="hf"),
+        "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4", "trainer.save_every=1",
+        "trainer.val_every=2", "trainer.progress_bar=false", "algorithm.use_kl_loss=true",
+    ]
+    return out, overrides
+
+
+def _run(args: list[str], timeout: int = 420) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def _metrics(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def torchrun_run(task: tuple[Path, list[str]]) -> Path:
+    out, overrides = task
+    run = out / "torchrun"
+    done = _run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "videorl.cli",
+                 "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    return run
+
+
+@pytest.mark.parametrize(
+    ("placement", "extra", "roles"),
+    [
+        ("colocated", [], {"actor-0": ["actor", "rollout", "reference"], "actor-1": ["actor", "rollout", "reference"],
+                           "reward-0": ["reward"]}),
+        # one rollout and one reference worker serve both ranks' shares
+        ("split", ["ray.rollout_workers=1", "ray.reference_workers=1"],
+         {"actor-0": ["actor"], "actor-1": ["actor"], "rollout-0": ["rollout"], "reference-0": ["reference"],
+          "reward-0": ["reward"]}),
+    ],
+)
+def test_ray_run_equals_torchrun_run(
+    task: tuple[Path, list[str]], torchrun_run: Path, placement: str, extra: list[str], roles: dict[str, list[str]]
+) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    out, overrides = task
+    run = out / f"ray-{placement}"
+    done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
+                 "--ray", "ray.actor_workers=2", f"ray.placement={placement}", *extra])
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    workers = json.loads((run / "ray-workers.json").read_text())
+    assert {w["name"]: w["roles"] for w in workers} == roles
+    assert len({w["pid"] for w in workers}) == len(workers) and os.getpid() not in {w["pid"] for w in workers}
+
+    ours, theirs = _metrics(run), _metrics(torchrun_run)
+    assert [m["step"] for m in ours] == [1, 2] == [m["step"] for m in theirs]
+    for mine, ref in zip(ours, theirs):
+        for key in COMPARED:
+            assert (key in mine) == (key in ref), key
+            if key in ref:
+                assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
+    assert ours[1]["actor/kl"] > 0  # the reference was used (step 1's policy is the reference)
+    final = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
+    expected = load_file(str(torchrun_run / "checkpoints" / "step_000002" / "model.safetensors"))
+    assert final.keys() == expected.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(final[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+    # Sample ids, token ids and numbers cross between the processes, never frames: each sample's
+    # messages (rollout request and reply, reward scoring, reference and update, 4 responses of at
+    # most 8 tokens with their log-probs) stay far below one sample's frames.
+    for m in ours:
+        assert 0 < m["ray/sent_bytes_per_sample"] < FRAME_BYTES / 8
+        assert 0 < m["ray/received_bytes_per_sample"] < FRAME_BYTES / 8
+    assert ("ray/weight_sync_bytes" in ours[0]) == (placement == "split")
+
+
+def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]) -> None:
+    from videorl.train.checkpoint import CheckpointManager
+
+    out, overrides = task
+    run = out / "ray-killed"
+    steps = 20
+    command = [sys.executable, "-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides,
+               f"output_dir={run}", f"trainer.max_steps={steps}", "trainer.keep_last=2", "trainer.val_every=0",
+               "algorithm.use_kl_loss=false", "--ray", "ray.actor_workers=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while CheckpointManager(run / "checkpoints").latest() is None:  # step 1 is complete
+            assert proc.poll() is None, proc.communicate()[1][-4000:]
+            assert time.monotonic() < deadline, "the run wrote no checkpoint in 300 s"
+            time.sleep(0.05)
+        victim = next(w for w in json.loads((run / "ray-workers.json").read_text()) if w["name"] == "actor-1")
+        os.kill(victim["pid"], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr[-4000:]
+    found = re.search(r"worker actor-1 \(actor\+rollout; pid (\d+) on [^)]+\) died during ([a-z ]+) of step (\d+)", stderr)
+    assert found, stderr[-4000:]
+    assert int(found.group(1)) == victim["pid"]
+    failed_step = int(found.group(3))
+    assert 2 <= failed_step < steps
+    assert re.search(r"the last complete checkpoint is \S+/step_\d{6}: continue the run with --resume auto", stderr)
+
+    done = _run([*command[1:], "--resume", "auto"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    logged = [m["step"] for m in _metrics(run)]
+    assert logged == list(range(1, steps + 1))  # every step once: none lost, none repeated
+    assert (run / "checkpoints" / f"step_{steps:06d}" / "model.safetensors").is_file()
