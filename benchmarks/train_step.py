@@ -96,14 +96,14 @@ class StageMedia:
         """The data stage: the prompt the loop carries (what EasyR1's dataset tokenises)."""
         self.samples[sample.id] = sample
         prompt = self._encode("data", sample)
-        self.prompt_tokens.append(len(prompt.encoded))
+        self.prompt_tokens.append(len(prompt.require_encoded()))
         return prompt
 
     def reencode(self, stage: str, encoded: EncodedPrompt, *, memo: bool = False) -> EncodedPrompt:
         """``encoded``'s sample encoded again for ``stage``; its prompt ids must be the same."""
         if memo and encoded.sample_id in self._memo:
             return self._memo[encoded.sample_id]
-        fresh = self._encode(stage, self.samples[encoded.sample_id]).encoded
+        fresh = self._encode(stage, self.samples[encoded.sample_id]).require_encoded()
         if fresh.prompt_ids != encoded.prompt_ids:
             raise AssertionError(f"{stage}: sample {encoded.sample_id!r} encodes to other prompt ids than at the data stage")
         if memo:
