@@ -313,3 +313,34 @@ def test_bf16_compute_keeps_float32_master_weights(task: Any, tmp_path: Path) ->
         if v.is_floating_point() and 0 < float((v - before[k]).abs().max()) < 1e-4
     ]
     assert moved  # updates far below bf16's resolution landed in the float32 masters
+
+
+def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weights(task: Any, tmp_path: Path) -> None:
+    """The loop frees a sleeping-capable engine's memory before every update of its own copy and
+    refreshes it after (vLLM's sleep mode on GPUs; here a recording stand-in around the hf engine)."""
+    from videorl.grpo import train
+
+    run = tmp_path / "run"
+    training = build_training(load_config(None, _overrides(task, run, 2, "trainer.val_every=0")), load_plugins())
+    calls: list[str] = []
+    inner = training.engine
+
+    class Sleepy:
+        def generate(self, prompts: Any, params: Any) -> Any:
+            calls.append("generate")
+            return inner.generate(prompts, params)
+
+        def update_weights(self, state: Any) -> None:
+            calls.append("update_weights")
+
+        def sleep(self) -> None:
+            calls.append("sleep")
+
+        def close(self) -> None:
+            pass
+
+    t = training
+    train(t.config, actor=t.actor, engine=Sleepy(), rewards=t.rewards, data=t.data, encode=t.encode, io=t.io,
+          dist=t.dist, engine_shares_actor=False)
+    t.close()
+    assert calls == ["generate", "sleep", "update_weights"] * 2

@@ -1,4 +1,5 @@
-"""FSDP2 training with two CPU processes (torchrun, gloo): one rank trains on video, the other on text only.
+"""FSDP2 training with two CPU processes (torchrun, gloo): one rank trains on video, the other on text only
+(the KL penalty on, so the sharded reference model runs too).
 
 The test starts this file under torchrun; each rank builds the run exactly as ``videorl train`` does
 (:func:`videorl.train.compose.build_training`), trains two steps, then writes what it holds: its
@@ -56,7 +57,7 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
         *demo.demo_overrides(task, model, train, val, steps=2, seed=5, engine="hf"),
         f"output_dir={run}", f"data.train_files=[{data}]", "data.val_files=[]", "data.shuffle=false",
         "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4", "trainer.save_every=1",
-        "trainer.val_every=0", "trainer.progress_bar=false",
+        "trainer.val_every=0", "trainer.progress_bar=false", "algorithm.use_kl_loss=true",
     ]
     done = _torchrun(dumps, overrides)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -81,7 +82,11 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
     assert initial.keys() == checkpoint.keys()
     tower = [k for k in checkpoint if k.startswith("model.visual.")]
     assert tower and any(not torch.equal(checkpoint[k], initial[k]) for k in tower)  # trained by rank 0's video
-    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    # The reference is sharded like the actor (its forward is a collective the text-only rank joins
+    # with its own dummy vision forward): zero KL while the policy is the reference, then positive.
+    assert rows[0]["actor/kl"] == 0.0 and rows[1]["actor/kl"] > 0
 
     # Resumed from step 1 (model, optimizer, data position, RNG; the engine copies refreshed), step 2
     # comes out the same.

@@ -66,6 +66,15 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
     moved = (before - _offline_answer_logprobs(check)).abs().mean()
     assert moved > 100 * 1e-4, float(moved)
 
+    # vLLM's sleep mode (the engine freeing its memory during the update) needs a GPU: here it is refused,
+    # naming the option, before any engine starts.
+    asleep = [*overrides[:-1], f"output_dir={tmp_path / 'asleep'}",
+              "rollout.engine_options={max_model_len: 1024, enable_sleep_mode: true}"]
+    done = subprocess.run([sys.executable, "-m", "videorl.cli", "train", str(config), *asleep],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1
+    assert "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device" in done.stderr
+
 
 def _offline_answer_logprobs(training: Any) -> Any:
     """Per-token log-probs of the validation prompts' offline answers under the actor."""
@@ -76,7 +85,7 @@ def _offline_answer_logprobs(training: Any) -> Any:
     backend = training.actor.backend
     prompts = training.validation
     answers = [backend.processor.tokenizer.encode(p.sample.offline_output, add_special_tokens=False) for p in prompts]
-    inputs = backend.collate([p.encoded for p in prompts], answers)
+    inputs = backend.collate([p.require_encoded() for p in prompts], answers)
     with torch.no_grad():
         logits = training.actor.model(**inputs.model_kwargs()).logits
     return response_logprobs(logits, inputs, forbidden=backend.forbidden_token_ids())[inputs.response_mask.bool()]

@@ -110,22 +110,23 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
         "score": lambda r: [[1.0, {"accuracy": 1.0}] for _ in r["items"]],
     }
     cluster = FakeCluster(replies)
-    controller = Controller(load_config(None, BASE), cluster, None, [], [], None)  # type: ignore[arg-type]
+    controller = Controller(load_config(None, BASE), cluster, None, [], [])  # type: ignore[arg-type]
+    controller.step = 3
     timer = StageTimer()
-    prompts, outputs = controller._generate(0, [_sample(0), _sample(1)], 11, timer)
-    request = b'{"ids":["s0","s1"],"seed":11,"greedy":false}'
+    prompts, outputs = controller._generate(0, "train", [_sample(0), _sample(1)], 11, timer)
+    request = b'{"split":"train","step":3,"ids":["s0","s1"],"seed":11,"greedy":false}'
     assert cluster.sent == [("rollout-0", "generate", request)]
     assert [p.sample.id for p in prompts] == ["s0", "s1"] and all(p.encoded is None for p in prompts)
     assert prompts[0].media == MediaInfo(**media)
     assert outputs[1][0].token_ids == [7, 8] and timer.seconds == {"data": 0.5, "rollout": 1.5}
 
     trajectories = [Trajectory(p, g, outputs[g][0]) for g, p in enumerate(prompts)] * 2
-    controller.score(trajectories)
+    controller.scorer("val")(trajectories)
     assert [t.reward for t in trajectories] == [1.0] * 4 and trajectories[0].parts == {"accuracy": 1.0}
     scored = [m for m in cluster.sent if m[1] == "score"]
     assert [name for name, _, _ in scored] == ["reward-0", "reward-1"]  # the four responses shared among two
     item = '["s0",' + wire.dumps(media).decode() + ",[7,8]]"
-    assert scored[0][2] == f'{{"items":[{item},{item.replace("s0", "s1")}]}}'.encode()
+    assert scored[0][2] == f'{{"split":"val","items":[{item},{item.replace("s0", "s1")}]}}'.encode()
     reply_bytes = len(wire.dumps(replies["generate"]({"ids": ["s0", "s1"]}))) + 2 * len(b'[[1.0,{"accuracy":1.0}],[1.0,{"accuracy":1.0}]]')
     assert controller._bytes == {"sent": len(request) + len(scored[0][2]) + len(scored[1][2]), "received": reply_bytes}
 
@@ -146,7 +147,33 @@ def test_worker_failure_names_worker_process_stage_and_step() -> None:
         "worker actor-1 (actor+rollout; pid 4321 on 10.0.0.2) failed during actor update of step 7: "
         "ValueError: sample 'x' has 9000 prompt tokens"
     )
-    from ray.exceptions import ActorDiedError
+    from ray.exceptions import RayActorError
 
-    died = WorkerFailure(worker, "rollout", 3, ActorDiedError(), died=True)
-    assert str(died).startswith("worker actor-1 (actor+rollout; pid 4321 on 10.0.0.2) died during rollout of step 3: ")
+    lost = RayActorError(None, "The actor died unexpectedly before finishing this task.\n\tclass_name: Worker\n"
+                         "\tpid: 4321\nThe actor is dead because its worker process has died.", False, False)
+    assert str(WorkerFailure(worker, "rollout", 3, lost, died=True)) == (
+        "worker actor-1 (actor+rollout; pid 4321 on 10.0.0.2) died during rollout of step 3: The actor died "
+        "unexpectedly before finishing this task. The actor is dead because its worker process has died."
+    )
+    # A worker whose __init__ raised: Ray calls it dead; the report gives the worker's own exception.
+    init = RayActorError(None, "The actor died because of an error raised in its creation task, ray::Worker.__init__()"
+                         "\nTraceback (most recent call last):\n  File x\nKeyError: 'sample s3'", True, False)
+    assert str(WorkerFailure(worker, "worker start-up", 0, init, died=False)).endswith(
+        "failed during worker start-up: KeyError: 'sample s3'"
+    )
+
+
+def test_paths_are_made_absolute_for_workers_that_start_elsewhere(tmp_path: Any, monkeypatch: Any) -> None:
+    from videorl.cluster.controller import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    config = load_config(None, ["model.path=model", "data.train_files=[d/train.jsonl]", "data.val_files=[v.jsonl]",
+                                "data.cache_dir=cache", "data.prompt_template=video_qa", "output_dir=runs/x"])
+    out = absolute_paths(config)
+    assert out.model.path == str(tmp_path / "model")
+    assert out.data.train_files == [str(tmp_path / "d" / "train.jsonl")] and out.data.val_files == [str(tmp_path / "v.jsonl")]
+    assert out.data.cache_dir == str(tmp_path / "cache") and out.output_dir == str(tmp_path / "runs" / "x")
+    assert out.data.prompt_template == "video_qa" and out.data.media_root is None  # a template name stays a name
+    hub = absolute_paths(load_config(None, ["model.path=Qwen/Qwen3-VL-8B", "data.train_files=[/d.jsonl]"]))
+    assert hub.model.path == "Qwen/Qwen3-VL-8B"  # not a local directory: left as given

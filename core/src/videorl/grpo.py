@@ -529,6 +529,14 @@ def collect_groups(
     return filled[:count], dict(extra)
 
 
+def sleep_engine(engine: RolloutEngine) -> None:
+    """Let an engine that can (``sleep()``, e.g. vLLM's sleep mode on GPUs) free its device memory for
+    the actor update; its next weight refresh wakes it."""
+    sleep = getattr(engine, "sleep", None)
+    if callable(sleep):
+        sleep()
+
+
 def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]]) -> list[Trajectory]:
     """Set every trajectory's group-normalised advantage; the trajectories, flattened in group order."""
     advantages = algo.grpo_advantages(
@@ -585,6 +593,8 @@ def train(
         kept, extra = collect_groups(config, step, prompts_per_rank, data, rollout, dist.rank)
         flat = assign_advantages(config, kept)
         set_learning_rate(actor.optimizer, config, step)
+        if not engine_shares_actor:
+            sleep_engine(engine)
         with timer("actor"):
             actor_metrics = update(config, actor, flat, dist, timer)
         if not engine_shares_actor:

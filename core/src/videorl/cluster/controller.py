@@ -25,7 +25,9 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +39,8 @@ if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.data import Sample
-    from videorl.grpo import StageTimer, Trajectory
+    from videorl.grpo import Scorer, StageTimer, Trajectory
     from videorl.plugins import Plugins
-    from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
     from videorl.train.metrics import MetricsWriter, ProgressBar
 
@@ -50,16 +51,10 @@ class Controller:
     """Drives ``cluster``'s workers through ``config.trainer.max_steps`` GRPO steps."""
 
     def __init__(
-        self,
-        config: TrainConfig,
-        cluster: Cluster,
-        backend: ModelBackend,
-        data: list[TrainData],
-        validation: list[Sample],
-        checkpoints: CheckpointManager,
+        self, config: TrainConfig, cluster: Cluster, backend: ModelBackend, data: list[TrainData], validation: list[Sample]
     ) -> None:
         self.config, self.cluster, self.backend = config, cluster, backend
-        self.data, self.validation, self.checkpoints = data, validation, checkpoints
+        self.data, self.validation = data, validation
         self.step = 0
         self._bytes: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
@@ -74,32 +69,38 @@ class Controller:
             self._bytes["received"] += sum(len(r) for r in replies)
         return replies
 
-    def score(self, trajectories: Sequence[Trajectory]) -> None:
-        """A :data:`~videorl.grpo.Scorer` on the reward workers: the responses shared among them."""
-        if not trajectories:
-            return
-        workers = self.cluster.rewards
-        items = [[t.prompt.sample.id, wire.media_out(t.prompt.media), t.completion.token_ids] for t in trajectories]
-        size = -(-len(items) // len(workers))
-        chunks = [items[i : i + size] for i in range(0, len(items), size)]
-        replies = self._call("reward scoring", [(w, "score", wire.dumps({"items": c})) for w, c in zip(workers, chunks)])
-        scored = [row for reply in replies for row in wire.loads(reply)]
-        for t, (reward, parts) in zip(trajectories, scored):
-            t.reward, t.parts = float(reward), {k: float(v) for k, v in parts.items()}
+    def scorer(self, split: str) -> Scorer:
+        """A :data:`~videorl.grpo.Scorer` on the reward workers for samples of ``split`` (train or val):
+        the responses are shared among the workers."""
+
+        def score(trajectories: Sequence[Trajectory]) -> None:
+            if not trajectories:
+                return
+            workers = self.cluster.rewards
+            items = [[t.prompt.sample.id, wire.media_out(t.prompt.media), t.completion.token_ids] for t in trajectories]
+            size = -(-len(items) // len(workers))
+            chunks = [items[i : i + size] for i in range(0, len(items), size)]
+            calls = [(w, "score", wire.dumps({"split": split, "items": c})) for w, c in zip(workers, chunks)]
+            scored = [row for reply in self._call("reward scoring", calls) for row in wire.loads(reply)]
+            for t, (reward, parts) in zip(trajectories, scored, strict=True):
+                t.reward, t.parts = float(reward), {k: float(v) for k, v in parts.items()}
+
+        return score
 
     def _generate(
-        self, rank: int, samples: Sequence[Sample], seed: int | None, timer: StageTimer
+        self, rank: int, split: str, samples: Sequence[Sample], seed: int | None, timer: StageTimer
     ) -> tuple[list[Any], list[list[Any]]]:
-        """Rank ``rank``'s rollout worker generates for ``samples``: their prompts (sample and media
-        metadata, encoded on the worker) and completions."""
+        """Rank ``rank``'s rollout worker generates for ``samples`` of ``split`` (greedy without a
+        ``seed``): their prompts (sample and media metadata; encoded on the worker) and completions."""
         from videorl.train.data import Prompt
 
         worker = self.cluster.rollouts[rank % len(self.cluster.rollouts)]
-        message = wire.dumps({"ids": [s.id for s in samples], "seed": seed, "greedy": seed is None})
+        message = wire.dumps({"split": split, "step": self.step, "ids": [s.id for s in samples], "seed": seed,
+                              "greedy": seed is None})
         reply = wire.loads(self._call("rollout", [(worker, "generate", message)])[0])
         for stage, seconds in reply["seconds"].items():
             timer.seconds[stage] += seconds
-        prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"])]
+        prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
         return prompts, [[wire.completion_in(c) for c in group] for group in reply["completions"]]
 
     def _rollout(self, rank: int, timer: StageTimer) -> Callable[[list[Sample], int, int], Any]:
@@ -107,9 +108,9 @@ class Controller:
         from videorl.grpo import finish_groups
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
-            prompts, outputs = self._generate(rank, samples, seed, timer)
-            return finish_groups(self.config, prompts, outputs, self.score, self.backend, first_group=first_group,
-                                 timer=timer)
+            prompts, outputs = self._generate(rank, "train", samples, seed, timer)
+            return finish_groups(self.config, prompts, outputs, self.scorer("train"), self.backend,
+                                 first_group=first_group, timer=timer)
 
         return rollout
 
@@ -125,12 +126,13 @@ class Controller:
     def _reference(self, shares: list[list[Trajectory]], timers: list[StageTimer]) -> None:
         """Split placement, KL on: each share's reference log-probs from a reference worker."""
         workers = self.cluster.references
-        calls = [(workers[r % len(workers)], "reference_logprobs", wire.dumps({"items": _items(share)}))
-                 for r, share in enumerate(shares)]
+        calls = [(workers[r % len(workers)], "reference_logprobs",
+                  wire.dumps({"step": self.step, "items": _items(share)})) for r, share in enumerate(shares)]
         for share, timer, reply in zip(shares, timers, self._call("reference forward", calls)):
             out = wire.loads(reply)
-            timer.seconds["reference"] += out["seconds"]
-            for t, logprobs in zip(share, out["logprobs"]):
+            for stage, seconds in out["seconds"].items():
+                timer.seconds[stage] += seconds
+            for t, logprobs in zip(share, out["logprobs"], strict=True):
                 t.ref_logprobs = logprobs
 
     def _update(self, step: int, shares: list[list[Trajectory]], timers: list[StageTimer]) -> list[dict[str, float]]:
@@ -157,8 +159,8 @@ class Controller:
         shard = self.validation[rank :: len(self.cluster.actors)]
         if not shard:
             return {}
-        prompts, outputs = self._generate(rank, shard, None, StageTimer())
-        return validation_metrics(prompts, outputs, self.score)
+        prompts, outputs = self._generate(rank, "val", shard, None, StageTimer())
+        return validation_metrics(prompts, outputs, self.scorer("val"))
 
     def run(
         self, start: int, metrics_writer: MetricsWriter | None, progress: ProgressBar | None,
@@ -169,7 +171,8 @@ class Controller:
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated
-        with ThreadPoolExecutor(max_workers=len(ranks), thread_name_prefix="videorl-rank") as pool:
+        pool = ThreadPoolExecutor(max_workers=len(ranks), thread_name_prefix="videorl-rank")
+        try:
             if split and start > 0:
                 self.step = start
                 self._sync_weights()  # the engines hold the base model; the actor resumed
@@ -177,7 +180,7 @@ class Controller:
                 self.step, self._bytes = step, defaultdict(int)
                 step_start = time.perf_counter()
                 timers = [StageTimer() for _ in ranks]
-                collected = list(pool.map(self._collect, ranks, [step] * len(ranks), timers))
+                collected = _all(pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
                 shares = [share for share, _ in collected]
                 if split and config.algorithm.use_kl_loss:
                     self._reference(shares, timers)
@@ -190,7 +193,7 @@ class Controller:
                 validation: list[dict[str, float]] = [{} for _ in ranks]
                 if self.validation and every and (step % every == 0 or step == config.trainer.max_steps):
                     started = time.perf_counter()
-                    validation = list(pool.map(self._validate, ranks))
+                    validation = _all(pool, [partial(self._validate, r) for r in ranks])
                     for timer in timers:
                         timer.seconds["validation"] += time.perf_counter() - started
                 per_rank = []
@@ -216,7 +219,42 @@ class Controller:
                     self.cluster.call("checkpoint", step, [
                         (a, "save_checkpoint", (step, self.data[r].state_dict())) for r, a in enumerate(self.cluster.actors)
                     ])
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)  # after a failure the workers are ended next
         return config.trainer.max_steps
+
+
+def _all(pool: ThreadPoolExecutor, tasks: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run ``tasks`` at once (one rank each); their results in order, or the first failure as it happens."""
+    futures = [pool.submit(task) for task in tasks]
+    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+    for future in done:
+        error = future.exception()
+        if error is not None:
+            raise error
+    return [f.result() for f in futures]
+
+
+def absolute_paths(config: TrainConfig) -> TrainConfig:
+    """``config`` with every path made absolute against this directory: workers on other nodes start
+    elsewhere."""
+
+    def absolute(path: str | None) -> str | None:
+        return None if path is None else str(Path(path).expanduser().absolute())
+
+    d, template = config.data, config.data.prompt_template
+    if template is not None and not (template.endswith(".jinja") or Path(template).is_file()):
+        template = None  # the name of a registered template, not a path
+    data = replace(
+        d, train_files=[str(absolute(f)) for f in d.train_files], val_files=[str(absolute(f)) for f in d.val_files],
+        cache_dir=absolute(d.cache_dir), media_root=absolute(d.media_root),
+        prompt_template=absolute(template) if template is not None else d.prompt_template,
+    )
+    model_path = Path(config.model.path)
+    model = replace(config.model, path=str(model_path.absolute()) if model_path.exists() else config.model.path)
+    resume = config.trainer.resume
+    trainer = replace(config.trainer, resume=absolute(resume) if resume not in (None, "auto") else resume)
+    return replace(config, output_dir=str(absolute(config.output_dir)), data=data, model=model, trainer=trainer)
 
 
 def _items(share: Sequence[Trajectory]) -> list[list[Any]]:
@@ -251,6 +289,7 @@ def train_on_ray(
     from videorl.train.data import TrainData
     from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
 
+    config = absolute_paths(config)
     workers = config.ray.actor_workers
     if config.data.rollout_batch_size % workers:
         raise ConfigError(
@@ -296,21 +335,23 @@ def train_on_ray(
         cluster.start()
         atomic_write_text(out / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n")
         if resume_from is not None:
-            cluster.call("resume", start, [(a, "resume", (str(resume_from),)) for a in cluster.actors])
+            cluster.call(f"resuming from step {start}", 0, [(a, "resume", (str(resume_from),)) for a in cluster.actors])
         write_run_metadata(out, config, plugins)
         metrics_writer = MetricsWriter(out, start_step=start, tensorboard=config.trainer.tensorboard)
         if config.trainer.progress_bar:
             progress = ProgressBar(config.trainer.max_steps, start_step=start)
-        controller = Controller(config, cluster, backend, data, val, checkpoints)
+        controller = Controller(config, cluster, backend, data, val)
         last = controller.run(start, metrics_writer, progress, on_step)
         clean = True
         return last
     except WorkerFailure as exc:
         latest = checkpoints.latest()
-        hint = (
-            f"the last complete checkpoint is {latest}: continue the run with --resume auto"
-            if latest is not None else "no checkpoint was written yet: start the run again"
-        )
+        if latest is None:
+            hint = "no checkpoint was written yet: start the run again" + ("" if exc.died else " once the cause is fixed")
+        elif exc.died:
+            hint = f"the last complete checkpoint is {latest}: continue the run with --resume auto"
+        else:
+            hint = f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto continues from it"
         raise VideorlError(f"{exc}. {hint}") from None
     finally:
         if metrics_writer is not None:

@@ -49,8 +49,18 @@ def _reason(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException) and not isinstance(exc, _actor_error_types()):
         return f"{type(cause).__name__}: {cause}"
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if _failed_to_start(exc):
+        return lines[-1]  # the exception its __init__ raised, after Ray's traceback
+    # Ray's summary, then the system's reason (e.g. "... its worker process has died ...") without the ids
+    return " ".join([lines[0], *(line for line in lines[1:] if ":" not in line.split(" ")[0])])
+
+
+def _failed_to_start(exc: BaseException) -> bool:
+    """A worker whose ``__init__`` raised (Ray reports it as a dead actor)."""
+    return isinstance(exc, _actor_error_types()) and bool(getattr(exc, "actor_init_failed", False))
 
 
 def _actor_error_types() -> tuple[type[BaseException], ...]:
@@ -198,12 +208,13 @@ class Cluster:
                 handles.append(WorkerHandle(f"{group}-{i}", roles, handle))
             self.groups[group] = handles
         everyone = [w for ws in self.groups.values() for w in ws]
-        for w, info in zip(everyone, self.call("worker start-up", 0, [(w, "describe", ()) for w in everyone])):
+        started = self.call("worker start-up", 0, [(w, "describe", ()) for w in everyone], timeout=r.worker_start_timeout)
+        for w, info in zip(everyone, started):
             w.pid, w.node, w.port, w.gpus = info["pid"], info["node"], info["port"], info["gpus"]
         master = self.actors[0]
         # The actor ranks meet on the loopback when they share a node, else at actor-0's node address.
         addr = "127.0.0.1" if all(w.node == master.node for w in self.actors) else master.node
-        self.call("model set-up", 0, [(w, "setup", (addr, master.port)) for w in everyone])
+        self.call("model set-up", 0, [(w, "setup", (addr, master.port)) for w in everyone], timeout=r.worker_start_timeout)
 
     def workers(self) -> list[dict[str, Any]]:
         """Name, roles, pid, node and devices of every worker (written to the run directory)."""
@@ -212,11 +223,15 @@ class Cluster:
             for ws in self.groups.values() for w in ws
         ]
 
-    def call(self, stage: str, step: int, calls: Sequence[tuple[WorkerHandle, str, tuple[Any, ...]]]) -> list[Any]:
+    def call(
+        self, stage: str, step: int, calls: Sequence[tuple[WorkerHandle, str, tuple[Any, ...]]],
+        timeout: float | None = None,
+    ) -> list[Any]:
         """Run ``worker.method(*args)`` for each call at once; their results in order.
 
         When one fails, the others get :data:`FAILURE_GRACE_S` to finish, and a worker whose process
-        died is named before one that merely failed (an FSDP rank fails when its peer dies)."""
+        died is named before one that merely failed (an FSDP rank fails when its peer dies). With
+        ``timeout``, calls still running after that many seconds are an error naming their workers."""
         import ray
 
         refs = [getattr(w.handle, method).remote(*args) for w, method, args in calls]
@@ -224,10 +239,18 @@ class Cluster:
         results: dict[Any, Any] = {}
         failures: list[tuple[WorkerHandle, BaseException]] = []
         pending, deadline = list(refs), None
+        give_up = None if timeout is None else time.monotonic() + timeout
         while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+            ends = [t for t in (deadline, give_up) if t is not None]
+            wait_s = max(0.0, min(ends) - time.monotonic()) if ends else None
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
             if not ready:
+                if deadline is None and give_up is not None and time.monotonic() >= give_up:
+                    late = ", ".join(owner[ref].name for ref in pending)
+                    raise VideorlError(
+                        f"{stage}: worker(s) {late} did not answer within {timeout:.0f} s "
+                        "(ray.worker_start_timeout); see their logs under /tmp/ray/session_latest/logs"
+                    )
                 break
             for ref in ready:
                 try:
@@ -236,19 +259,21 @@ class Cluster:
                     failures.append((owner[ref], exc))
                     deadline = deadline or time.monotonic() + FAILURE_GRACE_S
         if failures:
-            died = [(w, e) for w, e in failures if isinstance(e, _actor_error_types())]
+            died = [(w, e) for w, e in failures if isinstance(e, _actor_error_types()) and not _failed_to_start(e)]
             worker, error = (died or failures)[0]
             raise WorkerFailure(worker, stage, step, error, died=bool(died))
         return [results[ref] for ref in refs]
 
     def shutdown(self, *, clean: bool) -> None:
-        """Close the engines and process groups (``clean``), then end every worker and placement group."""
+        """Close the engines (their weight folders) and process groups, then end every worker and
+        placement group. After a failure a worker stuck in a collective gets 10 s to close."""
         import ray
 
         everyone = [w for ws in self.groups.values() for w in ws]
-        if clean and everyone:
+        if everyone:
             with contextlib.suppress(Exception):  # the workers are killed next anyway
-                ray.get([w.handle.close.remote() for w in everyone], timeout=60)
+                ray.wait([w.handle.close.remote() for w in everyone], num_returns=len(everyone),
+                         timeout=60 if clean else 10)
         for w in everyone:
             ray.kill(w.handle, no_restart=True)
         for pg in self._placement_groups:

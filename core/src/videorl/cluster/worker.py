@@ -65,9 +65,12 @@ class Worker:
         self.plugins = load_plugins(disable=disable)
         self.backend = make_backend(self.config, self.plugins)
         d: DataConfig = self.config.data
-        self.samples: dict[str, Sample] = {
-            s.id: s for f in [*d.train_files, *d.val_files] for s in load_samples(f, media_root=d.media_root)
+        self.samples: dict[str, dict[str, Sample]] = {
+            split: {s.id: s for f in files for s in load_samples(f, media_root=d.media_root)}
+            for split, files in (("train", d.train_files), ("val", d.val_files))
         }
+        self._prompt_cache: dict[tuple[str, str], Prompt] = {}
+        self._cache_step = -1
         self.actor: Actor | None = None
         self.engine: RolloutEngine | None = None
         self.engine_shares_actor = False
@@ -138,21 +141,27 @@ class Worker:
 
     # --- prompts -----------------------------------------------------------------------------------
 
-    def _sample(self, sample_id: str) -> Sample:
+    def _sample(self, split: str, sample_id: str) -> Sample:
         try:
-            return self.samples[sample_id]
+            return self.samples[split][sample_id]
         except KeyError:
+            files = "data.train_files" if split == "train" else "data.val_files"
             raise KeyError(
-                f"sample {sample_id!r} is not in this worker's copy of data.train_files / data.val_files: every "
-                "node must see the same dataset files at the same paths"
+                f"sample {sample_id!r} is not in this worker's copy of {files}: every node must see the same "
+                "dataset files at the same paths"
             ) from None
 
-    def _prompts(self, sample_ids: list[str]) -> dict[str, Prompt]:
-        """Each distinct sample encoded once (frames from the cache, here)."""
+    def _prompts(self, split: str, sample_ids: list[str], step: int) -> dict[str, Prompt]:
+        """Each distinct sample encoded once per step in this process (frames from the cache, here):
+        a colocated worker's update reuses what its rollout encoded."""
+        if step != self._cache_step:
+            self._prompt_cache, self._cache_step = {}, step
         out: dict[str, Prompt] = {}
         for sid in sample_ids:
-            if sid not in out:
-                out[sid] = self.encoder(self._sample(sid))
+            key = (split, sid)
+            if key not in self._prompt_cache:
+                self._prompt_cache[key] = self.encoder(self._sample(split, sid))
+            out[sid] = self._prompt_cache[key]
         return out
 
     def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Trajectory]:
@@ -167,14 +176,14 @@ class Worker:
     # --- roles -------------------------------------------------------------------------------------
 
     def generate(self, message: bytes) -> bytes:
-        """``{ids, seed, greedy}`` -> per sample its media metadata and completions, and the seconds
-        spent encoding (``data``) and generating (``rollout``)."""
+        """``{split, step, ids, seed, greedy}`` -> per sample its media metadata and completions, and
+        the seconds spent encoding (``data``) and generating (``rollout``)."""
         from videorl.grpo import sampling_params, validation_params
 
         assert self.engine is not None, "generate() on a worker without the rollout role"
         request = wire.loads(message)
         start = time.perf_counter()
-        prompts = self._prompts(request["ids"])
+        prompts = self._prompts(request["split"], request["ids"], request["step"])
         encoded = time.perf_counter()
         params = (
             validation_params(self.config.rollout.max_response_length) if request["greedy"]
@@ -189,44 +198,51 @@ class Worker:
         })
 
     def score(self, message: bytes) -> bytes:
-        """``{items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
+        """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
         from videorl.grpo import Trajectory
         from videorl.rollout import Completion
         from videorl.train.data import Prompt
 
         assert self.scorer is not None, "score() on a worker without the reward role"
-        items = wire.loads(message)["items"]
+        request = wire.loads(message)
         trajectories = [
-            Trajectory(Prompt(self._sample(sid), None, wire.media_in(media)), 0, Completion(ids, [0.0] * len(ids), "stop"))
-            for sid, media, ids in items
+            Trajectory(Prompt(self._sample(request["split"], sid), None, wire.media_in(media)), 0,
+                       Completion(ids, [0.0] * len(ids), "stop"))
+            for sid, media, ids in request["items"]
         ]
         self.scorer(trajectories)
         return wire.dumps([[t.reward, t.parts] for t in trajectories])
 
     def reference_logprobs(self, message: bytes) -> bytes:
-        """``{items}`` (as :meth:`update`) -> the reference model's per-token log-probs of each response."""
+        """``{step, items}`` (as :meth:`update`) -> the reference model's per-token log-probs of each
+        response, and the seconds spent encoding (``data``) and in the forward (``reference``)."""
         from videorl.grpo import reference_logprobs
 
         assert self.reference is not None, "reference_logprobs() on a worker without the reference role"
-        items = wire.loads(message)["items"]
+        request = wire.loads(message)
         start = time.perf_counter()
-        trajectories = self._trajectories(items, self._prompts([row[0] for row in items]))
-        logprobs = reference_logprobs(self.reference, self.backend, trajectories, self.config)
-        return wire.dumps({"logprobs": logprobs, "seconds": time.perf_counter() - start})
+        prompts = self._prompts("train", [row[0] for row in request["items"]], request["step"])
+        encoded = time.perf_counter()
+        logprobs = reference_logprobs(self.reference, self.backend, self._trajectories(request["items"], prompts), self.config)
+        seconds = {"data": encoded - start, "reference": time.perf_counter() - encoded}
+        return wire.dumps({"logprobs": logprobs, "seconds": seconds})
 
     def update(self, message: bytes) -> bytes:
         """``{step, items}`` -> this rank's actor metrics of the step (collective over the actor ranks).
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
-        from videorl.grpo import StageTimer, set_learning_rate, update
+        from videorl.grpo import StageTimer, set_learning_rate, sleep_engine, update
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
         request = wire.loads(message)
         timer = StageTimer()
         with timer("data"):
-            trajectories = self._trajectories(request["items"], self._prompts([row[0] for row in request["items"]]))
+            prompts = self._prompts("train", [row[0] for row in request["items"]], request["step"])
+            trajectories = self._trajectories(request["items"], prompts)
         set_learning_rate(self.actor.optimizer, self.config, request["step"])
+        if self.engine is not None and not self.engine_shares_actor:
+            sleep_engine(self.engine)
         with timer("actor"):
             metrics = update(self.config, self.actor, trajectories, self.dist, timer)
         if self.engine is not None and not self.engine_shares_actor:

@@ -53,7 +53,12 @@ class Completion:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """A generator of responses; one engine per process holding a copy of the policy."""
+    """A generator of responses; one engine per process holding a copy of the policy.
+
+    An engine may also define ``sleep()``: release its device memory while the actor updates (the
+    loop calls it before each update of an engine that holds its own copy); the next
+    ``update_weights`` must bring it back.
+    """
 
     def generate(
         self, prompts: Sequence[EncodedPrompt], params: SamplingParams

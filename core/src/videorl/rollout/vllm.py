@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.errors import ConfigError
 from videorl.rollout.types import Completion, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
@@ -47,9 +48,17 @@ class VLLMEngine:
         enable_chunked_prefill: bool | None = None,
         max_num_batched_tokens: int | None = None,
         max_media_per_prompt: int = 4,
+        enable_sleep_mode: bool = False,
     ) -> None:
         default_environment()
         from vllm import LLM
+        from vllm.platforms import current_platform
+
+        if enable_sleep_mode and not current_platform.is_sleep_mode_available():
+            raise ConfigError(
+                "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device; "
+                f"this platform is {current_platform.device_name or current_platform.__class__.__name__}"
+            )
 
         self.backend = backend
         self.model_path = model_dir(backend, model_path, "VLLMEngine")
@@ -58,12 +67,23 @@ class VLLMEngine:
             tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
             max_media_per_prompt=max_media_per_prompt, max_model_len=max_model_len,
             enable_chunked_prefill=enable_chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
+            enable_sleep_mode=enable_sleep_mode or None,
         )
         self.llm: Any = LLM(**options)
         self.bias = suppression_bias(backend)
         self._weights = WeightsFolder(self.model_path)
+        self.sleep_mode, self.asleep = enable_sleep_mode, False
+
+    def sleep(self) -> None:
+        """With ``enable_sleep_mode``: free the engine's device memory (weights and KV cache, vLLM's
+        level 2) while the actor updates; the next :meth:`update_weights` wakes it with the new weights."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep = True
 
     def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
+        if self.asleep:
+            raise RuntimeError("the vLLM engine is asleep: its weights come back with update_weights()")
         requests = [self.backend.rollout_request(p) for p in prompts]
         sampling = vllm_sampling_params(params, self.bias)
         outputs = self.llm.generate([r.vllm_prompt() for r in requests], sampling, use_tqdm=False)
@@ -72,7 +92,12 @@ class VLLMEngine:
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it."""
         model = self._weights.write(state_dict)
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:

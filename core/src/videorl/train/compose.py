@@ -226,6 +226,9 @@ def make_actor(
     vision_sync.dummy = sharded
     if sharded:
         distributed.shard_model(model, compute_dtype=dtype)
+        if ref_model is not None:  # sharded too: its forward is a collective, so it needs the dummy as well
+            backend.install_vision_sync(ref_model).dummy = True
+            distributed.shard_model(ref_model, compute_dtype=dtype)
     o = config.optim
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
