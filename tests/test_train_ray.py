@@ -163,3 +163,20 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
     final = load_file(str(run / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
     expected = load_file(str(whole / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
     assert all(torch.equal(final[k], expected[k]) for k in expected)
+
+
+def test_split_vllm_engine_gets_the_updated_weights_through_the_object_store(task: tuple[Path, list[str]]) -> None:
+    """The default engine in a rollout worker of its own: after each update actor-0 publishes the
+    weights once and the worker's vLLM reloads them, so its log-probs stay those of the actor."""
+    pytest.importorskip("vllm")
+    out, overrides = task
+    run = out / "ray-vllm"
+    done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
+                 "rollout.engine=vllm", "rollout.engine_options={max_model_len: 1024}", "algorithm.use_kl_loss=false",
+                 "--ray", "ray.placement=split"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = _metrics(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    # lr 1e-3 moves the actor far more than this between the steps (tests/test_train_vllm.py measures it)
+    assert rows[0]["rollout/logprob_diff"] < 1e-4 and rows[1]["rollout/logprob_diff"] < 1e-4
+    assert rows[1]["ray/weight_sync_bytes"] > 0 and "val/accuracy/overall" in rows[1]
