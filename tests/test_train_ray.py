@@ -180,3 +180,25 @@ def test_split_vllm_engine_gets_the_updated_weights_through_the_object_store(tas
     # lr 1e-3 moves the actor far more than this between the steps (tests/test_train_vllm.py measures it)
     assert rows[0]["rollout/logprob_diff"] < 1e-4 and rows[1]["rollout/logprob_diff"] < 1e-4
     assert rows[1]["ray/weight_sync_bytes"] > 0 and "val/accuracy/overall" in rows[1]
+
+
+def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
+    task: tuple[Path, list[str]], torchrun_run: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    out, overrides = task
+    run = tmp_path / "from-torchrun"
+    shutil.copytree(torchrun_run, run)
+    done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
+                 "--resume", str(run / "checkpoints" / "step_000001"), "--ray", "ray.actor_workers=2"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [m["step"] for m in _metrics(run)] == [1, 2]
+    assert _metrics(run)[1]["actor/loss"] == pytest.approx(_metrics(torchrun_run)[1]["actor/loss"], rel=1e-6)
+    final = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
+    expected = load_file(str(torchrun_run / "checkpoints" / "step_000002" / "model.safetensors"))
+    for name, tensor in expected.items():
+        torch.testing.assert_close(final[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
