@@ -347,8 +347,8 @@ class RayConfig:
     dashboard: bool = option(False, "Start Ray's dashboard with a local runtime (listening on 127.0.0.1 only).")
     auth: Literal["token", "disabled"] = option(
         "token",
-        "Token authentication of a local runtime (Ray's RAY_AUTH_MODE); a cluster's own setting is used when "
-        "joining one.",
+        "Token authentication (Ray's RAY_AUTH_MODE) of a local runtime, or of the connection to a cluster "
+        "(which must match how the cluster was started; token is Ray's default for ray start).",
     )
     worker_start_timeout: float = option(600.0, "Seconds to wait for the placement groups and workers to start.")
 

@@ -88,22 +88,34 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     A local runtime is started with its defaults set explicitly: Ray's dashboard off unless
     ``ray.dashboard`` (and then on 127.0.0.1 only), token authentication as ``ray.auth`` says
     (``RAY_AUTH_MODE``), this node's address for everything Ray starts, and enough logical CPUs for
-    the workers' bundles.
+    the workers' bundles. Joining a cluster, ``ray.auth: token`` (Ray's default for ``ray start``)
+    presents the token of this machine (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN`` or
+    ``RAY_AUTH_TOKEN_PATH``).
     """
-    import ray
-
     address = address or cfg.address
-    if ray.is_initialized():
-        return False
     if address:
-        ray.init(address=address, namespace="videorl", log_to_driver=True, logging_level=logging.WARNING)
-        return False
-    if cfg.auth == "token":
+        _set_auth_mode(cfg.auth)
+    elif cfg.auth == "token":
         # Ray's own default for a new local runtime: it turns token auth on and writes a token under
         # ~/.ray when there is none (setting RAY_AUTH_MODE=token ourselves would skip that step).
         os.environ.pop("RAY_AUTH_MODE", None)
     else:
-        os.environ["RAY_AUTH_MODE"] = "disabled"
+        _set_auth_mode("disabled")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        try:
+            ray.init(address=address, namespace="videorl", log_to_driver=True, logging_level=logging.WARNING)
+        except ConnectionError as exc:
+            raise ConfigError(
+                f"cannot join the Ray cluster at {address} ({exc}): is `ray start --head` running there? With "
+                "token authentication (ray.auth: token, Ray's default) this machine needs the cluster's token: "
+                "the head node's ~/.ray/auth_token here, or RAY_AUTH_TOKEN; a cluster started with "
+                "RAY_AUTH_MODE=disabled needs ray.auth=disabled"
+            ) from None
+        return False
     ray.init(
         num_cpus=max(os.cpu_count() or 1, int(cpus_needed + 0.999)),
         include_dashboard=cfg.dashboard,
@@ -117,6 +129,18 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
         ray.shutdown()
         raise ConfigError(f"ray.auth: asked for {cfg.auth!r}, but Ray started with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}")
     return True
+
+
+def _set_auth_mode(mode: str) -> None:
+    """``RAY_AUTH_MODE`` for this process and the ones it starts; Ray reads it when first imported,
+    so an already imported Ray is told to read it again."""
+    import sys
+
+    os.environ["RAY_AUTH_MODE"] = mode
+    if "ray" in sys.modules:
+        from ray._raylet import Config  # type: ignore[attr-defined]  # Ray keeps its settings in a C++ singleton
+
+        Config.initialize("")
 
 
 def cpus_needed(config: TrainConfig) -> float:
