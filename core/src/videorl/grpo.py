@@ -14,7 +14,9 @@ them (``videorl.train.compose``). One step, for the prompts of this rank:
 6. sync      refresh the engine's weights; log metrics; checkpoint every N steps.
 
 Under FSDP every rank runs this same function on its share of the prompts; token counts and
-micro-batch counts are agreed between ranks so that every rank runs the same collectives.
+micro-batch counts are agreed between ranks so that every rank runs the same collectives. On Ray,
+:mod:`videorl.cluster.controller` drives the same pieces (``collect_groups``, ``finish_groups``,
+``assign_advantages``, ``update``, ``mean_over_ranks``) across worker processes.
 """
 
 from __future__ import annotations
