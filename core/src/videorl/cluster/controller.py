@@ -278,14 +278,7 @@ def train_on_ray(
 
     from videorl.atomic import atomic_write_text
     from videorl.rewards.router import RewardRouter
-    from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.compose import (
-        CHECKPOINT_DIR,
-        check_cached,
-        load_training_samples,
-        make_backend,
-        make_encoder,
-    )
+    from videorl.train.compose import load_datasets, make_backend, make_encoder, open_checkpoints
     from videorl.train.data import TrainData
     from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
 
@@ -297,20 +290,10 @@ def train_on_ray(
             f"({workers}): each actor rank takes the same share of the prompts"
         )
     out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    checkpoints = CheckpointManager(out / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
-    resume_from = checkpoints.resolve_resume(config.trainer.resume)
-    if resume_from is None and checkpoints.latest() is not None:
-        raise ConfigError(
-            f"{out} already holds checkpoints; continue it with trainer.resume=auto (or --resume auto), "
-            "or choose another output_dir"
-        )
+    checkpoints, resume_from = open_checkpoints(config)
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
-    samples = load_training_samples(config, rewards, config.data.train_files)
-    val = load_training_samples(config, rewards, config.data.val_files) if config.data.val_files else []
-    if config.data.source_mode == "preprocessed_only":
-        check_cached(samples + val, make_encoder(config, backend, plugins))
+    samples, val = load_datasets(config, rewards, make_encoder(config, backend, plugins))
     data = [TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
             for r in range(workers)]
     start = 0

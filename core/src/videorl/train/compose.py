@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from videorl.prompts import PromptTemplate
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
+    from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt, PromptEncoder, TrainData
 
 CHECKPOINT_DIR = "checkpoints"
@@ -266,11 +267,39 @@ def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: 
     return engine, shares
 
 
+def open_checkpoints(config: TrainConfig, *, create: bool = True) -> tuple[CheckpointManager, Path | None]:
+    """The run's checkpoints (``output_dir`` created when ``create``) and the one to resume from; a run
+    directory that already holds checkpoints is only continued with ``trainer.resume``."""
+    from videorl.train.checkpoint import CheckpointManager
+
+    out = Path(config.output_dir)
+    if create:
+        out.mkdir(parents=True, exist_ok=True)
+    checkpoints = CheckpointManager(out / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
+    resume_from = checkpoints.resolve_resume(config.trainer.resume)
+    if resume_from is None and checkpoints.latest() is not None:
+        raise ConfigError(
+            f"{out} already holds checkpoints; continue it with trainer.resume=auto (or --resume auto), "
+            "or choose another output_dir"
+        )
+    return checkpoints, resume_from
+
+
+def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder) -> tuple[list[Sample], list[Sample]]:
+    """The training and validation samples, validated (in ``preprocessed_only`` mode every video must
+    be in the cache)."""
+    d = config.data
+    samples = load_training_samples(config, rewards, d.train_files)
+    val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
+    if d.source_mode == "preprocessed_only":
+        check_cached(samples + val_samples, encoder)
+    return samples, val_samples
+
+
 def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
     from videorl.grpo import Dist, RunIO
     from videorl.rewards.router import RewardRouter
-    from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
     from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
 
@@ -282,24 +311,13 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
         )
     seed_everything(config.seed + dist.rank)
     out = Path(config.output_dir)
-    if dist.rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-    checkpoints = CheckpointManager(out / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
-    resume_from = checkpoints.resolve_resume(config.trainer.resume)
-    if resume_from is None and checkpoints.latest() is not None:
-        raise ConfigError(
-            f"{out} already holds checkpoints; continue it with trainer.resume=auto (or --resume auto), "
-            "or choose another output_dir"
-        )
+    checkpoints, resume_from = open_checkpoints(config, create=dist.rank == 0)
 
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
-    samples = load_training_samples(config, rewards, config.data.train_files)
     encoder = make_encoder(config, backend, plugins)
+    samples, val_samples = load_datasets(config, rewards, encoder)
     d = config.data
-    val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
-    if d.source_mode == "preprocessed_only":
-        check_cached(samples + val_samples, encoder)
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
 
