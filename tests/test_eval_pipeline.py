@@ -23,11 +23,10 @@ import pytest
 import torch
 
 from videorl.backend import backend_for_model
-from videorl.errors import DataError
 from videorl.eval import read_predictions
-from videorl.eval.inputs import RowInputs, clip_frames
+from videorl.eval.inputs import RowInputs
 from videorl.eval.pipeline import Evaluator, begin_run, load_task
-from videorl.media import DecodeParams, ImageParams, MediaCache, VideoMetadata
+from videorl.media import DecodeParams, ImageParams, MediaCache, MediaError, read_header
 from videorl.media.synthetic import index_frames, read_index, textured_frames, write_video
 from videorl.plugins import load_plugins
 from videorl.rollout import Completion, SamplingParams
@@ -165,54 +164,30 @@ def lines(path: Path) -> list[dict[str, Any]]:
 # --- clip bounds --------------------------------------------------------------------------------
 
 
-def _meta(times: Sequence[float], duration: float) -> VideoMetadata:
-    return VideoMetadata(
-        source_fps=10.0, total_frames=40, duration=duration, frame_indices=tuple(int(t * 10) for t in times),
-        timestamps=tuple(times), source_width=56, source_height=56, width=56, height=56,
-    )
-
-
-def test_clip_frames_keeps_the_sampled_frames_inside_the_clip() -> None:
-    times = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
-    frames = torch.arange(8, dtype=torch.uint8).view(8, 1, 1, 1).expand(8, 3, 56, 56)
-    meta = _meta(times, 4.0)
-
-    kept, m = clip_frames(frames, meta, (1.0, 2.6), 2)  # 1.0 1.5 2.0 2.5 inside
-    assert kept[:, 0, 0, 0].tolist() == [2, 3, 4, 5]
-    assert m.timestamps == (1.0, 1.5, 2.0, 2.5) and m.frame_indices == (10, 15, 20, 25)
-    assert m.duration == pytest.approx(1.6) and m.extra["clip"] == [1.0, 2.6]
-    assert m.sampled_fps == pytest.approx(4 / 1.6)
-
-    kept, m = clip_frames(frames, meta, (1.0, 2.2), 2)  # 3 inside: thinned evenly to 2 (first, last)
-    assert kept[:, 0, 0, 0].tolist() == [2, 4]
-
-    kept, m = clip_frames(frames, meta, (1.1, 1.3), 2)  # none inside: the two nearest (1.0 and 1.5)
-    assert kept[:, 0, 0, 0].tolist() == [2, 3] and m.duration == pytest.approx(0.2)
-
-    kept, m = clip_frames(frames, meta, (0.0, 10.0), 2)  # the whole video: nothing dropped
-    assert kept is frames and m.duration == 4.0
-
-    with pytest.raises(DataError, match=r"clip \[5, 6\] s lies outside the video \(4 s long\)"):
-        clip_frames(frames, meta, (5.0, 6.0), 2)
-
-
-def test_row_inputs_read_the_clip_from_the_cached_video(tmp_path: Path, backend: Any, plugins: Any) -> None:
+def test_row_inputs_sample_the_clip_itself_through_the_cache(tmp_path: Path, backend: Any, plugins: Any) -> None:
     root = write_mvbench(tmp_path / "mvbench", plain=1, clipped=1, index_video=True)
     task = load_task(plugins.benchmarks, "mvbench", root)
-    inputs = make_inputs(backend, tmp_path / "cache")
+    inputs = make_inputs(backend, tmp_path / "cache", fps=4.0, max_frames=4)
     clipped = next(r for r in task.rows if r.clip)
     assert clipped.clip == (1.0, 2.0)
-    # 40 frames at 20 fps (2 s) sampled at 2 fps: 4 frames, nearest to 0, 13, 26, 39 -> at 0.0, 0.65,
-    # 1.3 and 1.95 s; inside [1.0, 2.0]: source frames 26 and 39
+    # 40 frames at 20 fps (2 s); the clip shows frames 20..39: 1 s × 4 fps = 4 frames, nearest to
+    # 20 + linspace(0, 19, 4) = 20, 26.33, 32.67, 39 (the whole video's 4 frames would leave 2 inside)
     prompt = inputs.prompt(task.benchmark, clipped)
     (frames, meta), = prompt.videos
-    assert meta.frame_indices == (26, 39)
-    assert [read_index(f.numpy()) for f in frames] == [26, 39]
+    assert meta.frame_indices == (20, 26, 33, 39)
+    assert [read_index(f.numpy()) for f in frames] == [20, 26, 33, 39]
+    assert meta.timestamps == pytest.approx((1.0, 1.3, 1.65, 1.95))
+    assert (meta.duration, meta.sampled_fps) == pytest.approx((1.0, 4.0)) and meta.extra["clip"] == [1.0, 2.0]
     assert "Carefully watch the video" not in prompt.text  # the family's prompt, not the official one
     unclipped = inputs.prompt(task.benchmark, next(r for r in task.rows if not r.clip))
-    assert unclipped.videos[0][1].frame_indices == (0, 13, 26, 39)
-    # built on first use; both clips have the same content, so they share one (content-addressed) entry
-    assert len(list(MediaCache(tmp_path / "cache").entry_paths())) == 1
+    assert unclipped.videos[0][1].frame_indices == (0, 13, 26, 39)  # 2 s capped at 4: linspace(0, 39, 4)
+    # built on first use; the two videos have the same content, the clip has an entry of its own
+    entries = [read_header(p) for p in MediaCache(tmp_path / "cache").entry_paths()]
+    assert sorted((e.params.start, e.params.end) for e in entries if e.params.start is not None) == [(1.0, 2.0)]
+    assert len(entries) == 2
+    with pytest.raises(MediaError, match=r"action_sequence-0\.mp4: the time range from 5 s to 6 s starts past the "
+                                         r"end of the video \(2 s long\)"):
+        inputs.video(clipped.video, (5.0, 6.0))
 
 
 # --- stages, failures, scoring ------------------------------------------------------------------

@@ -66,6 +66,7 @@ def test_key_changes_with_every_parameter_and_the_format_version(monkeypatch: py
     other_values = {
         "factor": 32, "temporal_patch_size": 1, "fps": 1.0, "max_frames": 64, "min_frames": 2,
         "min_pixels": 4096, "max_pixels": 131072, "total_pixels": 10**7, "interpolation": "bilinear",
+        "start": 1.0, "end": 2.0,
     }
     assert set(other_values) == {f.name for f in dataclasses.fields(DecodeParams)}
     keys = {cache_key(sha, P)}
@@ -76,6 +77,26 @@ def test_key_changes_with_every_parameter_and_the_format_version(monkeypatch: py
     before = cache_key(sha, P)
     monkeypatch.setattr(cache_module, "CACHE_FORMAT_VERSION", cache_module.CACHE_FORMAT_VERSION + 1)
     assert cache_key(sha, P) != before
+
+
+def test_key_without_a_time_range_is_the_one_before_ranges_existed() -> None:
+    # computed before DecodeParams had start/end: caches built then stay valid
+    assert P.to_json() == (
+        '{"factor":28,"fps":2.0,"interpolation":"bicubic","max_frames":128,"max_pixels":262144,'
+        '"min_frames":4,"min_pixels":3136,"temporal_patch_size":2,"total_pixels":null}'
+    )
+    assert cache_key("ab" * 32, P) == "abababababababababababababababab-1bb9c764f05bd80f"
+    assert "start" not in P.to_dict() and DecodeParams.from_dict(P.to_dict()) == P
+
+
+def test_key_differs_per_time_range() -> None:
+    sha = "ab" * 32
+    ranges = [(1.0, 2.0), (1.0, 3.0), (0.0, 2.0), (1.0, None), (None, 2.0)]
+    keys = {cache_key(sha, dataclasses.replace(P, start=a, end=b)) for a, b in ranges}
+    assert len(keys) == len(ranges) and cache_key(sha, P) not in keys
+    assert cache_key(sha, dataclasses.replace(P, start=1, end=2)) == cache_key(sha, dataclasses.replace(P, start=1.0, end=2.0))
+    clip = dataclasses.replace(P, start=1.0, end=2.0)
+    assert json.loads(clip.to_json())["start"] == 1.0 and DecodeParams.from_dict(json.loads(clip.to_json())) == clip
 
 
 def test_key_follows_content_not_path(make_clip: MakeClip, tmp_path: Path) -> None:
@@ -149,6 +170,20 @@ def test_entry_for_other_parameters_names_the_difference(make_clip: MakeClip, tm
     relaxed = MediaCache(tmp_path / "cache", strict_params=False)
     _, meta = relaxed.load_numpy(str(clip), run)
     assert meta.num_frames == 4 and len(list(relaxed.entry_paths())) == 2
+
+
+def test_other_time_ranges_of_the_same_budget_are_not_a_mismatch(make_clip: MakeClip, tmp_path: Path) -> None:
+    clip = make_clip(frames=60)  # 2 s at 30 fps
+    MediaCache(tmp_path / "cache").get_or_build(clip, P)
+    strict = MediaCache(tmp_path / "cache")
+    _, meta = strict.load_numpy(str(clip), dataclasses.replace(P, start=0.5, end=1.5))
+    # frames 15..44 shown during [0.5, 1.5) s; 1 s at 2 fps -> min_frames 4 at linspace(0, 29, 4) = 0, 9.67, 19.33, 29
+    assert meta.frame_indices == (15, 25, 34, 44) and len(list(strict.entry_paths())) == 2
+    with pytest.raises(ParamsMismatchError) as info:  # another budget still is, named without the range
+        strict.load_numpy(str(clip), dataclasses.replace(P, fps=1.0, start=0.0, end=1.0))
+    assert "fps=2.0 (this run: 1.0)" in str(info.value) and "start=" not in str(info.value)
+    with pytest.raises(CacheMissError, match="Time-range entries are built on first use"):
+        MediaCache(tmp_path / "cache", "preprocessed_only").resolve(clip, dataclasses.replace(P, start=0.2))
 
 
 def test_ref_carrying_other_parameters_is_refused(make_clip: MakeClip, tmp_path: Path) -> None:

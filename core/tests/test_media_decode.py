@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +45,41 @@ def test_max_frames_and_seeking_across_keyframes(make_clip: MakeClip) -> None:
     frames, meta = decode_video(clip, DecodeParams(factor=28, temporal_patch_size=2, fps=1, max_frames=8))
     assert meta.frame_indices == (0, 43, 85, 128, 171, 214, 256, 299)
     assert [read_index(f) for f in frames] == list(meta.frame_indices)
+
+
+def test_time_range_samples_the_clip_as_a_video_of_its_length(make_clip: MakeClip) -> None:
+    """300 frames at 30 fps (10 s), a keyframe every 10: the decoder seeks into the clip."""
+    clip = make_clip(frames=300, gop=10)
+    frames, meta = decode_video(clip, dataclasses.replace(P, start=4.0, end=7.0))
+    # frames 120..209 are shown during [4, 7) s; 3 s at 2 fps -> 6 frames, nearest to
+    # 120 + linspace(0, 89, 6) = 120, 137.8, 155.6, 173.4, 191.2, 209
+    assert meta.frame_indices == (120, 138, 156, 173, 191, 209)
+    assert [read_index(f) for f in frames] == list(meta.frame_indices)
+    assert meta.timestamps == pytest.approx((4.0, 4.6, 5.2, 173 / 30, 191 / 30, 209 / 30), abs=1e-6)
+    assert (meta.duration, meta.sampled_fps, meta.extra["clip"]) == (pytest.approx(3.0), pytest.approx(2.0), [4.0, 7.0])
+    assert (meta.total_frames, meta.source_fps) == (300, pytest.approx(30.0))  # the source's, as the indices
+
+    # the end is capped at the video's: 1.5 s -> min_frames 4, at 255 + linspace(0, 44, 4) = 255, 269.67, 284.33, 299
+    _, meta = decode_video(clip, dataclasses.replace(P, start=8.5, end=20.0))
+    assert meta.frame_indices == (255, 270, 284, 299) and meta.duration == pytest.approx(1.5)
+    assert meta.extra["clip"] == [8.5, pytest.approx(10.0)]
+    # shorter than a frame: one temporal patch of the frame on screen at 4.01 s (frame 120)
+    _, meta = decode_video(clip, dataclasses.replace(P, start=4.01, end=4.02))
+    assert meta.frame_indices == (120, 120) and meta.duration == pytest.approx(0.01)
+    # a range covering the whole video samples what no range does
+    whole, ranged = decode_video(clip, P)[1], decode_video(clip, dataclasses.replace(P, start=0.0))[1]
+    assert ranged.frame_indices == whole.frame_indices and ranged.duration == whole.duration
+    assert "clip" not in whole.extra
+
+
+@pytest.mark.parametrize(("start", "end", "until"), [(12.0, 15.5, "15.5 s"), (10.0, None, "the end")])
+def test_time_range_past_the_end_names_the_file_and_both_values(
+    make_clip: MakeClip, start: float, end: float | None, until: str
+) -> None:
+    clip = make_clip(frames=300)
+    message = f"{clip}: the time range from {start:g} s to {until} starts past the end of the video (10 s long)"
+    with pytest.raises(MediaError, match=re.escape(message)):
+        decode_video(clip, dataclasses.replace(P, start=start, end=end))
 
 
 def test_b_frames_are_reordered_by_timestamp(make_clip: MakeClip) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 from videorl.errors import ConfigError, DataError
-from videorl.media import DecodeParams, fit_to_budget, nearest_frames, num_frames
+from videorl.media import DecodeParams, fit_to_budget, frames_in_range, nearest_frames, num_frames
 from videorl.media.sizing import frame_pixel_cap
 
 P = DecodeParams(factor=28, temporal_patch_size=2, fps=2.0, max_frames=128, min_frames=4)
@@ -46,6 +48,24 @@ def test_num_frames(total: int, duration: float, params: DecodeParams, expected:
 )
 def test_nearest_frames(pts: np.ndarray, n: int, expected: list[int]) -> None:
     assert nearest_frames(pts, n).tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("pts", "time_base", "start", "end", "expected"),
+    [
+        # 30 fps (512 ticks a frame): [1.0, 1.5) s shows frames 30..44
+        (np.arange(60) * 512, Fraction(1, 15360), 1.0, 1.5, (30, 45)),
+        # between frames: frame 30 is on screen at 1.01 s, frame 45 (1.5 s) begins before 1.51 s
+        (np.arange(60) * 512, Fraction(1, 15360), 1.01, 1.51, (30, 46)),
+        (np.arange(60) * 512, Fraction(1, 15360), 1.0, None, (30, 60)),  # to the end of the video
+        (np.arange(20), Fraction(1, 10), 0.0, 0.1, (0, 1)),  # 0.1 is 1/10 s, not its binary value: frame 1 is out
+        (1000 + np.arange(10) * 100, Fraction(1, 1000), 0.25, 0.5, (2, 5)),  # seconds from the first frame
+        (np.arange(10), Fraction(1, 1), 9.5, 20.0, (9, 10)),  # within the last frame
+    ],
+)
+def test_frames_in_range(pts: np.ndarray, time_base: Fraction, start: float, end: float | None,
+                         expected: tuple[int, int]) -> None:
+    assert frames_in_range(pts, time_base, start, end) == expected
 
 
 @pytest.mark.parametrize(
@@ -89,6 +109,9 @@ def test_total_pixels_is_shared_by_the_frames() -> None:
         ({"min_pixels": 10, "max_pixels": 5}, "min_pixels"),
         ({"total_pixels": 0}, "total_pixels"),
         ({"interpolation": "nearest"}, "interpolation"),
+        ({"start": -1.0}, r"start must be >= 0 seconds, got -1\.0"),
+        ({"start": 3.0, "end": 2.0}, r"end \(2\.0 s\) must be after start \(3\.0 s\)"),
+        ({"end": 0.0}, r"end \(0\.0 s\) must be after start \(0 s\)"),
     ],
 )
 def test_decode_params_are_validated(kwargs: dict[str, object], match: str) -> None:

@@ -27,7 +27,7 @@ from videorl.media.errors import (
 from videorl.media.fingerprint import SourceFingerprint, fingerprint
 from videorl.media.metadata import ImageMetadata, VideoMetadata
 from videorl.media.params import DecodeParams, ImageParams
-from videorl.media.sampling import nearest_frames, num_frames
+from videorl.media.sampling import frames_in_range, nearest_frames, num_frames
 from videorl.media.sizing import fit_to_budget
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "decode_video",
     "fingerprint",
     "fit_to_budget",
+    "frames_in_range",
     "nearest_frames",
     "num_frames",
     "read_entry",

@@ -42,7 +42,7 @@ from videorl.media.errors import (
 )
 from videorl.media.fingerprint import SourceFingerprint, fingerprint, read_memo
 from videorl.media.metadata import VideoMetadata
-from videorl.media.params import DecodeParams
+from videorl.media.params import RANGE_FIELDS, DecodeParams
 
 if TYPE_CHECKING:
     import torch
@@ -271,7 +271,9 @@ class MediaCache:
         own = self.entry_path(cache_key(fp.sha256, params))
         others = [p for p in self.entries_for_source(fp.sha256) if p != own]
         if others and (self.strict_params or self.mode == "preprocessed_only"):
-            raise self._mismatch(fp.path, others, params)
+            diffs = [{k: v for k, v in d.items() if k not in RANGE_FIELDS} for d in _differences(others, params)]
+            if all(diffs):  # an entry differing in its time range alone has this run's budget
+                raise self._mismatch(fp.path, diffs, params)
         if self.mode != "preprocessed_only":
             return
         if fp.previous_sha256 and self.entries_for_source(fp.previous_sha256):
@@ -280,19 +282,19 @@ class MediaCache:
                 f"{fp.previous_sha256[:12]}… is now {fp.sha256[:12]}…), so its cached entries are stale. "
                 f"Rebuild: videorl cache build DATA --cache-dir {self.root}"
             )
+        how = (
+            "Time-range entries are built on first use in prefer_preprocessed mode"
+            if params.has_range
+            else f"Build it: videorl cache build DATA --cache-dir {self.root} {_cli_flags(params)}"
+        )
         raise CacheMissError(
             f"{fp.path}: not in the cache {self.root} for these parameters ({params.to_json()}), and the "
-            f"source mode is preprocessed_only. Build it: videorl cache build DATA --cache-dir {self.root} "
-            f"{_cli_flags(params)}"
+            f"source mode is preprocessed_only. {how}"
         )
 
-    def _mismatch(self, source: str, others: list[Path], params: DecodeParams) -> ParamsMismatchError:
-        diffs: list[dict[str, tuple[Any, Any]]] = []
-        for path in others:
-            try:
-                diffs.append(read_header(path).params.differences(params))
-            except (CorruptEntryError, FileNotFoundError):
-                continue
+    def _mismatch(self, source: str, diffs: list[dict[str, tuple[Any, Any]]], params: DecodeParams) -> ParamsMismatchError:
+        """The error for a source cached only with other parameters; ``diffs`` are the readable entries'
+        :meth:`DecodeParams.differences` from ``params`` (none: only damaged entries)."""
         if not diffs:
             return ParamsMismatchError(
                 f"{source}: the cache holds only damaged entries of this video, for other parameters; "
@@ -343,7 +345,7 @@ class MediaCache:
             ref = self.get_or_build(ref.source, params)
             frames, info = read_entry(self.entry_path(ref.key or ""), framework=framework)
         if info.params != params:
-            raise self._mismatch(ref.source, [info.path], params)
+            raise self._mismatch(ref.source, [info.params.differences(params)], params)
         return frames, info.metadata
 
     # --- building -------------------------------------------------------------------------------
@@ -397,6 +399,17 @@ class MediaCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: save_file({"frames": frames}, str(tmp), metadata=header))
         return path
+
+
+def _differences(entries: list[Path], params: DecodeParams) -> list[dict[str, tuple[Any, Any]]]:
+    """How the parameters of each readable entry in ``entries`` differ from ``params``."""
+    diffs: list[dict[str, tuple[Any, Any]]] = []
+    for path in entries:
+        try:
+            diffs.append(read_header(path).params.differences(params))
+        except (CorruptEntryError, FileNotFoundError):
+            continue
+    return diffs
 
 
 def _cli_flags(params: DecodeParams) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from videorl.media.errors import MediaError
 from videorl.media.metadata import ImageMetadata, VideoMetadata
 from videorl.media.params import DecodeParams, ImageParams
-from videorl.media.sampling import nearest_frames, num_frames
+from videorl.media.sampling import frames_in_range, nearest_frames, num_frames
 from videorl.media.sizing import fit_to_budget, frame_pixel_cap
 
 DECODER = "pyav"
@@ -183,18 +183,31 @@ def _decode_selected(
 def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads: int = 0) -> tuple[np.ndarray, VideoMetadata]:
     """Sample and resize a video: uint8 frames ``T×3×H×W`` and the :class:`VideoMetadata`.
 
+    With a time range (``params.start``/``end``) only the frames shown during it are sampled, as a
+    whole video would be (the count from the range's duration, ``end`` capped at the video's); the
+    metadata's indices and timestamps stay those of the source, its ``duration`` is the range's
+    (what the frames cover, so ``sampled_fps`` is their rate) and ``extra["clip"]`` holds the range.
     ``threads`` is the decoder's thread count (0: let FFmpeg choose). Raises ``MediaError`` naming
-    the file for anything that is not a decodable video.
+    the file for anything that is not a decodable video, or a range starting past its end.
     """
     path = Path(path)
     with _open(path) as container:
         index = index_video(container, _video_stream(container, path), path)
+    start = params.start or 0.0
+    end = index.duration if params.end is None else min(params.end, index.duration)
+    if start >= index.duration:
+        until = "the end" if params.end is None else f"{params.end:g} s"
+        raise MediaError(
+            f"{path}: the time range from {start:g} s to {until} starts past the end of the video "
+            f"({index.duration:g} s long)"
+        )
+    first, stop = frames_in_range(index.pts, index.time_base, start, params.end)
     with _open(path) as container:  # reopened rather than rewound: not every stream can seek
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         stream.codec_context.thread_count = threads
-        n = num_frames(index.total_frames, index.duration, params)
-        wanted = nearest_frames(index.pts, n)
+        n = num_frames(stop - first, end - start, params)
+        wanted = first + nearest_frames(index.pts[first:stop], n)  # seeks to the range like any stretch
         state: dict[str, Any] = {}
         taken = np.empty(n, dtype=np.int64)
 
@@ -230,7 +243,7 @@ def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads:
         meta = VideoMetadata(
             source_fps=index.total_frames / index.duration if index.duration > 0 else 0.0,
             total_frames=index.total_frames,
-            duration=index.duration,
+            duration=end - start,
             frame_indices=tuple(int(i) for i in taken),
             timestamps=tuple(round(index.seconds(int(i)), 6) for i in taken),
             source_width=sw,
@@ -239,7 +252,8 @@ def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads:
             height=out.shape[2],
             decoder=DECODER,
             decoder_version=DECODER_VERSION,
-            extra={"rotation": state["turns"] * 90, "codec": stream.codec_context.name},
+            extra={"rotation": state["turns"] * 90, "codec": stream.codec_context.name}
+            | ({"clip": [start, end]} if params.has_range else {}),
         )
     return out, meta
 

@@ -13,6 +13,8 @@ class VideoMetadata:
     ``frame_indices`` are the indices of the sampled frames in the source video and ``timestamps``
     their times in seconds; ``width``/``height`` are the resized size of the frames, and
     ``source_width``/``source_height`` the size of the source (after applying its rotation).
+    ``duration`` is the time the frames cover: the video's length, or for a time range
+    (``DecodeParams.start``/``end``) the range's length within the video, which ``extra["clip"]`` holds.
     """
 
     source_fps: float

@@ -13,6 +13,8 @@ from typing import Any
 from videorl.errors import ConfigError
 
 INTERPOLATIONS = ("bicubic", "bilinear", "area", "lanczos")
+#: The fields of a time range; absent from the canonical form when unset, so keys without one are unchanged.
+RANGE_FIELDS = ("start", "end")
 
 
 def _check(cond: bool, what: str) -> None:
@@ -29,6 +31,8 @@ class DecodeParams:
     ``max_pixels`` and at least ``min_pixels`` with height and width multiples of ``factor``.
     ``total_pixels``, when set, caps the pixels of the whole clip counted per temporal patch (as in
     qwen-vl-utils): each frame gets at most ``total_pixels * temporal_patch_size / T``.
+    ``start``/``end``, when set, restrict sampling to that time range (seconds from the stream's first
+    frame; ``end`` past the video means its end): the count then follows the range's duration.
     """
 
     factor: int
@@ -40,6 +44,8 @@ class DecodeParams:
     max_pixels: int = 262144
     total_pixels: int | None = None
     interpolation: str = "bicubic"
+    start: float | None = None
+    end: float | None = None
 
     def __post_init__(self) -> None:
         _check(self.factor >= 1, f"factor must be a positive integer, got {self.factor}")
@@ -54,14 +60,25 @@ class DecodeParams:
         _check(self.max_pixels >= self.factor**2, f"max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)")
         _check(self.total_pixels is None or self.total_pixels > 0, f"total_pixels must be positive, got {self.total_pixels}")
         _check(self.interpolation in INTERPOLATIONS, f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+        _check(self.start is None or self.start >= 0, f"start must be >= 0 seconds, got {self.start}")
+        _check(self.end is None or self.end > (self.start or 0), f"end ({self.end} s) must be after start ({self.start or 0} s)")
+
+    @property
+    def has_range(self) -> bool:
+        """Whether a time range (``start`` or ``end``) is set."""
+        return self.start is not None or self.end is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, without ``start``/``end`` when unset (the form of parameters before time ranges)."""
+        return {k: v for k, v in asdict(self).items() if not (k in RANGE_FIELDS and v is None)}
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys; ``fps`` as a float): the form hashed into cache keys."""
+        """Canonical JSON (sorted keys; ``fps`` and a range's bounds as floats): the form hashed into
+        cache keys. Parameters without a range give the same JSON as before ranges existed."""
         d = self.to_dict()
-        d["fps"] = float(d["fps"])
+        for name in ("fps", *RANGE_FIELDS):
+            if name in d:
+                d[name] = float(d[name])
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -86,7 +103,7 @@ class DecodeParams:
 
     def differences(self, other: DecodeParams) -> dict[str, tuple[Any, Any]]:
         """``{name: (self's value, other's value)}`` for every field that differs."""
-        a, b = self.to_dict(), other.to_dict()
+        a, b = asdict(self), asdict(other)
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 
 from videorl.media.params import DecodeParams
@@ -39,3 +42,18 @@ def nearest_frames(pts: np.ndarray, n: int) -> np.ndarray:
     left = np.clip(right - 1, 0, pts.size - 1)
     take_left = (targets - scaled[left]) <= (scaled[right] - targets)
     return np.where(take_left, left, right)
+
+
+def frames_in_range(pts: np.ndarray, time_base: Fraction, start: float, end: float | None) -> tuple[int, int]:
+    """``(first, stop)``: the slice of ``pts`` shown during ``[start, end)`` seconds from the first frame,
+    i.e. from the frame on screen at ``start`` to the last one that begins before ``end`` (``None``: the
+    end of the video). ``pts`` are sorted integer stream ticks; bounds are taken as the decimals written
+    (``0.1`` is 1/10 s), and the arithmetic is exact. ``start`` must lie before the end of the video.
+    """
+    origin = int(pts[0])
+    first_tick = origin + math.floor(Fraction(str(start)) / time_base)
+    first = max(int(np.searchsorted(pts, first_tick, side="right")) - 1, 0)
+    if end is None:
+        return first, int(pts.size)
+    stop = int(np.searchsorted(pts, origin + math.ceil(Fraction(str(end)) / time_base), side="left"))
+    return first, max(stop, first + 1)
