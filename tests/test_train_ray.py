@@ -64,6 +64,41 @@ def torchrun_run(task: tuple[Path, list[str]]) -> Path:
     return run
 
 
+def test_join_a_cluster_started_with_ray_start(task: tuple[Path, list[str]], torchrun_run: Path) -> None:
+    """The multi-node recipe on one machine: ``ray start --head`` (token auth, Ray's default), then
+    ``videorl train --ray-address``; the controller presents this machine's token and frees its
+    placement groups on exit, leaving the cluster running. (First in this file: ``ray start`` leaves a
+    record of its cluster behind, which the local runs after it must not join.)"""
+    import socket
+
+    out, overrides = task
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = Path(sys.executable).with_name("ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    head = subprocess.Popen(
+        [str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=3", "--include-dashboard=false",
+         "--disable-usage-stats"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        for attempt in range(2):  # the second run needs the CPUs the first one's placement groups held
+            run = out / f"ray-joined-{attempt}"
+            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
+                         "--ray-address", f"127.0.0.1:{port}", "ray.actor_workers=2", "ray.worker_start_timeout=120"])
+            assert done.returncode == 0, done.stderr[-4000:]
+            assert [m["actor/loss"] for m in _metrics(run)] == pytest.approx(
+                [m["actor/loss"] for m in _metrics(torchrun_run)], rel=1e-5
+            )
+        assert head.poll() is None  # the cluster outlives the runs
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+
+
 @pytest.mark.parametrize(
     ("placement", "extra", "roles"),
     [
@@ -203,36 +238,3 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
     for name, tensor in expected.items():
         torch.testing.assert_close(final[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
 
-
-def test_join_a_cluster_started_with_ray_start(task: tuple[Path, list[str]], torchrun_run: Path) -> None:
-    """The multi-node recipe on one machine: ``ray start --head`` (token auth, Ray's default), then
-    ``videorl train --ray-address``; the controller presents this machine's token and frees its
-    placement groups on exit, leaving the cluster running."""
-    import socket
-
-    out, overrides = task
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray_cli = Path(sys.executable).with_name("ray")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    head = subprocess.Popen(
-        [str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=3", "--include-dashboard=false",
-         "--disable-usage-stats"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )
-    try:
-        for attempt in range(2):  # the second run needs the CPUs the first one's placement groups held
-            run = out / f"ray-joined-{attempt}"
-            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
-                         "--ray-address", f"127.0.0.1:{port}", "ray.actor_workers=2", "ray.worker_start_timeout=120"])
-            assert done.returncode == 0, done.stderr[-4000:]
-            assert [m["actor/loss"] for m in _metrics(run)] == pytest.approx(
-                [m["actor/loss"] for m in _metrics(torchrun_run)], rel=1e-5
-            )
-        assert head.poll() is None  # the cluster outlives the runs
-    finally:
-        head.send_signal(signal.SIGTERM)
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()

@@ -117,6 +117,7 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
             ) from None
         return False
     ray.init(
+        address="local",  # a new runtime, even where `ray start` left a cluster (Ray would join that one)
         num_cpus=max(os.cpu_count() or 1, int(cpus_needed + 0.999)),
         include_dashboard=cfg.dashboard,
         dashboard_host="127.0.0.1",
