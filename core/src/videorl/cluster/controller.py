@@ -162,53 +162,61 @@ class Controller:
         prompts, outputs = self._generate(rank, "val", shard, None, StageTimer())
         return validation_metrics(prompts, outputs, self.scorer("val"))
 
+    def step_once(self, step: int, pool: ThreadPoolExecutor) -> dict[str, float]:
+        """One GRPO step over the workers; the step's metrics, averaged over the ranks as torchrun does."""
+        from videorl.grpo import StageTimer, mean_over_ranks, step_metrics
+
+        config, ranks = self.config, range(len(self.cluster.actors))
+        split = not self.cluster.colocated
+        self.step, self._bytes = step, defaultdict(int)
+        step_start = time.perf_counter()
+        timers = [StageTimer() for _ in ranks]
+        collected = _all(pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        shares = [share for share, _ in collected]
+        if split and config.algorithm.use_kl_loss:
+            self._reference(shares, timers)
+        actor_metrics = self._update(step, shares, timers)
+        weight_bytes = 0.0
+        if split:
+            with timers[0]("weight_sync"):
+                weight_bytes = self._sync_weights()
+        every = config.trainer.val_every
+        validation: list[dict[str, float]] = [{} for _ in ranks]
+        if self.validation and every and (step % every == 0 or step == config.trainer.max_steps):
+            started = time.perf_counter()
+            validation = _all(pool, [partial(self._validate, r) for r in ranks])
+            for timer in timers:
+                timer.seconds["validation"] += time.perf_counter() - started
+        per_rank = []
+        for r in ranks:
+            timers[r].seconds["step"] = time.perf_counter() - step_start
+            per_rank.append({
+                **step_metrics(shares[r]), **actor_metrics[r], **collected[r][1], **validation[r],
+                **{f"time/{k}": v for k, v in timers[r].seconds.items()},
+            })
+        metrics = mean_over_ranks(per_rank)
+        samples = max(1, config.data.rollout_batch_size)
+        metrics["ray/sent_bytes_per_sample"] = self._bytes["sent"] / samples
+        metrics["ray/received_bytes_per_sample"] = self._bytes["received"] / samples
+        if split:
+            metrics["ray/weight_sync_bytes"] = weight_bytes
+        return metrics
+
     def run(
         self, start: int, metrics_writer: MetricsWriter | None, progress: ProgressBar | None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
     ) -> int:
-        from videorl.grpo import StageTimer, mean_over_ranks, step_metrics
+        """Steps ``start + 1`` to ``trainer.max_steps``: log, report and checkpoint each; the last step."""
         from videorl.train.checkpoint import checkpoint_due
 
-        config, ranks = self.config, range(len(self.cluster.actors))
-        split = not self.cluster.colocated
-        pool = ThreadPoolExecutor(max_workers=len(ranks), thread_name_prefix="videorl-rank")
+        config = self.config
+        pool = ThreadPoolExecutor(max_workers=len(self.cluster.actors), thread_name_prefix="videorl-rank")
         try:
-            if split and start > 0:
+            if not self.cluster.colocated and start > 0:
                 self.step = start
                 self._sync_weights()  # the engines hold the base model; the actor resumed
             for step in range(start + 1, config.trainer.max_steps + 1):
-                self.step, self._bytes = step, defaultdict(int)
-                step_start = time.perf_counter()
-                timers = [StageTimer() for _ in ranks]
-                collected = _all(pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
-                shares = [share for share, _ in collected]
-                if split and config.algorithm.use_kl_loss:
-                    self._reference(shares, timers)
-                actor_metrics = self._update(step, shares, timers)
-                weight_bytes = 0.0
-                if split:
-                    with timers[0]("weight_sync"):
-                        weight_bytes = self._sync_weights()
-                every = config.trainer.val_every
-                validation: list[dict[str, float]] = [{} for _ in ranks]
-                if self.validation and every and (step % every == 0 or step == config.trainer.max_steps):
-                    started = time.perf_counter()
-                    validation = _all(pool, [partial(self._validate, r) for r in ranks])
-                    for timer in timers:
-                        timer.seconds["validation"] += time.perf_counter() - started
-                per_rank = []
-                for r in ranks:
-                    timers[r].seconds["step"] = time.perf_counter() - step_start
-                    per_rank.append({
-                        **step_metrics(shares[r]), **actor_metrics[r], **collected[r][1], **validation[r],
-                        **{f"time/{k}": v for k, v in timers[r].seconds.items()},
-                    })
-                metrics = mean_over_ranks(per_rank)
-                samples = max(1, config.data.rollout_batch_size)
-                metrics["ray/sent_bytes_per_sample"] = self._bytes["sent"] / samples
-                metrics["ray/received_bytes_per_sample"] = self._bytes["received"] / samples
-                if split:
-                    metrics["ray/weight_sync_bytes"] = weight_bytes
+                metrics = self.step_once(step, pool)
                 if metrics_writer is not None:
                     metrics_writer.log(step, metrics)
                 if progress is not None:
