@@ -246,3 +246,14 @@ def test_export_hf_model_loads_with_transformers(tmp_path: Path) -> None:
         export_hf_model(path, base, out)
     with pytest.raises(CheckpointError, match="no config.json"):
         export_hf_model(path, tmp_path, tmp_path / "other")
+
+
+def test_resuming_with_another_number_of_ranks_says_how_many_wrote_it(tmp_path: Path) -> None:
+    from videorl.errors import ConfigError
+    from videorl.train.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(tmp_path / "step_000004", 4, data_state={"ranks": [{"epoch": 0, "index": 2}, {"epoch": 0, "index": 2}]})
+    assert ckpt.rank_data_states(2, "the same number of processes")[1] == {"epoch": 0, "index": 2}
+    with pytest.raises(ConfigError) as err:
+        ckpt.rank_data_states(4, "ray.actor_workers={n}")
+    assert str(err.value) == f"{tmp_path / 'step_000004'} was written by 2 rank(s); resume it with ray.actor_workers=2 (now 4)"

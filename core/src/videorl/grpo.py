@@ -697,14 +697,7 @@ def resume(config: TrainConfig, actor: Actor, data: TrainData, io: RunIO, dist: 
             set_optimizer_state_dict(
                 actor.model, actor.optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True)
             )
-    ranks = ckpt.data_state.get("ranks", [])
-    if len(ranks) != dist.world_size:
-        from videorl.errors import ConfigError
-
-        raise ConfigError(
-            f"{path} was written by {len(ranks)} rank(s); resume it with the same number of processes "
-            f"(now {dist.world_size})"
-        )
+    ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
     data.load_state_dict(ranks[dist.rank])
     rng = ckpt.rng_state(dist.rank)
     if rng is not None:

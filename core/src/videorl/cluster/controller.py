@@ -98,8 +98,7 @@ class Controller:
         message = wire.dumps({"split": split, "step": self.step, "ids": [s.id for s in samples], "seed": seed,
                               "greedy": seed is None})
         reply = wire.loads(self._call("rollout", [(worker, "generate", message)])[0])
-        for stage, seconds in reply["seconds"].items():
-            timer.seconds[stage] += seconds
+        _add_seconds(timer, reply["seconds"])
         prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
         return prompts, [[wire.completion_in(c) for c in group] for group in reply["completions"]]
 
@@ -130,8 +129,7 @@ class Controller:
                   wire.dumps({"step": self.step, "items": _items(share)})) for r, share in enumerate(shares)]
         for share, timer, reply in zip(shares, timers, self._call("reference forward", calls)):
             out = wire.loads(reply)
-            for stage, seconds in out["seconds"].items():
-                timer.seconds[stage] += seconds
+            _add_seconds(timer, out["seconds"])
             for t, logprobs in zip(share, out["logprobs"], strict=True):
                 t.ref_logprobs = logprobs
 
@@ -141,8 +139,7 @@ class Controller:
         metrics = []
         for timer, reply in zip(timers, self._call("actor update", calls)):
             out = wire.loads(reply)
-            for stage, seconds in out["seconds"].items():
-                timer.seconds[stage] += seconds
+            _add_seconds(timer, out["seconds"])
             metrics.append(out["metrics"])
         return metrics
 
@@ -232,6 +229,12 @@ class Controller:
         return config.trainer.max_steps
 
 
+def _add_seconds(timer: StageTimer, seconds: dict[str, float]) -> None:
+    """Add the stage times a worker measured to this rank's ``timer``."""
+    for stage, value in seconds.items():
+        timer.seconds[stage] += value
+
+
 def _all(pool: ThreadPoolExecutor, tasks: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run ``tasks`` at once (one rank each); their results in order, or the first failure as it happens."""
     futures = [pool.submit(task) for task in tasks]
@@ -307,13 +310,7 @@ def train_on_ray(
     start = 0
     if resume_from is not None:
         ckpt = checkpoints.load(resume_from)
-        ranks = ckpt.data_state.get("ranks", [])
-        if len(ranks) != workers:
-            raise ConfigError(
-                f"{resume_from} was written by {len(ranks)} actor rank(s); resume it with ray.actor_workers="
-                f"{len(ranks)} (now {workers})"
-            )
-        for d, state in zip(data, ranks):
+        for d, state in zip(data, ckpt.rank_data_states(workers, "ray.actor_workers={n}"), strict=True):
             d.load_state_dict(state)
         start = ckpt.step
 

@@ -271,14 +271,10 @@ class Worker:
     # --- checkpoints -------------------------------------------------------------------------------
 
     def _io(self) -> Any:
-        from pathlib import Path
-
         from videorl.grpo import RunIO
-        from videorl.train.checkpoint import CheckpointManager
-        from videorl.train.compose import CHECKPOINT_DIR
+        from videorl.train.compose import checkpoint_manager
 
-        root = Path(self.config.output_dir) / CHECKPOINT_DIR
-        return RunIO(CheckpointManager(root, keep_last=self.config.trainer.keep_last))
+        return RunIO(checkpoint_manager(self.config))
 
     def save_checkpoint(self, step: int, data_state: dict[str, int]) -> None:
         """Every actor rank gathers model and optimizer states; rank 0 writes, with each rank's data

@@ -190,6 +190,19 @@ class Checkpoint:
             ) from exc
         return state
 
+    def rank_data_states(self, world_size: int, advice: str) -> list[dict[str, Any]]:
+        """The data position of each rank that wrote this checkpoint; a :class:`ConfigError` unless they
+        are ``world_size`` (``advice``, formatted with ``n`` the count written, says how to resume)."""
+        from videorl.errors import ConfigError
+
+        ranks: list[dict[str, Any]] = self.data_state.get("ranks", [])
+        if len(ranks) != world_size:
+            raise ConfigError(
+                f"{self.path} was written by {len(ranks)} rank(s); resume it with {advice.format(n=len(ranks))} "
+                f"(now {world_size})"
+            )
+        return ranks
+
     def rng_state(self, rank: int = 0) -> dict[str, Any] | None:
         """The RNG state saved for ``rank`` (``None`` when none was saved)."""
         path = self.path / RNG_FILE

@@ -267,15 +267,20 @@ def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: 
     return engine, shares
 
 
+def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
+    """The checkpoints of the run in ``output_dir`` (``checkpoints/``), keeping ``trainer.keep_last``."""
+    from videorl.train.checkpoint import CheckpointManager
+
+    return CheckpointManager(Path(config.output_dir) / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
+
+
 def open_checkpoints(config: TrainConfig, *, create: bool = True) -> tuple[CheckpointManager, Path | None]:
     """The run's checkpoints (``output_dir`` created when ``create``) and the one to resume from; a run
     directory that already holds checkpoints is only continued with ``trainer.resume``."""
-    from videorl.train.checkpoint import CheckpointManager
-
     out = Path(config.output_dir)
     if create:
         out.mkdir(parents=True, exist_ok=True)
-    checkpoints = CheckpointManager(out / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
+    checkpoints = checkpoint_manager(config)
     resume_from = checkpoints.resolve_resume(config.trainer.resume)
     if resume_from is None and checkpoints.latest() is not None:
         raise ConfigError(
