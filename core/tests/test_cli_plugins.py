@@ -64,7 +64,9 @@ def test_disable_flag_and_env(run_cli: Any) -> None:
 
 
 def test_broken_plugin_is_shown_and_the_cli_still_runs(run_cli: Any, fake_entry_points: Any) -> None:
-    fake_entry_points({"videorl-broken": ImportError("No module named 'cv3'"), "videorl-hello": CommandPlugin()})
+    fake_entry_points(
+        {"videorl-broken": ImportError("No module named 'cv3'"), "videorl-hello": CommandPlugin()}
+    )
     result = run_cli("plugins").assert_success()
     assert "videorl-broken" in result.output and "failed" in result.output and "cv3" in result.output
     assert run_cli("hello").assert_success().output == "hello from a plugin\n"
@@ -84,7 +86,9 @@ def test_strict_mode_fails_on_a_broken_plugin(run_cli: Any, fake_entry_points: A
     )
     assert proc.returncode == 0  # the real environment has no broken plugin
     result = run_cli("--strict-plugins", "plugins")
-    assert result.exit_code == 2 and "plugin 'videorl-broken' failed to load: ImportError: nope" in result.stderr
+    assert (
+        result.exit_code == 2 and "plugin 'videorl-broken' failed to load: ImportError: nope" in result.stderr
+    )
 
 
 def test_version_lists_plugins() -> None:
@@ -105,4 +109,42 @@ def test_a_broken_core_command_is_an_error_not_a_silently_missing_command(
     monkeypatch.setattr(builtin, "register_commands", builtin.hookimpl(broken))
     result = run_cli("plugins")
     assert result.exit_code == 2
-    assert "plugin 'videorl' failed to load: ModuleNotFoundError: No module named 'videorl.commands.gone'" in result.stderr
+    assert (
+        "plugin 'videorl' failed to load: ModuleNotFoundError: No module named 'videorl.commands.gone'"
+        in result.stderr
+    )
+
+
+class TakesMultipleChoice:
+    @hookimpl
+    def register_rewards(self, register: Any) -> None:
+        register("multiple_choice", lambda: None)
+        register("parity", lambda: None)
+
+
+def test_a_name_collision_is_listed_and_fatal_only_with_strict_plugins(
+    run_cli: Any, fake_entry_points: Any
+) -> None:
+    from videorl.testing import FakeEntryPoint
+
+    fake_entry_points(
+        [
+            FakeEntryPoint("videorl-rewards", "videorl_rewards.plugin"),
+            FakeEntryPoint("acme", TakesMultipleChoice()),
+        ]
+    )
+    table = run_cli("plugins").assert_success().output.splitlines()
+    conflicts = [line for line in table if " conflict " in line]
+    assert len(conflicts) == 2 and conflicts[0] == conflicts[1]  # under each of the two distributions
+    conflict = conflicts[0]
+    assert "reward 'multiple_choice' is registered twice" in conflict
+    assert "'videorl-rewards'" in conflict and "'acme'" in conflict
+    assert any(line.startswith("acme ") and " ok " in line and "parity" in line for line in table)
+    data = {p["name"]: p for p in run_cli("plugins", "--json").json()}
+    assert (
+        data["acme"]["conflicts"]
+        == data["videorl-rewards"]["conflicts"]
+        == [conflict.split("conflict", 1)[1].strip()]
+    )
+    result = run_cli("--strict-plugins", "plugins")
+    assert result.exit_code == 2 and "reward 'multiple_choice' is registered twice" in result.stderr

@@ -91,16 +91,54 @@ def test_components_record_their_origin(videorl_plugins: Any, fake_entry_points:
 def test_duplicate_component_names_both_distributions(videorl_plugins: Any, fake_entry_points: Any) -> None:
     fake_entry_points({"videorl-counting": CountingPlugin(), "acme-counting": OtherCountingPlugin()})
     plugins = videorl_plugins(entry_points=True)
-    failed = plugins.infos["acme-counting"]
-    assert failed.status == "failed"
-    assert "videorl-counting" in failed.error and "acme-counting" in failed.error
+    for dist in ("videorl-counting", "acme-counting"):
+        info = plugins.infos[dist]
+        assert info.status == "ok" and len(info.conflicts) == 1
+        assert "videorl-counting" in info.conflicts[0] and "acme-counting" in info.conflicts[0]
     with pytest.raises(DuplicateComponentError, match="videorl-counting.*acme-counting"):
         plugins.rewards.get("counting")
 
 
+class AcmeChoicePlugin:
+    """A third-party plugin whose reward takes a built-in name, and whose other reward takes an alias."""
+
+    @hookimpl
+    def register_rewards(self, register: Register) -> None:
+        register("multiple_choice", lambda: "acme")
+        register("acme_choice", lambda: "acme", aliases=["mc"])
+        register("acme_parity", lambda: "parity")
+
+
+@pytest.mark.parametrize("acme_first", [True, False])
+def test_a_plugin_taking_a_builtin_name_fails_only_what_collides(
+    videorl_plugins: Any, fake_entry_points: Any, acme_first: bool
+) -> None:
+    eps = [
+        FakeEntryPoint("videorl-rewards", "videorl_rewards.plugin"),
+        FakeEntryPoint("acme", AcmeChoicePlugin()),
+    ]
+    fake_entry_points(eps[::-1] if acme_first else eps)
+    plugins = videorl_plugins(entry_points=True)
+    rewards = plugins.rewards
+    builtin = [n for n in rewards.by_origin("videorl-rewards") if n != "multiple_choice"]
+    assert len(builtin) == 14
+    for name in builtin:  # the other 14, with their aliases
+        assert rewards.entry(name).origin == "videorl-rewards" and callable(rewards.get(name))
+    assert rewards.entry("number").name == "numerical"
+    assert rewards.create("acme_parity") == "parity"
+    for name in ("multiple_choice", "multiple choice", "mc", "acme_choice"):
+        with pytest.raises(DuplicateComponentError) as err:
+            rewards.get(name)
+        assert "videorl-rewards" in str(err.value) and "'acme'" in str(err.value)
+    assert plugins.infos["videorl-rewards"].status == plugins.infos["acme"].status == "ok"
+    assert len(plugins.infos["acme"].conflicts) == 2  # the name and the alias
+
+
 def test_duplicate_is_fatal_in_strict_mode(videorl_plugins: Any, fake_entry_points: Any) -> None:
     fake_entry_points({"videorl-counting": CountingPlugin(), "acme-counting": OtherCountingPlugin()})
-    with pytest.raises(PluginLoadError, match="acme-counting"):
+    with pytest.raises(
+        PluginLoadError, match="'counting' is registered twice.*videorl-counting.*acme-counting"
+    ):
         videorl_plugins(entry_points=True, strict=True)
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from videorl.errors import ComponentImportError, DuplicateComponentError, UnknownComponentError
-from videorl.registry import Registry, normalize_name
+from videorl.registry import Register, Registry, normalize_name
 
 
 def factory() -> str:
@@ -54,8 +54,9 @@ def test_duplicate_name_names_both_distributions_and_stays_an_error_on_use() -> 
     with pytest.raises(DuplicateComponentError) as err:
         reg.register("MVBench", factory, origin="acme-benchmarks")
     assert "videorl-benchmarks" in str(err.value) and "acme-benchmarks" in str(err.value)
-    with pytest.raises(DuplicateComponentError):
+    with pytest.raises(DuplicateComponentError, match="'mvbench' is registered twice") as on_use:
         reg.get("mvbench")
+    assert str(on_use.value) == str(err.value)
 
 
 def test_an_alias_colliding_with_a_name_is_a_duplicate() -> None:
@@ -63,6 +64,45 @@ def test_an_alias_colliding_with_a_name_is_a_duplicate() -> None:
     reg.register("ocr", factory, origin="a")
     with pytest.raises(DuplicateComponentError, match="'a'.*'b'"):
         reg.register("text_reading", factory, origin="b", aliases=["OCR"])
+
+
+@pytest.mark.parametrize("order", [("builtin", "plugin"), ("plugin", "builtin")])
+def test_a_collision_fails_both_components_and_nothing_else_whatever_the_order(
+    order: tuple[str, ...],
+) -> None:
+    def builtin(register: Register) -> None:
+        register("multiple_choice", factory, aliases=["mc"])
+        register("numerical", factory, aliases=["number"])
+
+    def plugin(register: Register) -> None:
+        register("my_choice", factory, aliases=["MC"])  # collides through an alias only
+        register("counting", factory)
+
+    reg: Registry[object] = Registry("reward")
+    hooks = {"builtin": (builtin, "videorl-rewards"), "plugin": (plugin, "acme-rewards")}
+    for name in order:
+        hook, origin = hooks[name]
+        hook(reg.registrar(origin))  # the hook's callback does not raise: the plugin registers the rest
+    assert reg.names() == ["counting", "multiple_choice", "my_choice", "numerical"]
+    assert reg.get("numerical") is factory and reg.get("number") is factory and reg.get("counting") is factory
+    for name in ("multiple_choice", "mc", "my_choice", "Multiple Choice"):
+        with pytest.raises(DuplicateComponentError) as err:
+            reg.get(name)
+        assert "reward 'mc' is registered twice" in str(err.value)
+        assert "videorl-rewards" in str(err.value) and "acme-rewards" in str(err.value)
+    ((message, origins),) = reg.collisions()
+    assert sorted(origins) == ["acme-rewards", "videorl-rewards"]
+    assert "'multiple_choice'" in message and "'my_choice'" in message
+    assert "VIDEORL_DISABLE_PLUGINS=acme-rewards" in message
+
+
+def test_removing_one_side_of_a_collision_makes_the_other_usable() -> None:
+    reg: Registry[object] = Registry("reward")
+    reg.register("counting", factory, origin="a")
+    with pytest.raises(DuplicateComponentError):
+        reg.register("counting", factory, origin="b")
+    reg.remove_origin("b")
+    assert reg.get("counting") is factory and reg.collisions() == []
 
 
 def test_unknown_name_suggests_close_names_and_lists_registered() -> None:
@@ -93,7 +133,9 @@ def test_unknown_name_mentions_plugins_that_failed_to_load() -> None:
         ("x", factory, "abc", "sequence of strings"),
     ],
 )
-def test_invalid_registrations_are_rejected(name: object, target: object, aliases: object, match: str) -> None:
+def test_invalid_registrations_are_rejected(
+    name: object, target: object, aliases: object, match: str
+) -> None:
     reg: Registry[object] = Registry("reward")
     with pytest.raises(TypeError, match=match):
         reg.register(name, target, origin="d", aliases=aliases)  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ Used by the CLI and the composition layer only; the training loop receives plain
 A plugin that fails to import, implements a hook that does not exist, or raises while registering is
 reported (``videorl plugins`` shows it as failed with the error) and skipped, never fatal, unless
 ``strict`` is set. A disabled plugin (``VIDEORL_DISABLE_PLUGINS=a,b`` or ``--disable-plugin``) is
-blocked before it is imported.
+blocked before it is imported. Two components claiming one name or alias both fail on use, with one
+error naming both distributions (see :mod:`videorl.registry`); the rest of both plugins stays usable,
+and ``strict`` makes the collision fatal at load.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     components: dict[str, list[str]] = field(default_factory=dict)
     builtin: bool = False
+    #: collisions this plugin is part of: its colliding components fail on use, the others work
+    conflicts: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,6 +167,11 @@ class Plugins:
             for name, info in self.infos.items():
                 if info.status == "ok" and registry.by_origin(name):
                     info.components[kind] = registry.by_origin(name)
+            for message, origins in registry.collisions():
+                if self.strict:
+                    raise PluginLoadError(message)
+                for origin in origins:
+                    self.infos[origin].conflicts.append(message)
 
     def call_register_commands(self, cli: Any) -> None:
         for name, info in self.infos.items():

@@ -1,13 +1,18 @@
 """One registry per kind of component (rewards, benchmarks, model backends, ...).
 
 Plugins fill registries through the ``register`` callback handed to their ``register_*`` hooks. A
-registry knows which distribution registered each name, refuses a name registered twice (naming
-both distributions), suggests close names for an unknown one, and imports lazy ``"module:attr"``
-targets only on first use.
+registry knows which distribution registered each name, suggests close names for an unknown one, and
+imports lazy ``"module:attr"`` targets only on first use.
+
+Collisions: when two components claim the same name or alias (normalised), *neither* wins, whatever
+the load order: each colliding component fails on use with one error naming the key, both
+components and both distributions; every other component, of both distributions, stays usable.
+Built-ins get no precedence, so that a name always means the same code or stops the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import re
@@ -75,10 +80,9 @@ class Registry(Generic[T]):
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._entries: dict[str, Entry] = {}
-        self._keys: dict[str, str] = {}  # normalised name or alias -> canonical name
+        self._all: list[Entry] = []  # in registration order; collisions are derived from it
+        self._index: _Index | None = None
         self.failed_plugins: dict[str, str] = {}  # distribution -> error, mentioned on unknown names
-        self._conflicts: dict[str, str] = {}  # normalised name -> collision message, raised on use
 
     def register(
         self,
@@ -89,7 +93,8 @@ class Registry(Generic[T]):
         aliases: Sequence[str] = (),
         description: str = "",
     ) -> None:
-        """Add a component; a name or alias already taken is a :class:`DuplicateComponentError`."""
+        """Add a component; a name or alias already taken is recorded as a collision (both components
+        fail on use) and raised as a :class:`DuplicateComponentError`."""
         if not isinstance(name, str) or not name.strip():
             raise TypeError(f"{origin}: a {self.kind} name must be a non-empty string, got {name!r}")
         if isinstance(aliases, str) or not all(isinstance(a, str) and a.strip() for a in aliases):
@@ -106,50 +111,57 @@ class Registry(Generic[T]):
                 "factory or a 'module:attribute' string"
             )
         entry = Entry(name, target, origin, tuple(aliases), description)
-        keys = {normalize_name(k) for k in (name, *aliases)}
-        for key in keys:
-            if key in self._keys:
-                other = self._entries[self._keys[key]]
-                message = (
-                    f"{self.kind} {key!r} is registered twice: by distribution {other.origin!r} "
-                    f"(as {other.name!r}) and by distribution {origin!r} (as {name!r}). Uninstall "
-                    f"or disable one of them (VIDEORL_DISABLE_PLUGINS=...)."
-                )
-                self._conflicts[key] = message
-                raise DuplicateComponentError(message)
-        self._entries[name] = entry
-        for key in keys:
-            self._keys[key] = name
+        self._all.append(entry)
+        self._index = None
+        message = self._indexed().conflicts.get(id(entry))
+        if message is not None:
+            raise DuplicateComponentError(message)
 
     def registrar(self, origin: str) -> Register:
-        """The ``register`` callback handed to one plugin's hook."""
+        """The ``register`` callback handed to one plugin's hook.
 
-        def register(
-            name: str, target: Any, *, aliases: Sequence[str] = (), description: str = ""
-        ) -> None:
-            self.register(name, target, origin=origin, aliases=aliases, description=description)
+        A collision does not stop the hook: it is recorded (see :meth:`collisions`) and the plugin's
+        other components still register.
+        """
+
+        def register(name: str, target: Any, *, aliases: Sequence[str] = (), description: str = "") -> None:
+            with contextlib.suppress(DuplicateComponentError):
+                self.register(name, target, origin=origin, aliases=aliases, description=description)
 
         return register
 
+    def _indexed(self) -> _Index:
+        if self._index is None:
+            self._index = _Index(self.kind, self._all)
+        return self._index
+
+    def collisions(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Each collision's error message with the distributions involved, in registration order."""
+        return self._indexed().collisions
+
     def canonical(self, name: str) -> str:
-        """The registered name for ``name`` or one of its aliases; unknown names raise with suggestions."""
+        """The registered name for ``name`` or one of its aliases; unknown names raise with suggestions,
+        a colliding one raises :class:`DuplicateComponentError`."""
+        index = self._indexed()
         key = normalize_name(name)
-        if key in self._conflicts:
-            raise DuplicateComponentError(self._conflicts[key])
-        if key in self._keys:
-            return self._keys[key]
+        if key in index.keys:
+            entry = index.keys[key]
+            if id(entry) in index.conflicts:
+                raise DuplicateComponentError(index.conflicts[id(entry)])
+            return entry.name
         message = f"unknown {self.kind} {name!r}."
-        close = difflib.get_close_matches(key, list(self._keys), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(key, list(index.keys), n=3, cutoff=0.6)
         if close:
-            message += " Did you mean " + " or ".join(repr(self._keys[c]) for c in close) + "?"
-        message += f" Registered: {', '.join(sorted(self._entries)) or '(none)'}."
+            message += " Did you mean " + " or ".join(repr(index.keys[c].name) for c in close) + "?"
+        message += f" Registered: {', '.join(self.names()) or '(none)'}."
         if self.failed_plugins:
             failed = "; ".join(f"{dist}: {err}" for dist, err in sorted(self.failed_plugins.items()))
             message += f" Plugins that failed to load and may provide it: {failed}."
         raise UnknownComponentError(message)
 
     def entry(self, name: str) -> Entry:
-        return self._entries[self.canonical(name)]
+        self.canonical(name)
+        return self._indexed().keys[normalize_name(name)]
 
     def get(self, name: str) -> T:
         """The component's target (class or factory), imported on first use."""
@@ -162,26 +174,57 @@ class Registry(Generic[T]):
         factory: Callable[..., Any] = self.get(name)  # type: ignore[assignment]
         return factory(**options)
 
+    def conflict(self, entry: Entry) -> str | None:
+        """The collision error of ``entry`` (``None`` when it is usable)."""
+        return self._indexed().conflicts.get(id(entry))
+
     def remove_origin(self, origin: str) -> None:
         """Forget every component a distribution registered (used when its hook fails half-way)."""
-        for name in self.by_origin(origin):
-            del self._entries[name]
-        self._keys = {k: n for k, n in self._keys.items() if n in self._entries}
+        self._all = [e for e in self._all if e.origin != origin]
+        self._index = None
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        """Every registered name, colliding ones included (they raise on use)."""
+        return sorted({e.name for e in self._all})
 
     def entries(self) -> list[Entry]:
-        return [self._entries[n] for n in self.names()]
+        """Every registered component by name, colliding ones included (see :meth:`conflict`)."""
+        return sorted(self._all, key=lambda e: e.name)
 
     def by_origin(self, origin: str) -> list[str]:
-        return [e.name for e in self.entries() if e.origin == origin]
+        return sorted({e.name for e in self._all if e.origin == origin})
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and normalize_name(name) in self._keys
+        return isinstance(name, str) and normalize_name(name) in self._indexed().keys
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.names())
+
+
+class _Index:
+    """Lookup keys and collisions of a list of entries, independent of which collides first."""
+
+    def __init__(self, kind: str, entries: Sequence[Entry]) -> None:
+        claims: dict[str, list[Entry]] = {}
+        for entry in entries:
+            for key in dict.fromkeys(normalize_name(k) for k in (entry.name, *entry.aliases)):
+                claims.setdefault(key, []).append(entry)
+        self.keys: dict[str, Entry] = {key: claimants[0] for key, claimants in claims.items()}
+        self.conflicts: dict[int, str] = {}  # id(entry) -> its collision error
+        self.collisions: list[tuple[str, tuple[str, ...]]] = []
+        for key, claimants in claims.items():
+            if len(claimants) < 2:
+                continue
+            who = " and ".join(f"by distribution {e.origin!r} (as {e.name!r})" for e in claimants)
+            origins = tuple(dict.fromkeys(e.origin for e in claimants))
+            disable = " or ".join(f"VIDEORL_DISABLE_PLUGINS={o}" for o in origins)
+            message = (
+                f"{kind} {key!r} is registered twice: {who}. Neither is used, whichever loads first; "
+                f"uninstall or disable one of them ({disable}), or rename the component."
+            )
+            self.collisions.append((message, origins))
+            for entry in claimants:
+                self.conflicts.setdefault(id(entry), message)

@@ -14,7 +14,8 @@ from videorl.plugins import Plugins
 def _describe(plugins: Plugins) -> list[dict[str, Any]]:
     rows = []
     for entry in plugins.model_backends.entries():
-        backend = entry.load("model backend")
+        conflict = plugins.model_backends.conflict(entry)
+        backend = None if conflict else entry.load("model backend")
         rows.append(
             {
                 "family": entry.name,
@@ -22,7 +23,7 @@ def _describe(plugins: Plugins) -> list[dict[str, Any]]:
                 "factor": getattr(backend, "factor", None),
                 "temporal_patch_size": getattr(backend, "temporal_patch_size", None),
                 "plugin": entry.origin,
-                "description": entry.description,
+                "description": conflict or entry.description,
             }
         )
     return rows

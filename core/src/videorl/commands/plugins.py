@@ -49,6 +49,7 @@ def plugins_command(
         components = "; ".join(_summary(k, v) for k, v in info.components.items())
         detail = components if info.status == "ok" else (info.error or "").splitlines()[-1]
         rows.append([info.name, info.version or "-", info.status, detail])
+        rows += [["", "", "conflict", message] for message in info.conflicts]
     if not rows:
         click.echo("No plugins installed. `pip install ./plugins/rewards` installs the reward library.")
         return
