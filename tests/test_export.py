@@ -18,9 +18,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("export")
     model, train, val = demo.prepare(out, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)
-    overrides = [*demo.demo_overrides(out, model, train, val, steps=2, seed=1, engine="hf"),
-                 "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4", "trainer.save_every=1",
-                 "trainer.val_every=0", "trainer.progress_bar=false"]
+    overrides = [
+        *demo.demo_overrides(out, model, train, val, steps=2, seed=1, engine="hf"),
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.save_every=1",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+    ]
     build_training(load_config(None, overrides), load_plugins()).run()
     return out / "run"
 
@@ -34,7 +40,9 @@ def _export(*args: str) -> Any:
     return CliRunner().invoke(make_cli(load_plugins()), ["export", *args])
 
 
-def test_export_of_a_run_loads_with_from_pretrained_and_holds_the_latest_weights(run: Path, tmp_path: Path) -> None:
+def test_export_of_a_run_loads_with_from_pretrained_and_holds_the_latest_weights(
+    run: Path, tmp_path: Path
+) -> None:
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -49,7 +57,9 @@ def test_export_of_a_run_loads_with_from_pretrained_and_holds_the_latest_weights
     loaded = model.state_dict()
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
-    base = AutoModelForImageTextToText.from_pretrained(str(run.parent / "model"), dtype=torch.float32).state_dict()
+    base = AutoModelForImageTextToText.from_pretrained(
+        str(run.parent / "model"), dtype=torch.float32
+    ).state_dict()
     assert any(not torch.equal(loaded[k], base[k]) for k in base)  # trained weights, not the base model's
 
 
@@ -71,3 +81,36 @@ def test_export_of_one_checkpoint_and_refusals(run: Path, tmp_path: Path) -> Non
     (empty / "checkpoints").mkdir(parents=True)
     refused = _export(str(empty), str(tmp_path / "hf2"))
     assert refused.exit_code != 0 and "holds no complete checkpoint" in refused.output
+
+
+def test_export_into_the_run_is_refused_and_the_run_survives(run: Path, tmp_path: Path) -> None:
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    for out in (run, run / "checkpoints", run / "checkpoints" / "step_000002"):
+        result = _export(str(run), str(out), "--overwrite")
+        assert result.exit_code != 0
+        assert "the run" in result.output and "export to a folder outside it" in result.output, result.output
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+    unrelated = tmp_path / "notes"
+    unrelated.mkdir()
+    (unrelated / "todo.txt").write_text("keep me")
+    refused = _export(str(run), str(unrelated), "--overwrite")
+    assert refused.exit_code != 0 and "was not written by videorl export" in refused.output
+    assert (unrelated / "todo.txt").read_text() == "keep me"
+
+
+def test_export_of_a_run_whose_latest_checkpoint_is_corrupt_takes_the_previous_one(
+    run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    model = copy / "checkpoints" / "step_000002" / "model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[10] ^= 0xFF  # same size, damaged header
+    model.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="videorl.checkpoint"):
+        result = _export(str(copy), str(tmp_path / "hf"))
+    assert result.exit_code == 0, result.output
+    assert f"exported {copy / 'checkpoints' / 'step_000001'}" in result.output
+    assert "step_000002" in caplog.text and "corrupt" in caplog.text

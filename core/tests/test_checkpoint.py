@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from videorl.train.checkpoint import (
+    Checkpoint,
     CheckpointError,
     CheckpointManager,
     capture_rng_state,
@@ -231,6 +232,7 @@ def test_export_hf_model_loads_with_transformers(tmp_path: Path) -> None:
     out = export_hf_model(path, base, tmp_path / "run" / "hf")
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [
+            ".videorl-export.json",
             "config.json",
             "generation_config.json",
             "model.safetensors",
@@ -252,8 +254,151 @@ def test_resuming_with_another_number_of_ranks_says_how_many_wrote_it(tmp_path: 
     from videorl.errors import ConfigError
     from videorl.train.checkpoint import Checkpoint
 
-    ckpt = Checkpoint(tmp_path / "step_000004", 4, data_state={"ranks": [{"epoch": 0, "index": 2}, {"epoch": 0, "index": 2}]})
+    ckpt = Checkpoint(
+        tmp_path / "step_000004",
+        4,
+        data_state={"ranks": [{"epoch": 0, "index": 2}, {"epoch": 0, "index": 2}]},
+    )
     assert ckpt.rank_data_states(2, "the same number of processes")[1] == {"epoch": 0, "index": 2}
     with pytest.raises(ConfigError) as err:
         ckpt.rank_data_states(4, "ray.actor_workers={n}")
-    assert str(err.value) == f"{tmp_path / 'step_000004'} was written by 2 rank(s); resume it with ray.actor_workers=2 (now 4)"
+    assert (
+        str(err.value)
+        == f"{tmp_path / 'step_000004'} was written by 2 rank(s); resume it with ray.actor_workers=2 (now 4)"
+    )
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    """Corrupt ``path`` in place without changing its size."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["header", "tensor data"])
+def test_a_same_size_corrupt_latest_checkpoint_falls_back_with_a_warning(
+    tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model_state={"w": torch.zeros(64)}, optimizer_state={"state": {}, "param_groups": []})
+    bad = manager.save(
+        2, model_state={"w": torch.ones(64)}, optimizer_state={"state": {}, "param_groups": []}
+    )
+    model = bad / "model.safetensors"
+    _flip_byte(model, 20 if where == "header" else model.stat().st_size - 3)
+    fresh = CheckpointManager(tmp_path)
+    assert fresh.latest() == bad  # sizes alone look fine
+    with caplog.at_level("WARNING", logger="videorl.checkpoint"):
+        assert fresh.resolve_resume("auto") == manager.path_for(1)
+    assert "step_000002" in caplog.text and "corrupt" in caplog.text and "falling back" in caplog.text
+    with pytest.raises(
+        CheckpointError, match=r"step_000002 is corrupt: model.safetensors does not match its checksum"
+    ):
+        fresh.load(bad)
+
+
+def test_a_corrupt_checkpoint_without_checksums_is_caught_by_its_header(tmp_path: Path) -> None:
+    """Checkpoints written before checksums were recorded: a damaged header is still no raw SafetensorError."""
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model_state={"w": torch.zeros(8)})
+    bad = manager.save(2, model_state={"w": torch.ones(8)})
+    state = json.loads((bad / "state.json").read_text())
+    del state["checksums"]
+    (bad / "state.json").write_text(json.dumps(state))
+    _flip_byte(bad / "model.safetensors", 0)  # the header length
+    assert CheckpointManager(tmp_path).resolve_resume("auto") == manager.path_for(1)
+    with pytest.raises(
+        CheckpointError, match="is corrupt: model.safetensors is not a readable safetensors file"
+    ):
+        CheckpointManager(tmp_path).load(bad)
+
+
+def test_a_truncated_checkpoint_is_skipped_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model_state={"w": torch.zeros(8)})
+    bad = manager.save(2, model_state={"w": torch.ones(8)})
+    model = bad / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:-10])
+    with caplog.at_level("WARNING", logger="videorl.checkpoint"):
+        assert CheckpointManager(tmp_path).resolve_resume("auto") == manager.path_for(1)
+    assert "skipping checkpoint step_000002" in caplog.text and "model.safetensors has" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_corrupt_optimizer_state_says_it_is_corrupt(tmp_path: Path, damage: str) -> None:
+    model, optimizer = _model_and_optimizer()
+    path = CheckpointManager(tmp_path).save(
+        1, model_state=model.state_dict(), optimizer_state=optimizer.state_dict()
+    )
+    target = path / "optimizer.pt"
+    size = target.stat().st_size
+    if damage == "truncated":  # a same-size file whose second half is zeros
+        target.write_bytes(target.read_bytes()[: size // 2] + bytes(size - size // 2))
+    else:
+        target.write_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    with pytest.raises(CheckpointError, match="optimizer.pt does not match its checksum"):
+        CheckpointManager(tmp_path).load(path)  # the load checks the checksum...
+    with pytest.raises(CheckpointError, match="optimizer.pt is corrupt") as info:
+        Checkpoint(path, 1).optimizer_state()  # ...and reading it unchecked says "corrupt" too
+    assert "weights_only" not in str(info.value)
+
+
+def test_a_tampered_optimizer_state_never_advises_weights_only_false(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path)
+    path = manager.save(1, model_state={"w": torch.zeros(1)}, optimizer_state={"state": {0: _NotATensor()}})
+    with pytest.raises(CheckpointError, match="refused to load the optimizer state") as info:
+        manager.load(path).optimizer_state()
+    assert "weights_only" not in str(info.value) and "_NotATensor" in str(info.value)
+
+
+def _tiny_base(tmp_path: Path) -> Path:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    (base / "tokenizer_config.json").write_text("{}")
+    return base
+
+
+def test_export_refuses_the_run_its_checkpoints_and_the_base_model(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 1\n")
+    (run / "metrics.jsonl").write_text("{}\n")
+    path = CheckpointManager(run / "checkpoints").save(1, model_state={"w": torch.ones(2)})
+    base = _tiny_base(tmp_path)
+    for out, relation in [
+        (run, "is the run"),
+        (run / "checkpoints", "lies inside the run"),
+        (run / "exported", "lies inside the run"),
+        (path, "lies inside the run"),
+        (tmp_path, "holds the run"),
+        (base, "is the base model"),
+    ]:
+        with pytest.raises(CheckpointError, match=relation):
+            export_hf_model(path, base, out, overwrite=True)
+    link = tmp_path / "link"
+    link.symlink_to(run)
+    with pytest.raises(CheckpointError, match="is the run"):
+        export_hf_model(path, base, link, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "metrics.jsonl"]
+    assert CheckpointManager(run / "checkpoints").latest() == path
+
+
+def test_export_overwrite_replaces_only_an_earlier_export(tmp_path: Path) -> None:
+    path = CheckpointManager(tmp_path / "run" / "checkpoints").save(1, model_state={"w": torch.ones(2)})
+    base = _tiny_base(tmp_path)
+    unrelated = tmp_path / "thesis"
+    unrelated.mkdir()
+    (unrelated / "chapter1.tex").write_text("years of work")
+    with pytest.raises(CheckpointError, match="was not written by videorl export"):
+        export_hf_model(path, base, unrelated, overwrite=True)
+    assert (unrelated / "chapter1.tex").read_text() == "years of work"
+    out = export_hf_model(path, base, tmp_path / "hf")
+    assert json.loads((out / ".videorl-export.json").read_text())["source"] == str(path)
+    (out / "stale.txt").write_text("from the first export")
+    export_hf_model(path, base, out, overwrite=True)  # an earlier export: replaced
+    assert not (out / "stale.txt").exists() and (out / "model.safetensors").is_file()
+    (tmp_path / "empty").mkdir()
+    assert export_hf_model(path, base, tmp_path / "empty", overwrite=True) == tmp_path / "empty"

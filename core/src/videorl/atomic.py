@@ -8,24 +8,65 @@ one target never share one; :func:`is_temp` recognises those a killed writer lef
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from videorl.errors import VideorlError
+
 __all__ = [
     "TEMP_MARK",
+    "DiskFullError",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
+    "disk_full",
     "fsync_dir",
     "fsync_file",
+    "is_disk_full",
     "is_temp",
     "temp_path",
 ]
 
 #: what every temporary name holds (after its leading dot)
 TEMP_MARK = ".tmp-"
+
+
+#: errno values that mean "no room left": the device, or the user's quota
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: how libraries that wrap the OS error in their own exception (safetensors) spell it
+_FULL_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded")
+
+
+class DiskFullError(VideorlError, OSError):
+    """A write failed because the file system is full (the message names the folder and what was kept)."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) says that the disk or quota is full."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL_ERRNOS:
+            return True
+        if any(text in str(current) for text in _FULL_TEXTS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def disk_full(path: str | Path, what: str) -> DiskFullError:
+    """The error for a write into folder ``path`` that ran out of space; ``what`` says what was not written
+    and what was kept."""
+    try:
+        free = f"{shutil.disk_usage(path).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return DiskFullError(f"disk full at {path} ({free}): {what}. Free some space and run it again")
 
 
 def temp_path(path: str | Path) -> Path:
@@ -64,18 +105,27 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
 
     For writers that take a file name, e.g. ``atomic_write(p, lambda tmp: save_file(tensors, str(tmp)))``.
     The directory of ``path`` is created when missing. If ``write`` raises, ``path`` is left as it was
-    and the temporary file is removed.
+    and the temporary file is removed; a full disk is a :class:`DiskFullError` naming the folder.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
     try:
-        write(tmp)
-        fsync_file(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_path(path)
+        try:
+            write(tmp)
+            fsync_file(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(path.parent)
+    except DiskFullError:
+        raise
+    except Exception as exc:
+        if is_disk_full(exc):
+            raise disk_full(
+                path.parent, f"{path.name} was not written (the previous {path.name}, if any, is kept)"
+            ) from exc
+        raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -6,34 +6,43 @@ Layout under ``<output_dir>/checkpoints``::
         model.safetensors   model state dict (tied tensors stored once, their other names in metadata)
         optimizer.pt        optimizer state dict (torch.save; read back with weights_only=True)
         rng.json            python/numpy/torch RNG states, one entry per rank
-        state.json          step, data position, extra fields, and the size of every file (written last)
+        state.json          step, data position, extra fields, the size and CRC-32 of every file (written last)
     latest                  the name of the newest checkpoint (a convenience; resuming scans instead)
 
 A checkpoint is written into a hidden temporary directory, every file fsynced, then renamed into
-place; ``latest`` is replaced after that. A writer killed at any point leaves either no checkpoint
-for that step or a complete one: ``resume="auto"`` takes the highest step whose ``state.json`` lists
-files that all exist with their recorded sizes, and ignores temporary directories (removed by the
-next save). Only one process (rank 0) writes; gather full state dicts first.
+place; ``latest`` is replaced after that. A writer killed at any point (or a full disk) leaves either
+no checkpoint for that step or a complete one: ``resume="auto"`` takes the highest step whose
+``state.json`` lists files that all exist with their recorded sizes and checksums, logs each one it
+skips, and ignores temporary directories (removed by the next save). Only one process (rank 0)
+writes; gather full state dicts first.
+
+``export_hf_model`` writes a folder marked as an export (:data:`EXPORT_MARKER`); only such a folder is
+ever replaced, and never one that holds, or is held by, the run or the base model.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
 import shutil
 import uuid
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
-from videorl.atomic import atomic_write_text, fsync_dir, fsync_file
+from videorl.atomic import DiskFullError, atomic_write_text, disk_full, fsync_dir, fsync_file, is_disk_full
 from videorl.errors import VideorlError
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger("videorl.checkpoint")
 
 FORMAT_VERSION = 1
 MODEL_FILE = "model.safetensors"
@@ -41,11 +50,14 @@ OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.json"
 STATE_FILE = "state.json"
 LATEST_FILE = "latest"
+#: the file that marks a folder written by :func:`export_hf_model` (the only kind ``overwrite`` replaces)
+EXPORT_MARKER = ".videorl-export.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _ALIASES_KEY = "videorl.aliases"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".gguf")
 
 __all__ = [
+    "EXPORT_MARKER",
     "Checkpoint",
     "CheckpointError",
     "CheckpointManager",
@@ -145,15 +157,47 @@ def _save_tensors(path: Path, state: Mapping[str, torch.Tensor], *, keep_aliases
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
-    state = load_file(str(path))
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-    for alias, name in json.loads(metadata.get(_ALIASES_KEY, "{}")).items():
-        state[alias] = state[name]
+    try:
+        state = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+        aliases = json.loads(metadata.get(_ALIASES_KEY, "{}"))
+        for alias, name in aliases.items():
+            state[alias] = state[name]
+    except (SafetensorError, ValueError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"{path} is corrupt: not a readable safetensors file ({exc})") from None
     return state
+
+
+def _crc32(path: Path) -> str:
+    """The CRC-32 of a file, read in 16 MiB blocks (about 7 GB/s)."""
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            crc = zlib.crc32(block, crc)
+    return f"crc32:{crc:08x}"
+
+
+class _ErrorRecorder:
+    """A file wrapper that remembers the ``OSError`` of a failed write: ``torch.save`` replaces it with
+    its own "unexpected pos" error, which would hide that the disk is full."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return int(self.f.write(data))
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 # --- checkpoints ----------------------------------------------------------------------------------
@@ -181,13 +225,26 @@ class Checkpoint:
         path = self.path / OPTIMIZER_FILE
         if not path.exists():
             return None
+        corrupt = CheckpointError(
+            f"{path} is corrupt (not a readable torch.save archive); resume from an earlier checkpoint, "
+            "or pass --resume with another checkpoint directory"
+        )
+        if not zipfile.is_zipfile(path):
+            raise corrupt
         try:
             state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as exc:
+            # torch's own message advises weights_only=False, which would run whatever the file holds
+            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+            what = f" (it names {found.group(1)})" if found else ""
             raise CheckpointError(
                 f"{path}: refused to load the optimizer state: it holds objects other than tensors and "
-                f"plain containers ({exc}). Only load checkpoints you trust, written by videorl."
-            ) from exc
+                f"plain containers{what}, so it was not written by videorl or has been tampered with"
+            ) from None
+        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise corrupt from None
         return state
 
     def rank_data_states(self, world_size: int, advice: str) -> list[dict[str, Any]]:
@@ -208,7 +265,10 @@ class Checkpoint:
         path = self.path / RNG_FILE
         if not path.exists():
             return None
-        ranks: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["ranks"]
+        try:
+            ranks: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["ranks"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{path} is corrupt ({type(exc).__name__}: {exc})") from None
         if rank >= len(ranks):
             raise CheckpointError(
                 f"{path} holds RNG states of {len(ranks)} ranks, rank {rank} asked: resume with the "
@@ -242,12 +302,39 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def _check_contents(path: Path, manifest: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointError` unless every file of checkpoint ``path`` has its recorded CRC-32 (or,
+    for checkpoints written before checksums, a readable safetensors header and torch archive)."""
+    from safetensors import SafetensorError, safe_open
+
+    checksums: dict[str, str] = manifest.get("checksums", {})
+    for name, expected in checksums.items():
+        if _crc32(path / name) != expected:
+            raise CheckpointError(
+                f"{path} is corrupt: {name} does not match its checksum (same size, other bytes)"
+            )
+    if checksums:
+        return
+    try:
+        with safe_open(str(path / MODEL_FILE), framework="pt") as f:
+            f.metadata()
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(
+            f"{path} is corrupt: {MODEL_FILE} is not a readable safetensors file ({exc})"
+        ) from None
+    optimizer = path / OPTIMIZER_FILE
+    if optimizer.exists() and not zipfile.is_zipfile(optimizer):
+        raise CheckpointError(f"{path} is corrupt: {OPTIMIZER_FILE} is not a readable torch.save archive")
+
+
 class CheckpointManager:
     """Writes, finds, prunes and loads the checkpoints under ``root``."""
 
     def __init__(self, root: str | Path, *, keep_last: int = 0) -> None:
         self.root = Path(root)
         self.keep_last = keep_last
+        self._reported: set[str] = set()  # skipped checkpoints already logged (one line each)
+        self._verified: set[Path] = set()  # checkpoints whose contents matched their checksums
 
     def path_for(self, step: int) -> Path:
         return self.root / f"step_{step:06d}"
@@ -276,30 +363,52 @@ class CheckpointManager:
             extra_json = json.loads(json.dumps(dict(extra or {})))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data_state and extra must be JSON-serialisable: {exc}") from exc
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._remove_leftovers()
         final = self.path_for(step)
         tmp = self.root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        _save_tensors(tmp / MODEL_FILE, model_state, keep_aliases=True)
-        if optimizer_state is not None:
-            with open(tmp / OPTIMIZER_FILE, "wb") as f:
-                torch.save(dict(optimizer_state), f)
-                f.flush()
-                os.fsync(f.fileno())
-        if rng is not None:
-            ranks = [dict(rng)] if isinstance(rng, Mapping) else [dict(r) for r in rng]
-            self._write_json(tmp / RNG_FILE, {"ranks": ranks})
-        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-        manifest = {
-            "format": FORMAT_VERSION,
-            "step": step,
-            "files": files,
-            "data": data_json,
-            "extra": extra_json,
-        }
-        self._write_json(tmp / STATE_FILE, manifest)
-        fsync_dir(tmp)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._remove_leftovers()
+            tmp.mkdir()
+            _save_tensors(tmp / MODEL_FILE, model_state, keep_aliases=True)
+            if optimizer_state is not None:
+                with open(tmp / OPTIMIZER_FILE, "wb") as f:
+                    recorder = _ErrorRecorder(f)
+                    try:
+                        torch.save(dict(optimizer_state), cast("IO[bytes]", recorder))
+                    except RuntimeError as exc:
+                        if recorder.error is not None:
+                            raise recorder.error from exc
+                        raise
+                    f.flush()
+                    os.fsync(f.fileno())
+            if rng is not None:
+                ranks = [dict(rng)] if isinstance(rng, Mapping) else [dict(r) for r in rng]
+                self._write_json(tmp / RNG_FILE, {"ranks": ranks})
+            files = sorted(tmp.iterdir())
+            manifest = {
+                "format": FORMAT_VERSION,
+                "step": step,
+                "files": {p.name: p.stat().st_size for p in files},
+                "checksums": {p.name: _crc32(p) for p in files},
+                "data": data_json,
+                "extra": extra_json,
+            }
+            self._write_json(tmp / STATE_FILE, manifest)
+            fsync_dir(tmp)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, Exception) and is_disk_full(exc):
+                kept = self.latest()
+                raise disk_full(
+                    self.root,
+                    f"the checkpoint of step {step} was not written (nothing of it is left); "
+                    + (
+                        f"the last complete checkpoint, {kept.name}, is kept"
+                        if kept
+                        else "no earlier checkpoint exists"
+                    ),
+                ) from exc
+            raise
         if final.exists():  # the same step written again (after resuming from an earlier one)
             self._delete(final)
         os.rename(tmp, final)
@@ -331,8 +440,15 @@ class CheckpointManager:
             for path in self.root.glob(pattern):
                 shutil.rmtree(path, ignore_errors=True)
 
+    def _skip(self, path: Path, reason: str) -> None:
+        """Log once that checkpoint ``path`` is passed over, and why."""
+        if reason not in self._reported:
+            self._reported.add(reason)
+            log.warning("skipping checkpoint %s: %s", path.name, reason)
+
     def complete(self) -> list[Path]:
-        """The complete checkpoints, oldest first (incomplete or foreign directories are skipped)."""
+        """The complete checkpoints (every file there with its recorded size), oldest first; incomplete
+        ones are skipped with a log line, foreign directories silently."""
         if not self.root.is_dir():
             return []
         found = []
@@ -341,15 +457,38 @@ class CheckpointManager:
                 continue
             try:
                 manifest = _read_manifest(path)
-            except CheckpointError:
+            except CheckpointError as exc:
+                self._skip(path, str(exc))
                 continue
             found.append((manifest["step"], path))
         return [path for _, path in sorted(found)]
 
     def latest(self) -> Path | None:
-        """The complete checkpoint with the highest step, or ``None``."""
+        """The complete checkpoint with the highest step, or ``None`` (sizes checked, not contents)."""
         complete = self.complete()
         return complete[-1] if complete else None
+
+    def latest_valid(self) -> Path | None:
+        """The newest checkpoint whose contents match their checksums; a newer damaged one is passed over
+        with a warning naming it (resume and export fall back to the previous complete checkpoint)."""
+        for path in reversed(self.complete()):
+            try:
+                self.verify(path)
+            except CheckpointError as exc:
+                self._skip(path, f"{exc}; falling back to the previous complete checkpoint")
+                continue
+            return path
+        return None
+
+    def verify(self, path: str | Path) -> dict[str, Any]:
+        """The manifest of checkpoint ``path`` after checking sizes and contents (:class:`CheckpointError`
+        naming the damaged file otherwise); each checkpoint is read in full once per manager."""
+        path = Path(path)
+        manifest = _read_manifest(path)
+        if path not in self._verified:
+            _check_contents(path, manifest)
+            self._verified.add(path)
+        return manifest
 
     def prune(self) -> None:
         """Keep the newest ``keep_last`` complete checkpoints (all when 0)."""
@@ -364,15 +503,15 @@ class CheckpointManager:
         if spec is None or spec.strip().lower() in ("", "none", "null", "never"):
             return None
         if spec.strip().lower() == "auto":
-            return self.latest()
+            return self.latest_valid()
         path = Path(spec)
-        _read_manifest(path)
+        self.verify(path)
         return path
 
     def load(self, path: str | Path) -> Checkpoint:
-        """A complete checkpoint (raises :class:`CheckpointError` naming what is wrong otherwise)."""
+        """A complete, undamaged checkpoint (raises :class:`CheckpointError` naming what is wrong otherwise)."""
         path = Path(path)
-        manifest = _read_manifest(path)
+        manifest = self.verify(path)
         return Checkpoint(path, manifest["step"], manifest.get("data", {}), manifest.get("extra", {}))
 
 
@@ -390,20 +529,28 @@ def export_hf_model(
     the weights of ``source`` (a checkpoint, its directory, or a state dict) as ``model.safetensors``.
 
     Tied tensors are written once, under their first name, as ``save_pretrained`` does. The directory
-    appears atomically.
+    appears atomically and carries :data:`EXPORT_MARKER`. ``out_dir`` may not be, hold or lie inside the
+    checkpoint, its run or the base model, and ``overwrite`` replaces only an earlier export (or an
+    empty folder).
     """
     base, out = Path(base_model_dir), Path(out_dir)
     if not (base / "config.json").is_file():
         raise CheckpointError(f"{base} is not a model directory: it has no config.json")
-    if out.exists() and not overwrite:
-        raise CheckpointError(f"{out} already exists; choose another directory or pass overwrite=True")
     if isinstance(source, (str, Path)):
         source = CheckpointManager(Path(source).parent).load(source)
+    protected: dict[str, Path] = {}
+    if isinstance(source, Checkpoint):
+        run = source.path.parent.parent
+        if (run / "config.yaml").is_file():
+            protected["the run"] = run
+        protected["the checkpoints"] = source.path.parent
+    protected["the base model"] = base
+    _check_export_target(out, protected, overwrite)
     state = source.model_state() if isinstance(source, Checkpoint) else source
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
         for item in sorted(base.iterdir()):
             name = item.name
             is_weight = name.endswith(_WEIGHT_SUFFIXES) or name.endswith(
@@ -413,6 +560,12 @@ def export_hf_model(
                 shutil.copy2(item, tmp / name)
                 fsync_file(tmp / name)
         _save_tensors(tmp / MODEL_FILE, state, keep_aliases=False)
+        what = {
+            "format": FORMAT_VERSION,
+            "source": str(source.path) if isinstance(source, Checkpoint) else None,
+            "base_model": str(base),
+        }
+        atomic_write_text(tmp / EXPORT_MARKER, json.dumps(what) + "\n")
         fsync_dir(tmp)
         if out.exists():
             trash = out.parent / f".trash-{out.name}-{uuid.uuid4().hex[:8]}"
@@ -420,7 +573,35 @@ def export_hf_model(
             shutil.rmtree(trash, ignore_errors=True)
         os.rename(tmp, out)
         fsync_dir(out.parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, Exception) and not isinstance(exc, DiskFullError) and is_disk_full(exc):
+            raise disk_full(out.parent, f"{out} was not written (nothing of it is left)") from exc
         raise
     return out
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def _check_export_target(out: Path, protected: dict[str, Path], overwrite: bool) -> None:
+    """Refuse an export folder that would replace, or be replaced with, anything in ``protected``, and one
+    that exists unless ``overwrite`` and it is an earlier export or empty."""
+    target = out.resolve()
+    for what, path in protected.items():
+        where = path.resolve()
+        if _within(target, where) or _within(where, target):
+            relation = "is" if target == where else "lies inside" if _within(target, where) else "holds"
+            raise CheckpointError(f"{out} {relation} {what} ({path}); export to a folder outside it")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not overwrite:
+        raise CheckpointError(f"{out} already exists; choose another directory or pass overwrite=True")
+    if out.is_symlink() or not out.is_dir():
+        raise CheckpointError(f"{out} is not a folder written by videorl export; refusing to replace it")
+    if not (out / EXPORT_MARKER).is_file() and any(out.iterdir()):
+        raise CheckpointError(
+            f"{out} was not written by videorl export (it has no {EXPORT_MARKER}); refusing to replace it: "
+            "choose another directory or remove it yourself"
+        )

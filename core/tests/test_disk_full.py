@@ -1,0 +1,131 @@
+"""A full disk: every writer says "disk full at <folder>", leaves nothing half-written and keeps what was
+complete. On a real full file system (a small tmpfs, where the test may mount one) and, portably, with the
+error that libraries raise injected where they raise it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from videorl.atomic import DiskFullError, atomic_write, atomic_write_bytes, is_disk_full
+from videorl.train.checkpoint import CheckpointManager
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """``small_disk(kib)``: a folder on a tmpfs of that size (skipped where mounting is not allowed)."""
+    mounted: list[Path] = []
+
+    def mount(kib: int) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)], capture_output=True, check=False
+        )
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here ({result.stderr.decode().strip()}); the injected tests cover it")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(folder: Path, leave: int = 0) -> None:
+    """Fill the file system of ``folder`` up to ``leave`` bytes."""
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    if leave:
+        size = (folder / "filler").stat().st_size
+        os.truncate(folder / "filler", max(0, size - leave))
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_is_disk_full_recognises_the_errors_libraries_raise() -> None:
+    from safetensors import SafetensorError
+
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert is_disk_full(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598") from exc
+    except RuntimeError as wrapped:
+        assert is_disk_full(wrapped)
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "report.jsonl"
+    target.write_text("old\n")
+
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(DiskFullError, match=rf"disk full at {tmp_path} \(.* bytes free\): report.jsonl was not written"):
+        atomic_write(target, write)
+    assert target.read_text() == "old\n" and _files(tmp_path) == ["report.jsonl"]
+
+
+def test_atomic_write_on_a_real_full_disk(small_disk: Callable[[int], Path]) -> None:
+    disk = small_disk(64)
+    (disk / "kept.txt").write_text("complete")
+    _fill(disk)
+    with pytest.raises(DiskFullError, match=f"disk full at {disk}"):
+        atomic_write_bytes(disk / "new.bin", b"x" * 200_000)
+    assert _files(disk) == ["filler", "kept.txt"] and (disk / "kept.txt").read_text() == "complete"
+
+
+def _state(n: int) -> dict[str, torch.Tensor]:
+    return {"w": torch.arange(float(n))}
+
+
+def test_a_checkpoint_on_a_real_full_disk_keeps_the_previous_one(small_disk: Callable[[int], Path]) -> None:
+    disk = small_disk(1024)
+    manager = CheckpointManager(disk / "checkpoints")
+    first = manager.save(1, model_state=_state(1000), optimizer_state={"state": {"m": torch.zeros(1000)}})
+    _fill(disk, leave=8192)  # room for the model file, not for the optimizer state: torch's "unexpected pos"
+    with pytest.raises(DiskFullError) as info:
+        manager.save(2, model_state=_state(1000), optimizer_state={"state": {"m": torch.zeros(100_000)}})
+    message = str(info.value)
+    assert message.startswith(f"disk full at {disk / 'checkpoints'}") and "step 2 was not written" in message
+    assert "step_000001, is kept" in message and "unexpected pos" not in message
+    assert [p.name for p in (disk / "checkpoints").iterdir() if p.name.startswith(".")] == []  # no .tmp folder
+    assert CheckpointManager(disk / "checkpoints").resolve_resume("auto") == first
+
+
+def test_a_checkpoint_whose_model_file_hits_a_full_disk_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Portable: safetensors' own error for ENOSPC, raised after part of the file was written."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    manager = CheckpointManager(tmp_path)
+    first = manager.save(1, model_state=_state(10))
+
+    def full(tensors: object, filename: str, metadata: object = None) -> None:
+        Path(filename).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(DiskFullError, match=f"disk full at {tmp_path}.*step 2 was not written"):
+        manager.save(2, model_state=_state(10))
+    assert _files(tmp_path) == sorted(["latest", *[f"step_000001/{p.name}" for p in first.iterdir()], "step_000001"])
