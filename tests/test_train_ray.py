@@ -43,11 +43,9 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     return out, overrides
 
 
-def _run(args: list[str], timeout: int = 420) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+def _run(args: list[str], timeout: int = 420, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"HOME": str(home)} if home else {})}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _metrics(run: Path) -> list[dict[str, Any]]:
@@ -64,32 +62,52 @@ def torchrun_run(task: tuple[Path, list[str]]) -> Path:
     return run
 
 
-def test_join_a_cluster_started_with_ray_start(task: tuple[Path, list[str]], torchrun_run: Path) -> None:
-    """The multi-node recipe on one machine: ``ray start --head`` (token auth, Ray's default), then
-    ``videorl train --ray-address``; the controller presents this machine's token and frees its
-    placement groups on exit, leaving the cluster running. (First in this file: ``ray start`` leaves a
-    record of its cluster behind, which the local runs after it must not join.)"""
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "fresh-machine"])
+def test_join_a_cluster_started_with_ray_start(
+    task: tuple[Path, list[str]], torchrun_run: Path, tmp_path: Path, with_token: bool
+) -> None:
+    """The multi-node recipe on one machine whose home has never seen Ray (the suite's fresh HOME):
+    ``ray get-auth-token --generate`` and ``ray start --head`` (token auth), then ``videorl train
+    --ray-address`` twice: the controller presents this machine's token and frees its placement groups
+    on exit, leaving the cluster running; a machine without the token is refused with an error saying
+    what to copy. Plain ``ray start --head`` on a fresh machine starts a cluster without authentication,
+    which the controller joins with a warning. (First in this file: ``ray start`` leaves a record of its
+    cluster behind, which the local runs after it must not join.)"""
     import socket
 
     out, overrides = task
+    assert not (Path.home() / ".ray").exists()  # nothing left over from earlier runs
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray_cli = Path(sys.executable).with_name("ray")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if with_token:
+        subprocess.run([str(ray_cli), "get-auth-token", "--generate"], check=True, capture_output=True, env=env)
     head = subprocess.Popen(
         [str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=3", "--include-dashboard=false",
          "--disable-usage-stats"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
+    join = ["--ray-address", f"127.0.0.1:{port}", "ray.actor_workers=2", "ray.worker_start_timeout=120"]
     try:
-        for attempt in range(2):  # the second run needs the CPUs the first one's placement groups held
-            run = out / f"ray-joined-{attempt}"
-            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
-                         "--ray-address", f"127.0.0.1:{port}", "ray.actor_workers=2", "ray.worker_start_timeout=120"])
+        for attempt in range(2 if with_token else 1):  # the second run needs the CPUs the first one's placement groups held
+            run = out / f"ray-joined-{with_token}-{attempt}"
+            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}", *join])
             assert done.returncode == 0, done.stderr[-4000:]
+            assert ("without a token" in done.stderr) == (not with_token)
             assert [m["actor/loss"] for m in _metrics(run)] == pytest.approx(
                 [m["actor/loss"] for m in _metrics(torchrun_run)], rel=1e-5
             )
+        if with_token:
+            stranger = tmp_path / "home-without-the-token"
+            stranger.mkdir()
+            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides,
+                         f"output_dir={out / 'ray-refused'}", *join], home=stranger)
+            assert done.returncode != 0
+            assert f"cannot join the Ray cluster at 127.0.0.1:{port}" in done.stderr, done.stderr[-4000:]
+            assert f"this machine has no Ray token (none in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or {stranger}" \
+                   "/.ray/auth_token)" in done.stderr
+            assert "Traceback" not in done.stderr
         assert head.poll() is None  # the cluster outlives the runs
     finally:
         head.send_signal(signal.SIGTERM)

@@ -20,12 +20,15 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError, VideorlError
 
 if TYPE_CHECKING:
     from videorl.config import RayConfig, TrainConfig
+
+log = logging.getLogger("videorl.cluster")
 
 FAILURE_GRACE_S = 5.0  # after one call fails, how long to wait for the others (a peer's death explains it)
 
@@ -88,14 +91,15 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     A local runtime is started with its defaults set explicitly: Ray's dashboard off unless
     ``ray.dashboard`` (and then on 127.0.0.1 only), token authentication as ``ray.auth`` says
     (``RAY_AUTH_MODE``), this node's address for everything Ray starts, and enough logical CPUs for
-    the workers' bundles. Joining a cluster, ``ray.auth: token`` (Ray's default for ``ray start``)
-    presents the token of this machine (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN`` or
-    ``RAY_AUTH_TOKEN_PATH``).
+    the workers' bundles. Joining a cluster with ``ray.auth: token``, the controller presents this
+    machine's token (:func:`auth_token_source`); where there is none it joins without one, which
+    only a cluster started without authentication accepts (``ray start --head`` on a machine with
+    no token), and says so. A refused connection is a :class:`ConfigError` saying what to copy.
     """
     address = address or cfg.address
     if address:
-        _set_auth_mode(cfg.auth)
-    elif cfg.auth == "token":
+        return _join(cfg, address)
+    if cfg.auth == "token":
         # Ray's own default for a new local runtime: it turns token auth on and writes a token under
         # ~/.ray when there is none (setting RAY_AUTH_MODE=token ourselves would skip that step).
         os.environ.pop("RAY_AUTH_MODE", None)
@@ -104,17 +108,6 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     import ray
 
     if ray.is_initialized():
-        return False
-    if address:
-        try:
-            ray.init(address=address, namespace="videorl", log_to_driver=True, logging_level=logging.WARNING)
-        except ConnectionError as exc:
-            raise ConfigError(
-                f"cannot join the Ray cluster at {address} ({exc}): is `ray start --head` running there? With "
-                "token authentication (ray.auth: token, Ray's default) this machine needs the cluster's token: "
-                "the head node's ~/.ray/auth_token here, or RAY_AUTH_TOKEN; a cluster started with "
-                "RAY_AUTH_MODE=disabled needs ray.auth=disabled"
-            ) from None
         return False
     ray.init(
         address="local",  # a new runtime, even where `ray start` left a cluster (Ray would join that one)
@@ -130,6 +123,57 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
         ray.shutdown()
         raise ConfigError(f"ray.auth: asked for {cfg.auth!r}, but Ray started with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}")
     return True
+
+
+def auth_token_source() -> str | None:
+    """Where Ray finds this machine's cluster token (the places Ray reads, in its order), or None."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return f"RAY_AUTH_TOKEN_PATH={path}" if Path(path).expanduser().is_file() else None
+    default = Path.home() / ".ray" / "auth_token"
+    return str(default) if default.is_file() else None
+
+
+def _join(cfg: RayConfig, address: str) -> bool:
+    """Connect this process to the cluster at ``address`` (see :func:`start_ray`); always False."""
+    token = auth_token_source() if cfg.auth == "token" else None
+    _set_auth_mode("token" if token else "disabled")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address=address, namespace="videorl", log_to_driver=True, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        if cfg.auth == "disabled":
+            auth = (
+                "with ray.auth: disabled no token is presented; a cluster with token authentication needs "
+                "ray.auth: token and its token on this machine"
+            )
+        elif token:
+            auth = (
+                f"this machine presented the token in {token}: if the cluster uses another one, copy the "
+                "output of `ray get-auth-token` on the head node there"
+            )
+        else:
+            auth = (
+                "this machine has no Ray token (none in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+                f"{Path.home() / '.ray' / 'auth_token'}): if the cluster uses token authentication, copy the "
+                "head node's ~/.ray/auth_token to that path here, or set RAY_AUTH_TOKEN to the output of "
+                "`ray get-auth-token` on the head node"
+            )
+        raise ConfigError(
+            f"cannot join the Ray cluster at {address} ({exc}): is `ray start --head` running there? {auth}"
+        ) from None
+    if cfg.auth == "token" and not token:
+        log.warning(
+            "joined the Ray cluster at %s without a token: it runs without authentication, so anyone who "
+            "can reach its port can run code on it (docs/multi-node.md shows how to start it with a token)",
+            address,
+        )
+    return False
 
 
 def _set_auth_mode(mode: str) -> None:
