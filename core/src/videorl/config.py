@@ -347,8 +347,8 @@ class RayConfig:
     dashboard: bool = option(False, "Start Ray's dashboard with a local runtime (listening on 127.0.0.1 only).")
     auth: Literal["token", "disabled"] = option(
         "token",
-        "Token authentication (Ray's RAY_AUTH_MODE) of a local runtime, or of the connection to a cluster "
-        "(which must match how the cluster was started; token is Ray's default for ray start).",
+        "Token authentication (Ray's RAY_AUTH_MODE) of a local runtime; joining a cluster, token presents "
+        "this machine's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) where there is one.",
     )
     worker_start_timeout: float = option(600.0, "Seconds to wait for the placement groups and workers to start.")
 
