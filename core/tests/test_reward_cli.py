@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,103 @@ def test_no_rewards_installed(fake_entry_points: Any, run_cli: Any, tmp_path: Pa
     rows = write_rows(tmp_path / "rows.jsonl", [{"problem_type": "exact", "answer": "1", "response": "1"}])
     result = run_cli("reward", "--input", str(rows), "--output", str(tmp_path / "o.jsonl"))
     assert result.exit_code != 0 and "no rewards are installed" in result.output + result.stderr
+
+
+def test_output_that_is_the_input_is_refused_also_through_links(cli: Any, tmp_path: Path) -> None:
+    rows = write_rows(
+        tmp_path / "rows.jsonl",
+        [{"id": "ok", "problem_type": "exact", "answer": "1", "response": "1"}, "{bad row"],
+    )
+    before = rows.read_bytes()
+    (tmp_path / "soft.jsonl").symlink_to(rows)
+    os.link(rows, tmp_path / "hard.jsonl")
+    for out in (rows, tmp_path / "soft.jsonl", tmp_path / "hard.jsonl", tmp_path / "." / "rows.jsonl"):
+        result = cli("reward", "--input", str(rows), "--output", str(out))
+        assert result.exit_code != 0
+        assert "is the input file" in result.stderr and "choose another --output" in result.stderr
+    assert rows.read_bytes() == before
+
+
+def test_a_row_nested_100000_deep_is_a_bad_row_and_the_others_are_scored(cli: Any, tmp_path: Path) -> None:
+    deep = '{"problem_type": "exact", "answer": ' + "[" * 100_000 + "]" * 100_000 + ', "response": "x"}'
+    rows = write_rows(
+        tmp_path / "rows.jsonl",
+        [{"id": "a", "problem_type": "exact", "answer": "1", "response": "<answer>1</answer>"}, deep,
+         {"id": "b", "problem_type": "exact", "answer": "2", "response": "<answer>2</answer>"}],
+    )  # fmt: skip
+    out = tmp_path / "scored.jsonl"
+    result = cli("reward", "--input", str(rows), "--output", str(out))
+    assert result.exit_code == 1 and result.exception is None
+    assert f"{rows}:2: nested too deeply to read" in result.stderr
+    assert [r["id"] for r in read_rows(out)] == ["a", "b"]
+
+
+def test_a_binary_input_file_and_a_bom_are_reported_by_line(cli: Any, tmp_path: Path) -> None:
+    good = json.dumps({"id": "a", "problem_type": "exact", "answer": "1", "response": "<answer>1</answer>"})
+    rows = tmp_path / "rows.jsonl"
+    rows.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\n\x89PNG\r\n\x1a\n\x00\x00\xff\xd8\n")
+    out = tmp_path / "scored.jsonl"
+    result = cli("reward", "--input", str(rows), "--output", str(out))
+    assert result.exit_code == 1 and result.exception is None
+    assert f"{rows}:2: not UTF-8 text (byte 0x89 at column 1" in result.stderr
+    assert f"{rows}:3: not valid JSON" in result.stderr  # "\x1a" alone is valid UTF-8
+    assert f"{rows}:4: not UTF-8 text (byte 0xff at column 3; a binary file?)" in result.stderr
+    assert [r["id"] for r in read_rows(out)] == ["a"]  # the BOM of line 1 is no JSON error
+
+
+class BrokenPlugin:
+    @staticmethod
+    @hookimpl
+    def register_rewards(register: Any) -> None:
+        register("lazy broken", "no_such_module_xyz:Reward")
+        register("twice", Abstain)
+
+
+class OtherPlugin:
+    @staticmethod
+    @hookimpl
+    def register_rewards(register: Any) -> None:
+        register("twice", Abstain)
+
+
+def test_plugin_errors_name_the_plugin_and_the_rows_and_the_others_are_scored(
+    fake_entry_points: Any, run_cli: Any, tmp_path: Path
+) -> None:
+    fake_entry_points({"videorl-testrewards": RewardPlugin, "videorl-broken": BrokenPlugin, "videorl-other": OtherPlugin})
+    rows = write_rows(
+        tmp_path / "rows.jsonl",
+        [{"id": "a", "problem_type": "exact", "answer": "1", "response": "<answer>1</answer>"},
+         {"id": "b", "problem_type": "lazy broken", "answer": "1", "response": "x"},
+         {"id": "c", "problem_type": "twice", "answer": "1", "response": "x"}],
+    )  # fmt: skip
+    out = tmp_path / "scored.jsonl"
+    result = run_cli("reward", "--input", str(rows), "--output", str(out))
+    assert result.exit_code == 1 and result.exception is None, result.stderr
+    assert "from distribution 'videorl-broken' could not be imported" in result.stderr
+    assert "'twice' is registered twice" in result.stderr
+    assert f"{rows}:2: its reward 'lazy broken' cannot be used" in result.stderr
+    assert f"{rows}:3: its reward 'twice' cannot be used" in result.stderr
+    assert [r["id"] for r in read_rows(out)] == ["a"] and read_rows(out)[0]["scores"] == [1.0]
+
+
+def test_a_full_disk_says_so_and_keeps_the_previous_output(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from videorl.commands import reward
+
+    rows = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "problem_type": "exact", "answer": "1", "response": "1"}])
+    out = tmp_path / "scored.jsonl"
+    out.write_text("previous\n")
+
+    def full(f: Any, *args: Any) -> None:
+        f.write("half a row")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(reward, "_write_rows", full)
+    result = cli("reward", "--input", str(rows), "--output", str(out))
+    assert result.exit_code != 0 and result.exception is None
+    assert f"disk full at {tmp_path}" in result.stderr and "scored.jsonl was not written" in result.stderr
+    assert out.read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl", "scored.jsonl"]

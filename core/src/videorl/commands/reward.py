@@ -5,20 +5,23 @@ ground truth in ``ground_truth``/``answer``/``solution``, ``options``, ``media``
 ``id``, ...) either at the top level or under ``"sample"``, and ``"response": str`` or
 ``"responses": [str, ...]``. Each output line is the input row plus ``scores`` (one per response,
 ``null`` when the rewards abstained), ``parts`` (one mapping per response) and, when a reward failed,
-``errors``. Bad rows are reported with their line numbers and left out; the output is written
-atomically.
+``errors``. Bad rows (invalid JSON or UTF-8, nested too deeply, missing fields, or of a problem type
+whose reward plugin cannot be loaded) are reported with their line numbers and left out; the other rows
+are scored. The output is written atomically and may not be the input file (or a link to it).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -26,7 +29,7 @@ from typing import IO, Any
 
 import click
 
-from videorl.errors import ConfigError, DataError
+from videorl.errors import ConfigError, DataError, RegistryError, VideorlError
 from videorl.plugins import Plugins
 from videorl.registry import Registry
 from videorl.rewards.config import RewardConfig
@@ -55,6 +58,13 @@ class Row:
 
 def parse_row(line_no: int, text: str, router: RewardRouter, model_family: str | None) -> Row | str:
     """The row on line ``line_no``, or a message saying why it is bad."""
+    try:
+        return _parse_row(line_no, text, router, model_family)
+    except RecursionError:
+        return "nested too deeply to read (JSON arrays or objects within each other beyond Python's recursion limit)"
+
+
+def _parse_row(line_no: int, text: str, router: RewardRouter, model_family: str | None) -> Row | str:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -153,6 +163,11 @@ def score_rows(
         for chunk, future in zip(chunks, futures, strict=True):
             try:
                 scored = future.result()
+            except BrokenProcessPool as exc:
+                raise click.ClickException(
+                    "a worker process died while scoring (killed by a signal, or out of memory); nothing "
+                    "was written. Run again with --workers 1 to see which row it was"
+                ) from exc
             except Exception as exc:  # rewards never raise through the router: this is the pool itself
                 raise click.ClickException(
                     f"a worker process failed ({type(exc).__name__}: {exc}); a reward registered as an "
@@ -199,19 +214,64 @@ def load_reward_config(path: Path | None, timeout: float | None) -> RewardConfig
         raise ConfigError(f"{path or 'reward config'}: {exc}") from exc
 
 
-def _read_rows(path: Path, router: RewardRouter, model_family: str | None) -> tuple[list[Row], list[str]]:
+def _read_rows(
+    path: Path, router: RewardRouter, model_family: str | None
+) -> tuple[list[Row], list[tuple[int, str]]]:
+    """The good rows and ``(line, message)`` of the bad ones."""
     rows: list[Row] = []
-    bad: list[str] = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, text in enumerate(f, 1):
+    bad: list[tuple[int, str]] = []
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                kind = "a binary file?" if b"\0" in raw else "save the file as UTF-8"
+                bad.append(
+                    (
+                        line_no,
+                        f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}; {kind})",
+                    )
+                )
+                continue
+            if line_no == 1:
+                text = text.removeprefix("\ufeff")  # the byte-order mark some editors write
             if not text.strip():
                 continue
             parsed = parse_row(line_no, text, router, model_family)
             if isinstance(parsed, str):
-                bad.append(f"{path}:{line_no}: {parsed}")
+                bad.append((line_no, parsed))
             else:
                 rows.append(parsed)
     return rows, bad
+
+
+def _unusable_rewards(rows: Sequence[Row], router: RewardRouter, registry: Registry[Any]) -> dict[str, str]:
+    """The rewards the rows need that cannot be created because of their plugin (an import that fails, a
+    name two plugins registered): reward name -> message. A bad option is a ``ConfigError`` and raised."""
+    needed = sorted({name for row in rows for name in _reward_names(row, router)})
+    broken: dict[str, str] = {}
+    for name in needed:
+        try:
+            router.reward(name)
+        except ConfigError:
+            raise
+        except RegistryError as exc:
+            broken[name] = str(exc)
+        except Exception as exc:  # the plugin's own factory failed
+            origin = next((e.origin for e in registry.entries() if e.name == name), "unknown")
+            broken[name] = f"reward {name!r} from {origin!r} failed to start ({type(exc).__name__}: {exc})"
+    return broken
+
+
+def _reward_names(row: Row, router: RewardRouter) -> list[str]:
+    return [name for inp in row.inputs for name, _ in router.route(inp.problem_type) or []]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # b does not exist yet
+        return False
 
 
 @click.command("reward")
@@ -253,6 +313,11 @@ def reward_command(
     """Score responses with the installed rewards (debugging rewards, scripting, tests)."""
     from videorl.atomic import atomic_write
 
+    if _same_file(input_path, output_path):
+        raise click.ClickException(
+            f"--output {output_path} is the input file{' (through a link)' if input_path != output_path else ''}: "
+            "scoring would replace it and lose its bad rows; choose another --output"
+        )
     try:
         config = load_reward_config(config_path, timeout)
         router = RewardRouter.from_registry(plugins.rewards, config)
@@ -265,8 +330,24 @@ def reward_command(
         )
     started = time.monotonic()
     rows, bad = _read_rows(input_path, router, model_family)
-    for message in bad[:MAX_REPORTED]:
-        click.echo(f"bad row: {message}", err=True)
+    try:
+        broken = _unusable_rewards(rows, router, plugins.rewards)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if broken:
+        for message in broken.values():
+            click.echo(f"unusable reward: {message}", err=True)
+        kept = []
+        for row in rows:
+            names = [n for n in _reward_names(row, router) if n in broken]
+            if names:
+                bad.append((row.line, f"its reward {names[0]!r} cannot be used (see above)"))
+            else:
+                kept.append(row)
+        rows = kept
+        bad.sort()
+    for line_no, message in bad[:MAX_REPORTED]:
+        click.echo(f"bad row: {input_path}:{line_no}: {message}", err=True)
     if len(bad) > MAX_REPORTED:
         click.echo(f"... and {len(bad) - MAX_REPORTED} more bad rows", err=True)
     try:
@@ -280,7 +361,10 @@ def reward_command(
         with tmp.open("w", encoding="utf-8") as f:
             _write_rows(f, rows, router, specs, workers, by_type, failures)
 
-    atomic_write(output_path, write)
+    try:
+        atomic_write(output_path, write)
+    except VideorlError as exc:  # a full disk: the message names the folder; nothing was left behind
+        raise click.ClickException(str(exc)) from exc
     responses = sum(len(row.inputs) for row in rows)
     elapsed = time.monotonic() - started
     click.echo(
