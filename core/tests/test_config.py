@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from videorl.backend import VisualBudget
 from videorl.config import (
     TrainConfig,
     config_keys,
@@ -40,8 +41,9 @@ def test_defaults_are_the_seed_recipe() -> None:
         1.0,
     )
     assert c.optim.lr_warmup_steps == 0
-    assert (c.data.video_fps, c.data.video_max_frames) == (2.0, 128)
-    assert (c.data.video_max_pixels, c.data.image_max_pixels) == (262144, 1048576)
+    budget = c.data.visual_budget(VisualBudget.for_factor(28))  # unset keys: the (Qwen) family's budget
+    assert (budget.video_fps, budget.video_max_frames) == (2.0, 128)
+    assert (budget.video_max_pixels, budget.image_max_pixels) == (262144, 1048576)
     assert c.data.source_mode == "prefer_preprocessed"
     assert (c.rewards.accuracy_weight, c.rewards.format_weight, c.rewards.format.think) == (
         0.9,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from videorl.errors import ConfigError
 from videorl.eval import read_results
 from videorl.testing import CliResult
 
@@ -152,3 +153,28 @@ def test_compare_runs(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None
     assert png.read_bytes()[:4] == b"\x89PNG"
     result = run_cli("eval", "compare", str(tmp_path / "base"), str(tmp_path / "nowhere"))
     assert result.exit_code == 1 and "an evaluation run directory" in result.stderr
+
+
+def test_training_and_evaluation_share_each_familys_default_budget(tmp_path: Path) -> None:
+    """One frame cache serves a family's training run and its evaluation: with no budget key set,
+    both decode with the same parameters (Qwen3-VL: 4 × 32² = 4096 least pixels, not 3136)."""
+    from videorl.config import load_config
+    from videorl.eval.inputs import visual_params
+    from videorl.plugins import load_plugins
+    from videorl.train.compose import make_encoder
+
+    plugins = load_plugins()
+    config = load_config(None, [f"model.path={tmp_path}", f"data.train_files=[{tmp_path / 'train.jsonl'}]"])
+    families = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
+    for family in families:
+        backend = plugins.model_backends.create(family)
+        encoder = make_encoder(config, backend, plugins)
+        assert (encoder.video_params, encoder.image_params) == visual_params(backend), family
+    qwen3 = make_encoder(config, plugins.model_backends.create("qwen3_vl"), plugins)
+    assert (qwen3.video_params.min_pixels, qwen3.image_params.min_pixels) == (4096, 4096)
+    # a key that is set overrides the family's value; a combination that cannot fit names the keys
+    small = load_config(None, [f"model.path={tmp_path}", f"data.train_files=[{tmp_path / 't.jsonl'}]",
+                               "data.video_max_pixels=3136"])
+    with pytest.raises(ConfigError, match=r"data: video_min_pixels \(4096\) must be positive and at most "
+                                          r"video_max_pixels \(3136\) \(with data.video_max_pixels=3136;"):
+        make_encoder(small, plugins.model_backends.create("qwen3_vl"), plugins)

@@ -111,13 +111,29 @@ class DataConfig:
         "preprocessed_only: every video must be in the cache (checked at load); prefer_preprocessed: "
         "use the cache, decode what is missing; realtime_only: always decode.",
     )
-    video_fps: float = option(2.0, "Frames sampled per second of video.")
-    video_max_frames: int = option(128, "Most frames sampled from one video.")
-    video_min_pixels: int = option(3136, "Least pixels per video frame after resizing.")
-    video_max_pixels: int = option(262144, "Most pixels per video frame after resizing.")
-    video_total_pixels: int | None = option(None, "Most pixels over all frames of one video; null: no limit.")
-    image_min_pixels: int = option(3136, "Least pixels per image after resizing.")
-    image_max_pixels: int = option(1048576, "Most pixels per image after resizing.")
+    # The visual budget: null takes the model family's (its backend's ``budget``, which evaluation uses
+    # too, so that one frame cache serves both); the Qwen families' values are the seed's recipe.
+    video_fps: float | None = option(None, "Frames sampled per second of video; null: the model family's (Qwen: 2).")
+    video_max_frames: int | None = option(
+        None, "Most frames sampled from one video; null: the model family's (Qwen: 128)."
+    )
+    video_min_pixels: int | None = option(
+        None,
+        "Least pixels per video frame after resizing; null: the model family's (Qwen: 4 × factor², 3136 for "
+        "Qwen2/2.5-VL, 4096 for Qwen3-VL and Qwen3.5).",
+    )
+    video_max_pixels: int | None = option(
+        None, "Most pixels per video frame after resizing; null: the model family's (Qwen: 262144)."
+    )
+    video_total_pixels: int | None = option(
+        None, "Most pixels over all frames of one video; null: the model family's (Qwen: no limit)."
+    )
+    image_min_pixels: int | None = option(
+        None, "Least pixels per image after resizing; null: the model family's (Qwen: 4 × factor²)."
+    )
+    image_max_pixels: int | None = option(
+        None, "Most pixels per image after resizing; null: the model family's (Qwen: 1048576)."
+    )
     max_prompt_length: int = option(
         20000, "Most prompt tokens (text and visual); a longer prompt is an error naming the sample."
     )
@@ -138,7 +154,7 @@ class DataConfig:
             problems.append(("train_files", "give at least one training dataset file"))
         if self.source_mode == "preprocessed_only" and not self.cache_dir:
             problems.append(("cache_dir", "is required when data.source_mode is preprocessed_only"))
-        if not self.video_fps > 0:
+        if self.video_fps is not None and not self.video_fps > 0:
             problems.append(("video_fps", "must be > 0"))
         for key in (
             "video_max_frames",
@@ -147,15 +163,30 @@ class DataConfig:
             "max_prompt_length",
             "rollout_batch_size",
         ):
-            if getattr(self, key) < 1:
+            value = getattr(self, key)
+            if value is not None and value < 1:
                 problems.append((key, "must be >= 1"))
-        if self.video_min_pixels > self.video_max_pixels:
-            problems.append(("video_max_pixels", "must be >= data.video_min_pixels"))
-        if self.image_min_pixels > self.image_max_pixels:
-            problems.append(("image_max_pixels", "must be >= data.image_min_pixels"))
-        if self.video_total_pixels is not None and self.video_total_pixels < self.video_min_pixels:
-            problems.append(("video_total_pixels", "must be >= data.video_min_pixels (or null)"))
+        # the rest of the budget is checked against the family's values (visual_budget)
+        for low, high in (("video_min_pixels", "video_max_pixels"), ("image_min_pixels", "image_max_pixels"),
+                          ("video_min_pixels", "video_total_pixels")):
+            lo, hi = getattr(self, low), getattr(self, high)
+            if lo is not None and hi is not None and lo > hi:
+                problems.append((high, f"must be >= data.{low}"))
         return problems
+
+    def visual_budget(self, family: Any) -> Any:
+        """``family`` (a :class:`videorl.backend.VisualBudget`, the backend's ``budget``) with the budget
+        keys this section sets; a combination that does not fit is a :class:`ConfigError`."""
+        from dataclasses import replace
+
+        keys = ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels", "video_total_pixels",
+                "image_min_pixels", "image_max_pixels")
+        given = {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
+        try:
+            return replace(family, **given)
+        except ConfigError as exc:
+            set_keys = ", ".join(f"data.{k}={v}" for k, v in given.items())
+            raise ConfigError(f"data: {exc} (with {set_keys}; the other keys are the model family's: {family})") from None
 
 
 @dataclass

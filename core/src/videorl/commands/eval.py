@@ -250,9 +250,9 @@ def run_command(
     and is listed. Results and every setting go to RUN/results.json (docs/benchmarks.md).
     """
     from videorl.backend import backend_for_model
-    from videorl.eval.inputs import RowInputs
+    from videorl.eval.inputs import RowInputs, visual_params
     from videorl.eval.pipeline import Evaluator, begin_run, load_task, run_settings, timing_summary
-    from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.media import MediaCache
     from videorl.rollout import SamplingParams
 
     decode = {k: options.pop(k) for k in ("fps", "max_frames", "min_pixels", "max_pixels", "total_pixels")}
@@ -262,11 +262,7 @@ def run_command(
         if len(set(names)) != len(names):
             raise click.UsageError(f"a benchmark is given twice: {', '.join(names)}")
         backend = backend_for_model(model, plugins.model_backends)
-        video = DecodeParams.from_budget(
-            backend.budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size,
-            **{k: v for k, v in decode.items() if v is not None},
-        )
-        image = ImageParams.from_budget(backend.budget, factor=backend.factor)
+        video, image = visual_params(backend, **{k: v for k, v in decode.items() if v is not None})
         cache = MediaCache(cache_dir or run_dir / "frame-cache", strict_params=False, threads=1)  # one decoder thread per loader
         sampling = SamplingParams(n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)
         inputs = RowInputs(backend, cache, video, image, thinking=thinking)

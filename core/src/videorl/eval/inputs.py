@@ -17,7 +17,7 @@ import os
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from videorl.backend import PromptInput
 from videorl.errors import DataError
@@ -29,13 +29,26 @@ if TYPE_CHECKING:
     from videorl.benchmark import Benchmark, BenchmarkRow
     from videorl.media import DecodeParams, ImageParams, MediaCache, VideoMetadata
 
-__all__ = ["CLIP_POLICY", "RowInputs"]
+__all__ = ["CLIP_POLICY", "RowInputs", "visual_params"]
 
 #: How clip bounds are applied (written into every run's settings).
 CLIP_POLICY = (
     "frames sampled within the clip at the run's fps and frame cap, the count from the clip's duration "
     "(one cache entry per video and clip); the metadata's duration is the clip's length within the video"
 )
+
+
+def visual_params(backend: ModelBackend, **video: Any) -> tuple[DecodeParams, ImageParams]:
+    """Evaluation's video and image budgets: the model family's (``backend.budget``, which training
+    uses for every ``data.video_*``/``data.image_*`` key left null, so one frame cache serves both),
+    with the video settings given (``fps``, ``max_frames``, ``min_pixels``, ``max_pixels``,
+    ``total_pixels``)."""
+    from videorl.media import DecodeParams, ImageParams
+
+    video_params = DecodeParams.from_budget(
+        backend.budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, **video
+    )
+    return video_params, ImageParams.from_budget(backend.budget, factor=backend.factor)
 
 
 class RowInputs:

@@ -138,17 +138,14 @@ def make_backend(config: TrainConfig, plugins: Plugins) -> ModelBackend:
 def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -> PromptEncoder:
     """Samples to prompts as the ``data`` section says: frame cache (none: decode on the fly), video and
     image budgets, template, thinking, prompt limit."""
-    from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.media import MediaCache
     from videorl.train.data import PromptEncoder
 
     d = config.data
     cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
-    video_params = DecodeParams(
-        factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, fps=d.video_fps,
-        max_frames=d.video_max_frames, min_pixels=d.video_min_pixels, max_pixels=d.video_max_pixels,
-        total_pixels=d.video_total_pixels,
-    )
-    image_params = ImageParams(factor=backend.factor, min_pixels=d.image_min_pixels, max_pixels=d.image_max_pixels)
+    budget = d.visual_budget(backend.budget)  # the family's budget, as evaluation's, with the keys set
+    video_params = budget.video_params(backend.factor, backend.temporal_patch_size)
+    image_params = budget.image_params(backend.factor)
     return PromptEncoder(
         backend, cache, video_params, image_params, plugins.prompt_templates, thinking=d.thinking,
         max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
