@@ -135,3 +135,61 @@ def test_rollout_request_as_a_vllm_prompt() -> None:
         "mm_processor_kwargs": {"do_resize": False},
     }
     assert RolloutRequest("t", [1], [1], {}, {}).vllm_prompt() == {"prompt_token_ids": [1]}
+
+
+class _Complete:
+    """Every ModelBackend member; ``processor`` records whether anything evaluated it."""
+
+    family = "toy"
+    model_types = ("toy",)
+    factor = 28
+    temporal_patch_size = 2
+    evaluated = False
+
+    def __init__(self, path: Any = None) -> None:
+        self.path = path
+
+    @property
+    def budget(self) -> VisualBudget:
+        return VisualBudget.for_factor(28)
+
+    @property
+    def processor(self) -> Any:
+        type(self).evaluated = True
+        raise OSError("Can't load the processor from the Hub for '/no/such/dir'")
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.processor.tokenizer
+
+    def load_model(self, *, dtype: Any = None, device: Any = None) -> Any: ...
+    def prepare_model(self, model: Any) -> Any: ...
+    def prompt_length(self, prompt: Any) -> int: ...
+    def encode(self, prompt: Any) -> Any: ...
+    def collate(self, encoded: Any, responses: Any = None) -> Any: ...
+    def check_inputs(self, inputs: Any) -> None: ...
+    def rollout_request(self, encoded: Any) -> Any: ...
+    def forbidden_token_ids(self) -> frozenset[int]: ...
+    def install_vision_sync(self, model: Any) -> Any: ...
+
+
+def test_isinstance_and_the_member_check_never_evaluate_a_property() -> None:
+    from videorl.api import ModelBackend
+    from videorl.backend import missing_backend_members
+
+    backend = _Complete("/no/such/dir")
+    assert isinstance(backend, ModelBackend) and missing_backend_members(_Complete) == []
+    assert not _Complete.evaluated  # Python 3.11's own isinstance would have called .processor
+
+    class Skeleton:
+        family = "internvl"
+
+        def encode(self, prompt: Any) -> Any: ...
+
+    assert not isinstance(Skeleton(), ModelBackend)
+    assert missing_backend_members(Skeleton) == [
+        "budget", "check_inputs", "collate", "factor", "forbidden_token_ids", "install_vision_sync",
+        "load_model", "model_types", "prepare_model", "processor", "prompt_length", "rollout_request",
+        "temporal_patch_size", "tokenizer",
+    ]  # fmt: skip
+    assert "path" in missing_backend_members(Skeleton())  # an instance needs its checkpoint directory

@@ -148,3 +148,53 @@ def test_a_name_collision_is_listed_and_fatal_only_with_strict_plugins(
     )
     result = run_cli("--strict-plugins", "plugins")
     assert result.exit_code == 2 and "reward 'multiple_choice' is registered twice" in result.stderr
+
+
+class SkeletonBackend:
+    """An InternVL-like skeleton: the geometry and two methods, eight members short."""
+
+    family = "internvl"
+    model_types = ("internvl_chat",)
+    factor = 28
+    temporal_patch_size = 1
+    budget = None
+
+    def __init__(self, path: Any = None) -> None:
+        self.path = path
+
+    def load_model(self, *, dtype: Any = None, device: Any = None) -> Any: ...
+
+    def encode(self, prompt: Any) -> Any: ...
+
+    @property
+    def processor(self) -> Any:
+        raise AssertionError("the conformance check must not evaluate properties")
+
+
+class SkeletonBackendPlugin:
+    @hookimpl
+    def register_model_backends(self, register: Any) -> None:
+        register("internvl", SkeletonBackend)
+
+
+def test_a_backend_lacking_protocol_members_is_failed_with_their_names(
+    run_cli: Any, fake_entry_points: Any
+) -> None:
+    from videorl.testing import FakeEntryPoint
+
+    fake_entry_points(
+        [
+            FakeEntryPoint("videorl-internvl", SkeletonBackendPlugin()),
+            FakeEntryPoint("videorl-models", "videorl_models.plugin"),
+        ]
+    )
+    data = {p["name"]: p for p in run_cli("plugins", "--json").assert_success().json()}
+    entry = data["videorl-internvl"]
+    assert entry["status"] == "failed"
+    assert entry["error"].endswith(
+        "lacks ModelBackend members: check_inputs, collate, forbidden_token_ids, install_vision_sync, "
+        "prepare_model, prompt_length, rollout_request, tokenizer (see docs/plugin-authors/model-backends.md)"
+    )
+    assert data["videorl-models"]["status"] == "ok"  # the first-party backends conform
+    table = run_cli("plugins").output
+    assert "videorl-internvl" in table and "failed" in table and "rollout_request" in table

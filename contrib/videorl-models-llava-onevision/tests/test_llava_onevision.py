@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,30 @@ def test_bad_inputs(backend: Any) -> None:
         backend.collate([short, long])
     with pytest.raises(AlignmentError, match="response contains 1 token"):
         backend.collate([short], [[40, backend.video_token_id]])
+
+
+def test_backend_contract(tmp_path: Path) -> None:
+    from videorl_models_llava_onevision.backend import LlavaOnevisionBackend
+
+    from videorl.testing import assert_backend_contract
+
+    backend = assert_backend_contract(LlavaOnevisionBackend, tmp_path, data_types=("video", "text"))
+    assert backend.tokens_per_frame == 4
+
+
+def test_models_tiny_command(run_cli: Any, tmp_path: Path) -> None:
+    import importlib.metadata as md
+
+    try:
+        md.distribution("videorl-models-llava-onevision")
+        flags: tuple[str, ...] = ()
+    except md.PackageNotFoundError:  # from a checkout: load the plugin module by hand
+        flags = ("--plugin", "videorl_models_llava_onevision.plugin")
+    out = tmp_path / "tiny"
+    result = run_cli(*flags, "models", "tiny", "llava_onevision", str(out), "--width", "96").assert_success()
+    assert result.output == f"wrote a tiny llava_onevision checkpoint to {out}\n"
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "llava_onevision" and config["text_config"]["hidden_size"] == 96
+    assert config["vision_config"]["hidden_size"] == 48
+    bad = run_cli(*flags, "models", "tiny", "llava_onevision", str(tmp_path / "bad"), "--width", "40")
+    assert bad.exit_code == 2 and "width must be a multiple of 32 and at least 64, got 40" in bad.output + bad.stderr

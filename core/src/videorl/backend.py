@@ -12,6 +12,7 @@ Importing this module is cheap: torch is imported only by the functions that nee
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ __all__ = [
     "VisionSync",
     "VisualBudget",
     "backend_for_model",
+    "missing_backend_members",
     "read_model_type",
 ]
 
@@ -140,12 +142,23 @@ class VisionSync(Protocol):
     def remove(self) -> None: ...
 
 
+class _StaticProtocolMeta(type(Protocol)):  # type: ignore[misc]
+    """``isinstance`` against the protocol looks members up statically (as Python 3.12 does), so that
+    it never evaluates a property such as ``processor``, which loads from disk or the HF Hub."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        if cls is ModelBackend:
+            return not missing_backend_members(instance)
+        return bool(super().__instancecheck__(instance))
+
+
 @runtime_checkable
-class ModelBackend(Protocol):
+class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     """A model family: its geometry, how to load it, and how samples become model inputs.
 
     Constructed with the checkpoint directory (``backend = Backend(path)``); the class attributes
-    are readable without one (``videorl models list``).
+    are readable without one (``videorl models list``). ``isinstance(obj, ModelBackend)`` and
+    :func:`missing_backend_members` check the members without evaluating any property.
     """
 
     family: str
@@ -207,8 +220,31 @@ class ModelBackend(Protocol):
         """Make every forward run the vision tower exactly once (a zero-weighted dummy when no pixels)."""
         ...
 
-    # Optional: ``build_tiny(out_dir, *, model_type=None, seed=0) -> Path`` (a classmethod) writes a
-    # tiny random checkpoint of the family; ``videorl models tiny`` calls it.
+    # Optional: ``build_tiny(out_dir, *, model_type=None, seed=0, width=64) -> Path`` (a classmethod)
+    # writes a tiny random checkpoint of the family (``width``: the text hidden size);
+    # ``videorl models tiny`` calls it.
+
+
+#: members set on the instance (``__init__``), so absent from a backend class
+_INSTANCE_MEMBERS = frozenset({"path"})
+
+
+def missing_backend_members(backend: object) -> list[str]:
+    """The :class:`ModelBackend` members that ``backend`` (a class or an instance) lacks, sorted.
+
+    Looked up with :func:`inspect.getattr_static`: nothing is called and no property is evaluated.
+    For a class, instance attributes (``path``) are not required.
+    """
+    members = set(ModelBackend.__annotations__) | {n for n in vars(ModelBackend) if not n.startswith("_")}
+    if isinstance(backend, type):
+        members -= _INSTANCE_MEMBERS
+    missing = []
+    for name in sorted(members):
+        try:
+            inspect.getattr_static(backend, name)
+        except AttributeError:
+            missing.append(name)
+    return missing
 
 
 def read_model_type(path: str | Path) -> str:

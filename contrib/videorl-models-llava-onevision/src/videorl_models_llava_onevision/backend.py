@@ -212,10 +212,15 @@ class LlavaOnevisionBackend:
         return _VisionSync(model)
 
     @classmethod
-    def build_tiny(cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0) -> Path:
+    def build_tiny(
+        cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0, width: int = 64
+    ) -> Path:
+        """A tiny random checkpoint (``width``: the text hidden size; the vision tower gets half)."""
         from videorl_models_llava_onevision.tiny import build_tiny
 
-        return build_tiny(out_dir, seed=seed)
+        if model_type not in (None, *cls.model_types):
+            raise ConfigError(f"the llava_onevision backend has no tiny model of type {model_type!r}")
+        return build_tiny(out_dir, seed=seed, width=width)
 
 
 class _VisionSync:

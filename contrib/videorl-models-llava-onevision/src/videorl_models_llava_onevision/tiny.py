@@ -20,8 +20,14 @@ _CORPUS = (
 )
 
 
-def build_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write the checkpoint (model, tokenizer, image and video processors) to ``out_dir``."""
+def build_tiny(out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
+    """Write the checkpoint (model, tokenizer, image and video processors) to ``out_dir``.
+
+    ``width`` is the text hidden size (a multiple of 32, at least 64; head_dim 32); the vision tower
+    gets half of it.
+    """
+    if width < 64 or width % 32:
+        raise ValueError(f"width must be a multiple of 32 and at least 64, got {width}")
     import torch
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import (
@@ -56,13 +62,13 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
     side, patch = 56, 14
     config = LlavaOnevisionConfig(
         vision_config={
-            "model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+            "model_type": "siglip_vision_model", "hidden_size": width // 2, "intermediate_size": width,
             "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": side, "patch_size": patch,
         },
         text_config={
-            "model_type": "qwen2", "vocab_size": (len(tokenizer) // 64 + 1) * 64, "hidden_size": 64,
-            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-            "num_key_value_heads": 1, "max_position_embeddings": 2048,
+            "model_type": "qwen2", "vocab_size": (len(tokenizer) // 64 + 1) * 64, "hidden_size": width,
+            "intermediate_size": 2 * width, "num_hidden_layers": 2, "num_attention_heads": width // 32,
+            "num_key_value_heads": max(1, width // 64), "max_position_embeddings": 2048,
             "eos_token_id": vocab["<|im_end|>"], "pad_token_id": vocab["<|endoftext|>"],
         },
         image_token_index=vocab["<image>"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,18 @@ def tiny_command(plugins: Plugins, family: str, out_dir: Path, seed: int, width:
     if builder is None:
         raise click.ClickException(f"the {name} backend ({registry.entry(name).origin}) builds no tiny model")
     model_type = family if family in getattr(backend, "model_types", ()) else None
+    options: dict[str, Any] = {"model_type": model_type, "seed": seed, "width": width}
+    if (
+        "width" not in inspect.signature(builder).parameters
+    ):  # the older build_tiny(out_dir, *, model_type, seed)
+        if width != 64:
+            raise click.BadParameter(
+                f"the {name} backend ({registry.entry(name).origin}) builds its tiny model at one width only",
+                param_hint="--width",
+            )
+        del options["width"]
     try:
-        path = builder(out_dir, model_type=model_type, seed=seed, width=width)
+        path = builder(out_dir, **options)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--width") from None
     click.echo(f"wrote a tiny {model_type or name} checkpoint to {path}")

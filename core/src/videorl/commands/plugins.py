@@ -6,6 +6,8 @@ import json
 
 import click
 
+from videorl.backend import missing_backend_members
+from videorl.errors import ComponentImportError
 from videorl.plugins import Plugins
 
 
@@ -25,6 +27,28 @@ def _summary(kind: str, names: list[str], width: int = 60) -> str:
     return f"{kind} ({len(names)}): {text}"
 
 
+def _check_backends(plugins: Plugins) -> None:
+    """Mark a plugin failed when one of its backend classes lacks members of the ModelBackend protocol
+    (or cannot be imported): it would fail only once a run has loaded its model."""
+    registry = plugins.model_backends
+    for entry in registry.entries():
+        info = plugins.infos.get(entry.origin)
+        if info is None or info.builtin or info.status != "ok" or registry.conflict(entry):
+            continue
+        try:
+            target = entry.load("model backend")
+        except ComponentImportError as exc:
+            info.status, info.error = "failed", str(exc)
+            continue
+        missing = missing_backend_members(target) if isinstance(target, type) else []
+        if missing:
+            info.status = "failed"
+            info.error = (
+                f"model backend {entry.name!r} ({entry.target}) lacks ModelBackend members: "
+                f"{', '.join(missing)} (see docs/plugin-authors/model-backends.md)"
+            )
+
+
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of the plugins.")
 @click.option("--requirements", is_flag=True, help="Print name==version lines (recorded by every run).")
@@ -38,9 +62,8 @@ def plugins_command(
     if requirements:
         click.echo("\n".join(plugins.requirements()))
         return
-    infos = [
-        i for i in plugins.report(include_builtin) if hook is None or hook in i.hooks
-    ]
+    _check_backends(plugins)
+    infos = [i for i in plugins.report(include_builtin) if hook is None or hook in i.hooks]
     if as_json:
         click.echo(json.dumps([i.as_dict() for i in infos], indent=2))
         return
