@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from videorl.api import DataError, RewardInput
+from videorl.api import ConfigError, DataError, RewardInput
 from videorl.testing import assert_reward_contract
+from videorl_rewards import sandbox
 from videorl_rewards.python_code import CodeReward, extract_code
-from videorl_rewards.sandbox import Limits, run_python
+from videorl_rewards.sandbox import Limits, isolation, run_python
+
+pytestmark = pytest.mark.skipif(
+    not isolation().available,
+    reason=f"no isolated sandbox on this machine ({isolation().reason}); test_sandbox_escapes checks the refusal",
+)
 
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4", "assert add(0, 0) == 0"]
 IO_TESTS = [{"input": "3\n", "output": "6\n"}, {"input": "5", "output": "10"}]
@@ -40,18 +47,17 @@ def test_golden_cases(reward: CodeReward, tmp_path_factory: pytest.TempPathFacto
         case(
             "def add(a, b):\n    while a == 2:\n        pass\n    return a + b", 0.9 * 0.5 + 0.1
         ),  # 2 before the hang
-        case("import os\nos.fork()\ndef add(a, b):\n    return a + b", 0.1),
+        # processes are the sandbox's own business: they live in its PID namespace and die with it
+        case("import os\nif os.fork() == 0:\n    os._exit(0)\ndef add(a, b):\n    return a + b", 1.0),
         case(
             "import socket\nsocket.create_connection(('127.0.0.1', 9))\ndef add(a, b):\n    return a + b", 0.1
         ),
         case(f"open({str(outside)!r}, 'w').write('x')\ndef add(a, b):\n    return a + b", 0.1),
         case("open('scratch.txt', 'w').write('3')\ndef add(a, b):\n    return a + b", 1.0),  # its own tmp dir
         case("x = bytearray(2**31)\ndef add(a, b):\n    return a + b", 0.1),  # over the memory limit
-        case("import subprocess\ndef add(a, b):\n    return a + b", 0.1),
         case(
-            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return a + b", 0.1
-        ),
-        case("import ctypes\ndef add(a, b):\n    return a + b", 0.1),
+            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return a + b", 1.0
+        ),  # its parent is the namespace's init, which the kernel shields from the namespace's signals
         case("def add(a, b):\n    return a + b", 1.0, fenced=False),
         case("print(int(input()) * 2)", 1.0, tests=IO_TESTS),
         case("print(int(input()) + 2)", 0.1, tests=IO_TESTS),  # 5 and 7, not 6 and 10
@@ -62,7 +68,8 @@ def test_golden_cases(reward: CodeReward, tmp_path_factory: pytest.TempPathFacto
     assert not outside.exists()
 
 
-def test_each_attack_is_refused_for_the_right_reason() -> None:
+def test_unisolated_fallback_keeps_the_audit_hook() -> None:
+    """``isolated=False`` (the opt-in fallback) still refuses the obvious attacks in the interpreter."""
     limits = Limits(seconds=2.0)
     probes = {
         "fork": "import os\nos.fork()",
@@ -74,7 +81,7 @@ def test_each_attack_is_refused_for_the_right_reason() -> None:
     }
     for name, code in probes.items():
         test = f"try:\n    exec({code!r})\n    raise SystemExit('allowed')\nexcept (PermissionError, ImportError):\n    pass"
-        run = run_python("", [test], mode="assert", limits=limits)
+        run = run_python("", [test], mode="assert", limits=limits, isolated=False)
         assert run.reports[0]["ok"] is True, f"{name} was not refused"
     assert not os.path.exists("/etc/videorl-sandbox-test")
 
@@ -86,10 +93,41 @@ def test_infinite_loop_costs_only_its_time_limit() -> None:
     assert time.monotonic() - start < 2.0
 
 
-def test_writes_stay_in_a_temporary_directory_that_is_removed() -> None:
-    run = run_python("import os\nprint(os.getcwd())", [""], mode="io", limits=Limits())
-    workdir = Path(run.reports[0]["output"].strip())
-    assert workdir.name.startswith("videorl-code-") and not workdir.exists()
+def test_the_program_sees_only_its_private_tmpfs() -> None:
+    code = "import os\nprint(os.getcwd(), os.getuid(), sorted(os.listdir('/tmp')), os.environ.get('HOME'))"
+    run = run_python(code, [""], mode="io", limits=Limits())
+    assert run.reports[0]["output"].split() == [
+        sandbox.WORKDIR,
+        str(sandbox.SANDBOX_UID),
+        "['videorl-code']",
+        sandbox.WORKDIR,
+    ]
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This machine as one without bubblewrap: the probe runs again and finds no isolation."""
+    real_which = sandbox.shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    isolation.cache_clear()
+    yield
+    isolation.cache_clear()
+
+
+@pytest.mark.usefixtures("no_bwrap")
+def test_without_isolation_the_reward_refuses_unless_told_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    assert isolation().level == "none" and "bwrap" in isolation().reason
+    with pytest.raises(ConfigError, match=r"cannot isolate.*bubblewrap.*unsafe_no_isolation: true"):
+        CodeReward()
+    with pytest.raises(ConfigError, match="unsafe_no_isolation must be true or false"):
+        CodeReward(unsafe_no_isolation="yes")  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="videorl.rewards"):
+        reward = CodeReward(unsafe_no_isolation=True, timeout=2.0)
+    assert "UNSAFE" in caplog.text and not reward.isolated
+    out = reward(case("import os\nos.fork()\ndef add(a, b):\n    return a + b", 0)[0])
+    assert out is not None and out.score == pytest.approx(0.1)  # the fallback's audit hook refused the fork
+    out = reward(case("def add(a, b):\n    return a + b", 0)[0])
+    assert out is not None and out.score == 1.0
 
 
 def test_samples_without_tests(reward: CodeReward) -> None:

@@ -1,16 +1,20 @@
-"""Runs untrusted Python for the code reward: ``python -I -B _sandbox_harness.py CONFIG RESULT_FD``.
+"""Runs untrusted Python for the code reward: ``python -I -B _sandbox_harness.py RESULT_FD``.
 
-Reads ``{"code", "tests", "mode", "limits"}`` from the JSON file ``CONFIG`` (and deletes it), lowers its own resource limits, installs
-an audit hook that refuses processes, signals, sockets, native-code loading and writes outside the working
-(temporary) directory, then runs the code and reports one JSON line per test on ``RESULT_FD``:
+Started by :mod:`videorl_rewards.sandbox` (inside bubblewrap when isolated). Reads
+``{"code", "tests", "mode", "audit_hook", "limits"}`` as JSON on stdin, points stdin, stdout and stderr at
+``/dev/null``, lowers its own resource limits, installs (with ``audit_hook``, the unisolated fallback
+only) an audit hook that refuses processes, signals, sockets, native-code loading and writes outside the
+working directory, then runs the code and reports one JSON line per test on ``RESULT_FD``, then
+``{"done": true}``:
 
 - ``mode="assert"``: the code runs once, then each test (Python statements, e.g. ``assert f(2) == 4``)
   runs in its namespace: ``{"test": i, "ok": bool}``;
 - ``mode="io"``: the code runs once per test as ``__main__`` with the test's input on stdin:
   ``{"test": i, "output": str}`` (the parent compares it with the expected output).
 
-The hook protects the host, not the score: code running in this interpreter could forge its assert
-results, which is why input/output tests are compared by the parent.
+Neither the sandbox nor the hook protects the score: code running in this interpreter could forge its
+assert results, which is why input/output tests are compared by the parent. The hook is no security
+boundary either (a program can route around it); the kernel's isolation is.
 """
 
 from __future__ import annotations
@@ -87,20 +91,26 @@ class _CappedOutput(io.StringIO):
 
 
 def main() -> None:
-    with open(sys.argv[1], encoding="utf-8") as f:
-        config = json.load(f)
-    os.remove(sys.argv[1])
-    result = os.fdopen(int(sys.argv[2]), "w", buffering=1)
+    config = json.load(sys.stdin)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the config is not the program's to read; its own output is captured per test
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    result = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     limits = config["limits"]
     cpu = int(limits["cpu_seconds"])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    if limits.get("processes"):  # counted per user namespace, so only where the sandbox has its own
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
     sys.stdin = io.StringIO("")
     code = compile(config["code"], "<answer>", "exec")
     tests = config["tests"]
-    _install_hook(os.getcwd())
+    if config.get("audit_hook"):
+        _install_hook(os.getcwd())
     result.write('{"ready": true}\n')  # the parent tells a sandbox that never started from bad code
     if config["mode"] == "assert":
         namespace: dict[str, object] = {"__name__": "__solution__"}
@@ -127,6 +137,7 @@ def main() -> None:
                 exec(code, {"__name__": "__main__"})
             sys.stdout = stdout
             result.write(json.dumps({"test": i, "output": capture.getvalue()}) + "\n")
+    result.write('{"done": true}\n')  # the parent ends the run here, whatever the program left running
 
 
 if __name__ == "__main__":

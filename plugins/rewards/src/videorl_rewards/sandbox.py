@@ -1,11 +1,17 @@
-"""Run untrusted Python in a subprocess with time, memory and output limits, no network, and no writes
-outside a temporary directory.
+"""Run untrusted Python (the code reward's programs) where the kernel, not the program, sets the limits.
 
-Layers: a fresh process group killed at the wall-clock limit; rlimits on CPU time, address space, file
-size and core dumps; an audit hook in the child (see ``_sandbox_harness``) that refuses new processes,
-signals, sockets, native-code loading and writes outside the temporary working directory; and, where
-``unshare --net`` works, a network namespace without interfaces. The environment is emptied and the
-interpreter runs isolated (``-I -B``).
+Isolated (the default): the program runs under bubblewrap (``bwrap``) in new user, mount, PID, IPC, UTS,
+cgroup and network namespaces, as an unprivileged user (``nobody`` on the host when the scorer runs as
+root) with no capabilities and no way to create further user namespaces, under a seccomp filter
+(:mod:`videorl_rewards._seccomp`) where one exists for the CPU. It sees read-only ``/usr`` and the
+Python installation, and size-capped private tmpfs mounts (``/tmp``, which holds its working directory,
+and ``/dev/shm``) that vanish with it: nothing of the host's ``/tmp``, home, run directory, processes,
+network or shared memory. rlimits bound CPU time, address space, processes, open files and file size.
+The whole PID namespace is killed at the wall-clock limit, or as soon as the results are in.
+
+Unisolated (only with the caller's explicit opt-in, where bubblewrap or user namespaces are missing):
+rlimits, a session of its own and an audit hook (see ``_sandbox_harness``) that a program can defeat.
+The threat model and what each level protects are in docs/security.md.
 """
 
 from __future__ import annotations
@@ -23,21 +29,36 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from videorl_rewards import _seccomp
 
 _HARNESS = Path(__file__).with_name("_sandbox_harness.py")
 _READY = b'{"ready": true}\n'
+_DONE = b'{"done": true}\n'
 #: seconds the sandboxed interpreter may take to start before the program's own time limit begins
 STARTUP_SECONDS = 30.0
+#: the host user the sandbox runs as when the scorer is root (the kernel then enforces RLIMIT_NPROC)
+SANDBOX_UID = 65534
+#: the sandbox's working directory, inside its private /tmp
+WORKDIR = "/tmp/videorl-code"
+_INSIDE_HARNESS = "/.videorl/harness.py"
+
+
+class SandboxUnavailable(RuntimeError):
+    """The isolated sandbox cannot run on this machine (no bubblewrap, no user namespaces)."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one run may use: wall-clock seconds, memory, characters of output per test."""
+    """What one run may use: wall-clock seconds, memory (address space per process), characters of
+    output per test, MiB of private disk (tmpfs), processes and threads."""
 
     seconds: float = 5.0
     memory_mb: int = 512
     output_chars: int = 1_000_000
+    disk_mb: int = 64
+    processes: int = 32
 
 
 @dataclass
@@ -49,100 +70,240 @@ class RunResult:
     over_output: bool = False
 
 
-@functools.lru_cache(maxsize=1)
-def network_isolation() -> tuple[str, ...]:
-    """The command prefix that gives a process its own, empty network namespace (``()`` if none works
-    here; the audit hook still refuses sockets)."""
-    tool = shutil.which("unshare")
-    if tool is None:
-        return ()
-    for prefix in ((tool, "--net"), (tool, "--map-root-user", "--net")):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
-                return prefix
-    return ()
+@dataclass(frozen=True)
+class Isolation:
+    """What this machine offers: ``level`` ``"namespaces+seccomp"``, ``"namespaces"`` or ``"none"``
+    (then ``reason`` says why)."""
+
+    level: str
+    reason: str = ""
+
+    @property
+    def available(self) -> bool:
+        return self.level != "none"
 
 
-def run_python(code: str, tests: list[str], *, mode: str, limits: Limits) -> RunResult:
-    """Run ``code`` against ``tests`` (``mode`` ``"assert"`` or ``"io"``, see ``_sandbox_harness``).
+def _bind_root_dirs() -> list[str]:
+    """``/bin``, ``/lib``… as on the host: links on a merged-/usr system, read-only binds otherwise."""
+    args: list[str] = []
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    return args
 
-    A sandbox that fails before it runs the code (not the code's fault) raises ``RuntimeError``."""
+
+def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
+    prefix = os.path.realpath(sys.base_prefix)
+    env = {"PATH": "/usr/bin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
+    args = [
+        bwrap,
+        *("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"),
+        *("--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session"),
+        *("--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)),
+        *("--hostname", "sandbox", "--clearenv"),
+        *(a for k, v in env.items() for a in ("--setenv", k, v)),
+        *("--ro-bind", "/usr", "/usr"),
+        *_bind_root_dirs(),
+    ]
+    if prefix != "/usr" and not prefix.startswith("/usr/"):
+        args += ["--ro-bind", prefix, prefix]
+    args += [
+        *("--ro-bind-data", str(fds["harness"]), _INSIDE_HARNESS),
+        *("--proc", "/proc", "--dev", "/dev"),
+        *("--size", str(limits.disk_mb * 2**20), "--perms", "1777", "--tmpfs", "/tmp"),
+        *("--size", str(limits.disk_mb * 2**20), "--perms", "1777", "--tmpfs", "/dev/shm"),
+        *("--dir", WORKDIR, "--chdir", WORKDIR, "--remount-ro", "/"),
+        *("--info-fd", str(fds["info"])),
+    ]
+    if "seccomp" in fds:
+        args += ["--seccomp", str(fds["seccomp"])]
+    if os.geteuid() == 0:
+        args = _drop_root(bwrap, prefix) + args
+    return args
+
+
+def _drop_root(bwrap: str, prefix: str) -> list[str]:
+    """The stage that runs the sandbox's bwrap as ``SANDBOX_UID`` when the scorer is root (the kernel
+    does not apply RLIMIT_NPROC to root, nor its file permissions). An unprivileged bwrap cannot reach a
+    Python installed under a private directory (pyenv in ``/root``), so this stage, still root, shows
+    the installation through a tmpfs over the first private directory above it, in a mount namespace of
+    its own."""
+    stage = [bwrap, "--dev-bind", "/", "/", "--die-with-parent"]
+    parts = Path(prefix).parts
+    for i in range(2, len(parts)):
+        ancestor = str(Path(*parts[:i]))
+        if not os.stat(ancestor).st_mode & 0o001:  # others may not traverse it
+            stage += ["--perms", "0755", "--tmpfs", ancestor]
+            for j in range(i + 1, len(parts)):
+                stage += ["--perms", "0755", "--dir", str(Path(*parts[:j]))]
+            stage += ["--ro-bind", prefix, prefix]
+            break
+    setpriv = shutil.which("setpriv") or "setpriv"
+    uid = str(SANDBOX_UID)
+    return [*stage, "--", setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run_python(code: str, tests: list[str], *, mode: str, limits: Limits, isolated: bool = True) -> RunResult:
+    """Run ``code`` against ``tests`` (``mode`` ``"assert"`` or ``"io"``, see ``_sandbox_harness``),
+    isolated by default (see the module docstring; ``isolated=False`` is the audit-hook fallback).
+
+    A sandbox that fails before it runs the code (not the code's fault) raises ``SandboxUnavailable``."""
     config = {
         "code": code,
         "tests": tests,
         "mode": mode,
+        "audit_hook": not isolated,
         "limits": {
             "cpu_seconds": int(limits.seconds) + 1,
             "memory_bytes": limits.memory_mb * 2**20,
             "file_bytes": max(limits.output_chars, 2**20),
             "output_chars": limits.output_chars,
+            "processes": limits.processes if isolated else None,
         },
     }
-    result = RunResult()
-    cap = (limits.output_chars + 1000) * max(1, len(tests)) + 65536
-    with tempfile.TemporaryDirectory(prefix="videorl-code-") as tmp:
-        config_path = Path(tmp, "config.json")
-        config_path.write_text(json.dumps(config), encoding="utf-8")
-        read_fd, write_fd = os.pipe()
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"}
-        try:
+    fds: dict[str, int] = {}
+    try:
+        fds["stdin"] = _memfd("videorl-code-config", json.dumps(config).encode())
+        fds["result_r"], fds["result_w"] = os.pipe()
+        with contextlib.ExitStack() as stack:
+            stderr: IO[bytes] = stack.enter_context(tempfile.TemporaryFile())
+            popen: dict[str, Any] = {}
+            if isolated:
+                bwrap = shutil.which("bwrap")
+                if bwrap is None:
+                    raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
+                fds["info_r"], fds["info"] = os.pipe()
+                fds["harness"] = _memfd("videorl-harness", _HARNESS.read_bytes())
+                program = _seccomp.program()
+                if program is not None:
+                    fds["seccomp"] = _memfd("videorl-seccomp", program)
+                argv = [*_bwrap_args(bwrap, limits, fds), "--", os.path.realpath(sys.executable)]
+                argv += ["-I", "-S", "-B", _INSIDE_HARNESS, str(fds["result_w"])]
+                popen.update(env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd="/")
+            else:
+                workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="videorl-code-"))
+                argv = [sys.executable, "-I", "-B", str(_HARNESS), str(fds["result_w"])]
+                env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+                popen.update(env=env, cwd=workdir)
+            passed = [fds[k] for k in ("result_w", "info", "harness", "seccomp") if k in fds]
             proc = subprocess.Popen(
-                [
-                    *network_isolation(),
-                    sys.executable,
-                    "-I",
-                    "-B",
-                    str(_HARNESS),
-                    str(config_path),
-                    str(write_fd),
-                ],
-                stdin=subprocess.DEVNULL,
+                argv,
+                stdin=fds["stdin"],
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(write_fd,),
-                cwd=tmp,
-                env=env,
+                stderr=stderr,
+                pass_fds=passed,
                 start_new_session=True,
+                **popen,
             )
-        finally:
-            os.close(write_fd)
-        # the time limit runs from the moment the harness is ready, so a slow interpreter start on a
-        # busy machine does not eat the program's time
-        deadline = time.monotonic() + STARTUP_SECONDS + limits.seconds
-        started = False
-        data = bytearray()
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    result.timed_out = True
-                    break
-                readable, _, _ = select.select([read_fd], [], [], remaining)
-                if not readable:
-                    continue
-                chunk = os.read(read_fd, 65536)
-                if not chunk:
-                    break
-                data += chunk
-                if not started and _READY in data:
-                    started = True
-                    deadline = time.monotonic() + limits.seconds
-                if len(data) > cap:
-                    result.over_output = True
-                    break
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            os.close(read_fd)
-    if not started:
-        raise RuntimeError(
-            f"the code sandbox did not start (exit code {proc.returncode}); check that {sys.executable} "
-            f"runs and that {' '.join(network_isolation()) or 'the interpreter'} is allowed here"
-        )
+            for name in ("result_w", "info"):  # the child's copies must be the only ones left
+                if name in fds:
+                    os.close(fds.pop(name))
+            result, started, returncode = _collect(proc, fds, limits, code_tests=len(tests))
+            if not started:
+                stderr.seek(0)
+                message = stderr.read(4000).decode("utf-8", "replace").strip()
+                raise SandboxUnavailable(
+                    f"the code sandbox did not start (exit code {returncode})"
+                    + (f": {message}" if message else "")
+                )
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return result
+
+
+def _collect(
+    proc: subprocess.Popen[bytes], fds: dict[str, int], limits: Limits, *, code_tests: int
+) -> tuple[RunResult, bool, int]:
+    """Read the reports until the harness says it is done, the output cap or the deadline, then kill
+    everything the run started (the whole PID namespace when isolated)."""
+    result = RunResult()
+    cap = (limits.output_chars + 1000) * max(1, code_tests) + 65536
+    # the time limit runs from the moment the harness is ready, so a slow interpreter start on a busy
+    # machine does not eat the program's time
+    deadline = time.monotonic() + STARTUP_SECONDS + limits.seconds
+    started = False
+    data = bytearray()
+    info = bytearray()
+    pidfd: int | None = None
+    watched = [fds["result_r"]] + ([fds["info_r"]] if "info_r" in fds else [])
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                result.timed_out = True
+                break
+            readable, _, _ = select.select(watched, [], [], remaining)
+            if "info_r" in fds and fds["info_r"] in readable:
+                chunk = os.read(fds["info_r"], 4096)
+                info += chunk
+                if not chunk or len(info) > 4096:
+                    watched.remove(fds["info_r"])
+                if pidfd is None:
+                    pidfd = _namespace_pidfd(info)
+            if fds["result_r"] not in readable:
+                continue
+            chunk = os.read(fds["result_r"], 65536)
+            if not chunk:
+                break
+            data += chunk
+            if not started and _READY in data:
+                started = True
+                deadline = time.monotonic() + limits.seconds
+            if len(data) > cap:
+                result.over_output = True
+                break
+            if _DONE in data[-len(chunk) - len(_DONE) :]:
+                break
+    finally:
+        returncode = _kill(proc, pidfd)
     for line in bytes(data).decode("utf-8", "replace").splitlines():
         with contextlib.suppress(ValueError):
             report = json.loads(line)
             if isinstance(report, dict) and isinstance(report.get("test"), int):
                 result.reports.setdefault(report["test"], report)
-    return result
+    return result, started, returncode
+
+
+def _namespace_pidfd(info: bytearray) -> int | None:
+    """A pidfd of the PID namespace's init (bwrap's ``child-pid``), once its info has arrived."""
+    with contextlib.suppress(ValueError, OSError, TypeError):
+        pid = json.loads(bytes(info).split(b"}", 1)[0] + b"}")["child-pid"]
+        return os.pidfd_open(int(pid))
+    return None
+
+
+def _kill(proc: subprocess.Popen[bytes], pidfd: int | None) -> int:
+    """Kill the run and wait until nothing of it is left; the child's exit code."""
+    if pidfd is not None:
+        # killing the namespace's init makes the kernel kill every process in it; bwrap (our child)
+        # exits only after it has reaped that init, so once it is waited for, the namespace is empty
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+@functools.lru_cache(maxsize=1)
+def isolation() -> Isolation:
+    """Probe (once per process) whether the isolated sandbox runs here, and at which level."""
+    try:
+        run = run_python("", ["assert True"], mode="assert", limits=Limits(seconds=10.0))
+    except (SandboxUnavailable, OSError) as exc:
+        return Isolation("none", str(exc))
+    if run.reports.get(0, {}).get("ok") is not True:
+        return Isolation("none", "the isolated sandbox started but did not run a trivial test")
+    return Isolation("namespaces+seccomp" if _seccomp.program() is not None else "namespaces")
