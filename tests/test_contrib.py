@@ -51,8 +51,8 @@ def test_contrib_example_is_not_installed_by_default_and_is_discovered_once_inst
     env = _env_with(target)
     entry = _plugins_json(env)["videorl-reward-counting"]
     assert entry["status"] == "ok" and entry["version"] == "0.1.0"
-    assert entry["components"] == {"rewards": ["counting"]}
-    assert entry["hooks"] == ["register_rewards"]
+    assert entry["components"] == {"prompt_templates": ["counting", "counting/thinking"], "rewards": ["counting"]}
+    assert entry["hooks"] == ["register_prompt_templates", "register_rewards"]
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "videorl.testing", "-o", "addopts=",
          str(CONTRIB / "videorl-reward-counting" / "tests")],
@@ -87,13 +87,16 @@ def test_plugin_template_renders_installs_and_passes_its_own_tests(tmp_path: Pat
             f"src/videorl_{underscored}/plugin.py",
             f"src/videorl_{underscored}/{module}",
             "tests/test_plugin.py",
+            *([f"src/videorl_{underscored}/templates/{underscored}.jinja",
+               f"src/videorl_{underscored}/templates/{underscored}.thinking.jinja"] if kind == "rewards" else []),
         ]
     )
     target = tmp_path / "site"
     _pip_install_target(out, target)
     env = _env_with(target)
     entry = _plugins_json(env)[f"videorl-{hyphenated}"]
-    assert entry["status"] == "ok" and entry["components"] == {kind: [underscored]}
+    templates = {"prompt_templates": [underscored, f"{underscored}/thinking"]} if kind == "rewards" else {}
+    assert entry["status"] == "ok" and entry["components"] == {kind: [underscored], **templates}
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p videorl.testing", str(out / "tests")],
         capture_output=True, text=True, env=env, cwd=tmp_path,

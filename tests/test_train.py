@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from videorl import demo
+from videorl.api import hookimpl
 from videorl.config import load_config
 from videorl.errors import ConfigError, DataError
 from videorl.plugins import load_plugins
@@ -44,7 +45,7 @@ def test_two_steps_write_metrics_checkpoints_and_metadata(task: Any, tmp_path: P
     assert seen == [1, 2]
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("reward/overall", "accuracy/overall", "accuracy/multiple choice", "response_length/mean",
+    for key in ("reward/overall", "accuracy/overall", "accuracy/multiple_choice", "response_length/mean",
                 "actor/loss", "actor/clip_fraction", "actor/entropy", "actor/grad_norm", "time/rollout",
                 "time/actor", "time/data", "mix_policy/offline_replaced_groups", "offline/accuracy"):
         assert key in rows[0], key
@@ -96,6 +97,92 @@ def test_unknown_key_and_bad_dataset_rows_are_named(task: Any, tmp_path: Path) -
     (tmp_path / "clips").symlink_to(out / "clips")
     config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.train_files=[{bad}]"))
     with pytest.raises(DataError, match=r"bad\.jsonl:2.*'colour naming'.*multiple_choice"):
+        build_training(config, load_plugins())
+
+
+def _typed_rows(
+    task: tuple[Path, Path, Path, Path], out: Path, types: list[str], *, first: int = 0, name: str = "typed.jsonl",
+    **fields: Any,
+) -> Path:
+    """The task's rows from ``first`` on with ``types`` as their problem types (and ``fields``), video
+    paths absolute, in ``out/name``."""
+    _, _, train, _ = task
+    rows = [json.loads(line) for line in train.read_text().splitlines()[first : first + len(types)]]
+    for row, kind in zip(rows, types):
+        row.update(problem_type=kind, videos=[str(train.parent / v) for v in row["videos"]], **fields)
+        row.pop("offline_output", None)
+    path = out / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_routed_type_trains_with_its_rewards_templates_and_metrics_use_one_spelling(
+    task: Any, tmp_path: Path
+) -> None:
+    """rewards.routes {counting: numerical} (docs/rewards.md): 'counting' has no template of its own and
+    takes numerical's; 'Multiple Choice' and 'mc' are one series; a few completions are logged."""
+    run = tmp_path / "run"
+    counting = _typed_rows(task, tmp_path, ["counting", "Counting"], problem="How many squares?", answer="1",
+                           options=None)
+    mc = _typed_rows(task, tmp_path, ["Multiple Choice", "mc"], first=2, name="mc.jsonl")
+    config = load_config(None, _overrides(task, run, 2, f"data.train_files=[{counting},{mc}]", "data.prompt_template=null",
+                                          "rewards.routes={counting: numerical}", "rollout.enable_mix_policy=false",
+                                          "trainer.val_every=0", "trainer.log_completions=3", "data.rollout_batch_size=4",
+                                          "actor.global_batch_size=4", "rollout.n=2", "data.shuffle=false"))
+    training = build_training(config, load_plugins())
+    text = training.encode.text(training.data.samples[0])
+    assert text.startswith("How many squares?") and "only the number" in text  # numerical's template
+    assert training.run() == 2
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    per_type = {k for k in rows[0] if k.startswith("reward/")}
+    assert per_type == {"reward/overall", "reward/counting", "reward/multiple_choice"}  # one series per type
+    assert {"parts/counting/accuracy", "parts/counting/format", "parts/multiple_choice/format"} <= set(rows[0])
+    logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 1, 1, 2, 2, 2]
+    assert len({r["sample_id"] for r in logged[:3]}) == 3  # one response per prompt first
+    assert {"response", "reward", "parts", "problem_type", "ground_truth"} <= set(logged[0])
+
+
+class _NoTemplatePlugin:
+    """A reward plugin that registers a reward and no prompt template."""
+
+    @staticmethod
+    @hookimpl
+    def register_rewards(register: Any) -> None:
+        register("shade", lambda inp: 1.0)
+
+
+def test_a_type_without_a_template_is_an_error_before_the_model_loads(
+    task: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from videorl.train import compose
+
+    def no_model(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was loaded before the templates were checked")
+
+    monkeypatch.setattr(compose, "make_actor", no_model)
+    data = _typed_rows(task, tmp_path, ["multiple choice", "tint"])
+    config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.train_files=[{data}]",
+                                          "data.prompt_template=null", "rewards.routes={tint: shade}"))
+    plugins = load_plugins(extra=[_NoTemplatePlugin])
+    with pytest.raises(DataError, match=r"typed\.jsonl:2: sample 'train-0001' of problem_type 'tint' \(routed to "
+                       r"'shade' by rewards\.routes\): no non-thinking prompt template .*tried tint@qwen2_5_vl, tint, "
+                       r"shade@qwen2_5_vl, shade\)"
+                       r".*Registered templates: .*multiple_choice"):
+        build_training(config, plugins)
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_a_ground_truth_of_the_wrong_shape_is_named_when_the_data_loads(task: Any, tmp_path: Path) -> None:
+    data = _typed_rows(task, tmp_path, ["multiple choice", "multiple choice"])
+    rows = data.read_text().splitlines()
+    bad = json.loads(rows[1])
+    bad["answer"] = {"letter": "A"}
+    data.write_text(rows[0] + "\n" + json.dumps(bad) + "\n")
+    config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.train_files=[{data}]"))
+    with pytest.raises(DataError, match=r"typed\.jsonl:2: sample 'train-0001': the ground truth .* \(an object\) is "
+                       r"not a valid multiple_choice answer; expected an option letter"):
         build_training(config, load_plugins())
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from videorl.api import hookimpl
 from videorl.errors import ConfigError, DataError
-from videorl.rewards import RewardConfig, RewardInput, RewardOutput, RewardRouter
+from videorl.rewards import RewardConfig, RewardInput, RewardOutput, RewardRouter, TaskReward
 
 
 def inp(problem_type: str, response: str = "", sample_id: str = "s", truth: Any = None) -> RewardInput:
@@ -257,7 +257,9 @@ def test_from_registry_passes_common_and_own_options(videorl_plugins: Any) -> No
     bad = RewardRouter.from_registry(
         plugins.rewards, RewardConfig.from_dict({"options": {"scaled": {"factr": 2}}})
     )
-    with pytest.raises(ConfigError, match=r"reward 'scaled' could not be created with options \['factr'\]"):
+    with pytest.raises(
+        ConfigError, match=r"reward 'scaled' takes no option 'factr'\. Did you mean 'factor'\?"
+    ):
         bad.validate([{"problem_type": "scaled"}])
     with pytest.raises(ConfigError, match="rewards.options names reward 'nope'"):
         RewardRouter.from_registry(plugins.rewards, RewardConfig.from_dict({"options": {"nope": {}}}))
@@ -297,3 +299,107 @@ def test_without_a_timeout() -> None:
     outs = router.score([inp("echo", str(i / 600), sample_id=str(i)) for i in range(600)])
     assert [o.score for o in outs if o] == [i / 600 for i in range(600)]  # order kept across chunks
     assert not router.event_counts
+
+
+# --- plain functions, option typos, ground truths, canonical types ------------------------------------
+
+
+def parity(x: RewardInput) -> float:
+    """A plain reward function, as TRL's reward_funcs take: 1 when the response is an even number."""
+    return 1.0 if x.response.strip().isdigit() and int(x.response) % 2 == 0 else 0.0
+
+
+async def async_parity(x: RewardInput) -> RewardOutput:
+    return RewardOutput(parity(x), {"even": parity(x)})
+
+
+class Counted(TaskReward):
+    """A TaskReward subclass with its own option and **common handed on to TaskReward."""
+
+    name = "counted"
+    truth_shape = "a whole number such as 3"
+    truth_types = (str, int)
+
+    def __init__(self, *, tolerance: int = 0, **common: Any) -> None:
+        super().__init__(**common)
+        self.tolerance = tolerance
+
+    def parse_answer(self, text: Any, inp: RewardInput) -> int | None:
+        return int(text) if str(text).strip().isdigit() else None
+
+    def accuracy(self, answer: int, truth: int, inp: RewardInput) -> float:
+        return 1.0 if abs(answer - truth) <= self.tolerance else 0.0
+
+
+class FunctionPlugin:
+    @staticmethod
+    @hookimpl
+    def register_rewards(register: Any) -> None:
+        register("parity", parity, aliases=["even"])
+        register("async_parity", async_parity)
+        register("counted", Counted)
+
+
+def test_a_plain_function_is_a_reward_not_a_factory(videorl_plugins: Any) -> None:
+    plugins = videorl_plugins(FunctionPlugin)
+    router = RewardRouter.from_registry(plugins.rewards)
+    router.validate([{"problem_type": "even"}, {"problem_type": "async_parity"}])
+    outs = router.score([inp("even", "4"), inp("even", "3"), inp("parity", "x"), inp("async_parity", "8")])
+    assert [(o.score, o.parts) for o in outs if o] == [(1.0, {}), (0.0, {}), (0.0, {}), (1.0, {"even": 1.0})]
+    assert not router.event_counts
+    with pytest.raises(
+        ConfigError, match="'parity' is a plain function of the RewardInput and takes no options"
+    ):
+        RewardRouter.from_registry(
+            plugins.rewards, RewardConfig.from_dict({"options": {"parity": {"x": 1}}})
+        ).reward("parity")
+
+
+def test_an_option_typo_gets_did_you_mean_also_through_kwargs(videorl_plugins: Any) -> None:
+    plugins = videorl_plugins(FunctionPlugin)
+    for typo, meant in (("tolerence", "tolerance"), ("acuracy_weight", "accuracy_weight")):
+        router = RewardRouter.from_registry(
+            plugins.rewards, RewardConfig.from_dict({"options": {"counted": {typo: 1}}})
+        )
+        with pytest.raises(
+            ConfigError, match=rf"rewards\.options\.counted: .*no option '{typo}'\. Did you mean '{meant}'"
+        ):
+            router.validate([{"problem_type": "counted"}])
+    good = RewardRouter.from_registry(
+        plugins.rewards, RewardConfig.from_dict({"options": {"counted": {"tolerance": 1}}})
+    )
+    out = good.score([RewardInput("<answer>4</answer>", "counted", "3")])[0]
+    assert out is not None and out.score == pytest.approx(1.0)  # |4 - 3| <= 1
+
+
+def test_a_ground_truth_of_the_wrong_shape_fails_validation(videorl_plugins: Any) -> None:
+    router = RewardRouter.from_registry(videorl_plugins(FunctionPlugin).rewards)
+    rows = [{"id": "ok", "problem_type": "counted", "answer": 3}, {"id": "bad", "problem_type": "counted",
+            "answer": {"count": 3}}]  # fmt: skip
+    router.validate(rows)  # the shape is checked only when asked (training asks)
+    with pytest.raises(
+        DataError,
+        match=r"sample 'bad': the ground truth '\{\"count\": 3\}' \(an object\) is not a "
+        r"valid counted answer; expected a whole number such as 3",
+    ):
+        router.validate(rows, ground_truths=True)
+    router.validate(rows[:1], ground_truths=True)
+
+
+def test_canonical_type_and_reward_names_follow_aliases_and_routes() -> None:
+    config = RewardConfig.from_dict(
+        {"routes": {"Counting": "numerical", "mix": {"numerical": 0.5, "mc": 0.5}}}
+    )
+    router = RewardRouter.of(
+        {"multiple_choice": Const(1), "numerical": Const(1)},
+        aliases={"mc": "multiple_choice", "multiple choice": "multiple_choice"},
+        config=config,
+    )
+    spellings = ["Multiple Choice", "multiple-choice", "mc", "MC"]
+    assert {router.canonical_type(t) for t in spellings} == {"multiple_choice"}
+    assert router.canonical_type("counting ") == "counting"  # a routed type keeps its own (normalised) name
+    assert router.reward_names("counting") == ["numerical"]
+    assert router.reward_names("mix") == ["numerical", "multiple_choice"]
+    assert router.describe_route("counting") == "routed to 'numerical' by rewards.routes"
+    with pytest.raises(LookupError):
+        router.reward_names("nope")

@@ -336,12 +336,15 @@ class TrainerConfig:
     val_every: int = option(0, "Score data.val_files every N steps; 0: never.")
     tensorboard: bool = option(True, "Write TensorBoard scalars to output_dir/tensorboard.")
     progress_bar: bool = option(True, "Show a progress bar with step, reward and ETA.")
+    log_completions: int = option(
+        0, "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: none."
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
         if self.max_steps < 1:
             problems.append(("max_steps", "must be >= 1"))
-        for key in ("save_every", "keep_last", "val_every"):
+        for key in ("save_every", "keep_last", "val_every", "log_completions"):
             if getattr(self, key) < 0:
                 problems.append((key, "must be >= 0"))
         return problems
@@ -404,6 +407,11 @@ class TrainConfig:
     """Everything ``videorl train`` reads: one section per part of the system."""
 
     seed: int = option(1, "Seed of every random generator (python, numpy, torch, data order, sampling).")
+    plugins: list[str] = option(
+        factory=list,
+        help="Plugin modules loaded for this run, before anything is validated: import paths (my_pkg.rewards) "
+        "or .py files (relative to the config file), as --plugin; recorded in run.json.",
+    )
     output_dir: str = option(
         "runs/train", "Run directory: config, metrics, checkpoints, TensorBoard, exported model."
     )

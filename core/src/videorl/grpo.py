@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt, TrainData
-    from videorl.train.metrics import MetricsWriter, ProgressBar
+    from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar
 
 
 # --- what the loop receives -----------------------------------------------------------------------
@@ -78,6 +79,7 @@ class RunIO:
     checkpoints: CheckpointManager
     metrics: MetricsWriter | None = None
     progress: ProgressBar | None = None
+    completions: CompletionLog | None = None  # trainer.log_completions
 
 
 @dataclass
@@ -427,17 +429,26 @@ def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
     return norm_value
 
 
-def step_metrics(trajectories: Sequence[Trajectory], format_key: str = "format") -> dict[str, float]:
-    """Reward, accuracy and format rate (overall and per ``problem_type``), lengths, offline counters."""
+def step_metrics(
+    trajectories: Sequence[Trajectory], format_key: str = "format", canonical: Callable[[str], str] | None = None
+) -> dict[str, float]:
+    """Reward, accuracy and format rate (overall and per ``problem_type``, spelled as ``canonical`` —
+    the router's ``canonical_type`` — says), the mean of every reward part per type, lengths, offline
+    counters."""
     out: dict[str, float] = {}
     by_type: dict[str, list[Trajectory]] = defaultdict(list)
     online = [t for t in trajectories if not t.offline]
     for t in online:
-        by_type[t.prompt.sample.problem_type].append(t)
+        kind = t.prompt.sample.problem_type
+        by_type[canonical(kind) if canonical is not None else kind].append(t)
     for name, ts in [("overall", online), *sorted(by_type.items())]:
         if ts:
             out[f"reward/{name}"] = sum(t.reward for t in ts) / len(ts)
             out[f"accuracy/{name}"] = sum(accuracy_of(t) for t in ts) / len(ts)
+    for name, ts in sorted(by_type.items()):
+        for part in sorted({k for t in ts for k in t.parts}):
+            values = [t.parts[part] for t in ts if part in t.parts]
+            out[f"parts/{name}/{part}"] = sum(values) / len(values)
     formats = [t.parts[format_key] for t in online if format_key in t.parts]
     if formats:
         out["format/overall"] = sum(formats) / len(formats)
@@ -453,10 +464,13 @@ def step_metrics(trajectories: Sequence[Trajectory], format_key: str = "format")
     return out
 
 
-def evaluate(prompts: Sequence[Prompt], engine: RolloutEngine, scorer: Scorer, max_tokens: int) -> dict[str, float]:
+def evaluate(
+    prompts: Sequence[Prompt], engine: RolloutEngine, scorer: Scorer, max_tokens: int,
+    canonical: Callable[[str], str] | None = None,
+) -> dict[str, float]:
     """Greedy accuracy and reward on held-out prompts (``val/*`` metrics), overall and per problem type."""
     outputs = engine.generate([p.require_encoded() for p in prompts], validation_params(max_tokens))
-    return validation_metrics(prompts, outputs, scorer)
+    return validation_metrics(prompts, outputs, scorer, canonical)
 
 
 def validation_params(max_tokens: int) -> SamplingParams:
@@ -464,12 +478,14 @@ def validation_params(max_tokens: int) -> SamplingParams:
 
 
 def validation_metrics(
-    prompts: Sequence[Prompt], outputs: Sequence[Sequence[Completion]], scorer: Scorer
+    prompts: Sequence[Prompt], outputs: Sequence[Sequence[Completion]], scorer: Scorer,
+    canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
     """Score the greedy answers ``outputs`` of ``prompts``: the ``val/*`` metrics."""
     answers = [Trajectory(p, i, group[0]) for i, (p, group) in enumerate(zip(prompts, outputs))]
     scorer(answers)
-    return {f"val/{k}": v for k, v in step_metrics(answers).items() if k.startswith(("reward/", "accuracy/", "format/"))}
+    metrics = step_metrics(answers, canonical=canonical)
+    return {f"val/{k}": v for k, v in metrics.items() if k.startswith(("reward/", "accuracy/", "format/"))}
 
 
 # --- the loop -------------------------------------------------------------------------------------
@@ -588,6 +604,7 @@ def train(
         engine.update_weights(actor.state_dict())  # the engine was loaded with the base model's weights
     prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
     scorer = local_scorer(rewards, actor.backend)
+    decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
     for step in range(start + 1, config.trainer.max_steps + 1):
         timer = StageTimer()
         step_start = time.perf_counter()
@@ -602,11 +619,15 @@ def train(
         if not engine_shares_actor:
             with timer("weight_sync"):
                 engine.update_weights(actor.state_dict())
-        metrics = {**step_metrics(flat), **actor_metrics, **extra}
+        metrics = {**step_metrics(flat, canonical=rewards.canonical_type), **actor_metrics, **extra}
+        if dist.rank == 0 and io.completions is not None:
+            io.completions.log(step, flat, decode)
         every = config.trainer.val_every
         if validation and every and (step % every == 0 or step == config.trainer.max_steps):
             with timer("validation"):
-                metrics.update(evaluate(validation, engine, scorer, config.rollout.max_response_length))
+                metrics.update(
+                    evaluate(validation, engine, scorer, config.rollout.max_response_length, rewards.canonical_type)
+                )
         timer.seconds["step"] = time.perf_counter() - step_start
         metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
         metrics = _average_over_ranks(metrics, dist)

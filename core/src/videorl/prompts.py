@@ -9,7 +9,8 @@ Names (what ``register_prompt_templates`` registers and :func:`find_template` lo
     multiple_choice/thinking@qwen2_5_vl thinking, for one model family
 
 A lookup tries the family's template first, then the generic one, for the sample's ``problem_type``
-and then for its canonical reward name (so ``"free-form"`` finds ``open_ended``). Templates use
+and then for the names of the rewards that score it (so ``"free-form"`` finds ``open_ended``, and a
+type routed by ``rewards.routes`` finds its reward's templates). Templates use
 ``StrictUndefined``: a field the sample does not have is a ``DataError`` naming the template and the
 field. Besides the sample's fields, a template sees ``thinking`` (bool) and ``family`` (str or None).
 """
@@ -170,21 +171,25 @@ def find_template(
     *,
     thinking: bool,
     family: str | None = None,
-    canonical: Callable[[str], str] | None = None,
+    canonical: Callable[[str], str | Sequence[str]] | None = None,
 ) -> PromptTemplate:
-    """The template for ``problem_type`` (then its canonical name), family-specific first.
+    """The template for ``problem_type`` (then its rewards' names), family-specific first.
 
-    ``canonical`` maps a problem type to its reward's name (the reward registry's ``canonical``); it
-    may raise ``LookupError`` for an unknown type. No template raises ``UnknownComponentError`` naming what was tried.
+    ``canonical`` maps a problem type to its reward's name or names (the reward registry's
+    ``canonical``, or a router's ``reward_names``, which follows ``rewards.routes``); it may raise
+    ``LookupError`` for an unknown type. No template raises ``UnknownComponentError`` naming what was tried.
     """
     types = [problem_type]
     if canonical is not None:
         with contextlib.suppress(LookupError):  # an unknown type adds nothing to try
-            types.append(canonical(problem_type))
-    tried = []
+            names = canonical(problem_type)
+            types += [names] if isinstance(names, str) else list(names)
+    tried: list[str] = []
     for kind in types:
         for fam in ([family] if family else []) + [None]:
             name = template_name(kind, thinking=thinking, family=fam)
+            if name in tried:
+                continue
             tried.append(name)
             if name in registry:
                 template: PromptTemplate = registry.get(name)
@@ -203,7 +208,7 @@ def render_prompt(
     *,
     thinking: bool,
     family: str | None = None,
-    canonical: Callable[[str], str] | None = None,
+    canonical: Callable[[str], str | Sequence[str]] | None = None,
 ) -> str:
     """The prompt text for ``sample`` (a mapping with a ``problem_type``)."""
     problem_type = sample.get("problem_type")

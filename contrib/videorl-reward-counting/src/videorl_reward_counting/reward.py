@@ -30,6 +30,8 @@ class CountingReward(TaskReward):
     """
 
     name = "counting"
+    truth_shape = "a whole count such as 3 (digits or a number word)"
+    truth_types = (str, int)
 
     def __init__(
         self,
@@ -46,5 +48,6 @@ class CountingReward(TaskReward):
     def parse_answer(self, text: Any, inp: RewardInput) -> int | None:
         return parse_count(text)
 
-    def accuracy(self, answer: int, truth: int, inp: RewardInput) -> float:
-        return 1.0 if answer == truth else 0.0
+    def accuracy(self, answer: int, truth: int, inp: RewardInput) -> dict[str, float]:
+        # abs_error is a part of its own: the trainer logs it per problem type (parts/counting/abs_error)
+        return {"accuracy": 1.0 if answer == truth else 0.0, "abs_error": float(abs(answer - truth))}

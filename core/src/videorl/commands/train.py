@@ -16,16 +16,31 @@ if TYPE_CHECKING:
 @click.command("train", context_settings={"ignore_unknown_options": True})
 @click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
-@click.option("--resume", default=None, metavar="auto|DIR", help="Continue from a checkpoint (auto: the latest).")
-@click.option("--print-config", is_flag=True, help="Print the resolved config and exit.")
-@click.option("--ray", "use_ray", is_flag=True, help="Train with a controller and worker groups on Ray (the ray section).")
 @click.option(
-    "--ray-address", default=None, metavar="HOST:PORT", help="Join this Ray cluster (implies --ray; else ray.address)."
+    "--resume", default=None, metavar="auto|DIR", help="Continue from a checkpoint (auto: the latest)."
+)
+@click.option("--print-config", is_flag=True, help="Print the resolved config and exit.")
+@click.option(
+    "--ray",
+    "use_ray",
+    is_flag=True,
+    help="Train with a controller and worker groups on Ray (the ray section).",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Join this Ray cluster (implies --ray; else ray.address).",
 )
 @click.pass_obj
 def train_command(
-    plugins: Plugins, config_file: str, overrides: tuple[str, ...], resume: str | None, print_config: bool,
-    use_ray: bool, ray_address: str | None,
+    plugins: Plugins,
+    config_file: str,
+    overrides: tuple[str, ...],
+    resume: str | None,
+    print_config: bool,
+    use_ray: bool,
+    ray_address: str | None,
 ) -> None:
     """Train a policy with GRPO as CONFIG (YAML) describes, with dotted KEY=VALUE overrides.
 
@@ -49,6 +64,22 @@ def train_command(
     if print_config:
         click.echo(dump_config(config), nl=False)
         return
+    if config.plugins:
+        from pathlib import Path
+
+        from videorl.train.run_plugins import load_run_plugins
+
+        flags = click.get_current_context().find_root().params  # videorl's global plugin flags
+        try:
+            plugins = load_run_plugins(
+                config.plugins,
+                base=Path(config_file).absolute().parent,
+                disable=flags.get("disable_plugin", ()),
+                extra=flags.get("plugin", ()),
+                strict=flags.get("strict_plugins") or None,
+            )
+        except VideorlError as exc:
+            raise click.ClickException(str(exc)) from None
     if use_ray or ray_address:
         from videorl.cluster.controller import train_on_ray
 

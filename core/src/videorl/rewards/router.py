@@ -17,6 +17,7 @@ import inspect
 import logging
 import math
 import queue
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -166,6 +167,7 @@ class RewardRouter:
         config: RewardConfig | None = None,
     ) -> RewardRouter:
         """A router over ready reward objects (``name → reward``)."""
+
         def constant(reward: Any) -> Callable[[], Any]:
             return lambda: reward
 
@@ -216,6 +218,32 @@ class RewardRouter:
             return [(self._keys[key], 1.0)]
         return None
 
+    def reward_names(self, problem_type: str) -> list[str]:
+        """The names of the rewards that score ``problem_type`` (its route's, in order); ``LookupError``
+        when none does. Prompt templates are looked up under these names after the type itself."""
+        routes = self.route(problem_type)
+        if routes is None:
+            raise LookupError(f"no reward for problem_type {problem_type!r}")
+        return [name for name, _ in routes]
+
+    def canonical_type(self, problem_type: str) -> str:
+        """The one spelling of ``problem_type`` in metrics: the ``rewards.routes`` key it matches
+        (normalised), else the name of the reward it names or aliases, else its normalised form."""
+        key = normalize_name(problem_type)
+        if key in self._routes:
+            return key
+        return self._keys.get(key, key)
+
+    def describe_route(self, problem_type: str) -> str:
+        """How ``problem_type`` is routed, for messages."""
+        routes = self.route(problem_type)
+        if routes is None:
+            return "routed to no reward"
+        names = ", ".join(repr(name) for name, _ in routes)
+        if normalize_name(problem_type) in self._routes:
+            return f"routed to {names} by rewards.routes"
+        return f"scored by reward {names}"
+
     def reward(self, name: str) -> Any:
         """The reward object registered as ``name`` (created on first use)."""
         with self._lock:
@@ -223,14 +251,17 @@ class RewardRouter:
                 self._instances[name] = self._factories[name]()
             return self._instances[name]
 
-    def validate(self, samples: Iterable[Any]) -> None:
+    def validate(self, samples: Iterable[Any], *, ground_truths: bool = False) -> None:
         """Check, before any rollout, that every sample's ``problem_type`` has a reward, and create
         those rewards (a bad reward option fails here).
 
         ``samples`` are mappings or objects with a ``problem_type`` (and ``id``/``sample_id``/
         ``problem_id``). Raises ``DataError`` naming the problem type, a sample that has it and the
-        registered types.
+        registered types. With ``ground_truths``, every sample's ground truth is also checked by each
+        of its rewards that can (``check_ground_truth(inp)``, e.g. every :class:`TaskReward`): one of
+        the wrong shape is a ``DataError`` naming the sample and the shape expected.
         """
+        samples = list(samples)
         unknown: dict[str, list[str]] = {}
         needed: set[str] = set()
         for index, sample in enumerate(samples):
@@ -260,6 +291,16 @@ class RewardRouter:
             )
         for name in sorted(needed):
             self.reward(name)
+        if ground_truths:
+            for sample in samples:
+                self._check_ground_truth(sample)
+
+    def _check_ground_truth(self, sample: Any) -> None:
+        inp = sample if isinstance(sample, RewardInput) else _truth_input(sample)
+        for name in self.reward_names(inp.problem_type):
+            check = getattr(self.reward(name), "check_ground_truth", None)
+            if callable(check):
+                check(inp)
 
     # --- scoring ---------------------------------------------------------------------------------
 
@@ -455,19 +496,128 @@ def _field(sample: Any, key: str) -> Any:
     return getattr(sample, key, None)
 
 
-def _create(factory: Callable[..., Any], name: str, config: RewardConfig) -> Any:
-    """Call a reward factory with the common options it accepts and its own options from the config."""
-    own = next((dict(v) for k, v in config.options.items() if normalize_name(k) == normalize_name(name)), {})
-    common = config.common_options()
+def _truth_input(sample: Any) -> RewardInput:
+    """The :class:`RewardInput` of a sample (a mapping or a ``Sample``) with an empty response."""
+    if isinstance(sample, Mapping):
+        return RewardInput.from_sample(sample, "")
+    return RewardInput(
+        response="",
+        problem_type=str(sample.problem_type),
+        ground_truth=sample.ground_truth,
+        problem=str(getattr(sample, "problem", "") or ""),
+        data_type=str(getattr(sample, "data_type", "video")),
+        options=getattr(sample, "options", None),
+        sample_id=str(getattr(sample, "id", "")),
+        extra=dict(getattr(sample, "extra", None) or {}),
+    )
+
+
+def _signature(target: Any) -> inspect.Signature | None:
     try:
-        signature: inspect.Signature | None = inspect.signature(factory)
-    except (TypeError, ValueError):  # no signature to read: pass the common options
-        signature = None
-    if signature is not None:
-        params = signature.parameters.values()
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+
+
+def is_reward_function(target: Any) -> bool:
+    """Whether a registered target is the reward itself (a function or object called with one
+    :class:`RewardInput`) rather than a factory (a class, or a function of keyword options)."""
+    if isinstance(target, type):
+        return False
+    signature = _signature(target)
+    if signature is None:
+        return False
+    positional = [
+        p for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]  # fmt: skip
+    return len(positional) == 1
+
+
+class FunctionReward:
+    """A plain reward function ``(RewardInput) -> float | RewardOutput | None`` as a reward: a number
+    becomes ``RewardOutput(score)``; anything else is left to the router's checks."""
+
+    def __init__(self, function: Callable[[RewardInput], Any]) -> None:
+        self.function = function
+
+    def __repr__(self) -> str:
+        return f"FunctionReward({getattr(self.function, '__qualname__', self.function)!r})"
+
+    def __call__(self, inp: RewardInput) -> Any:
+        return _as_output(self.function(inp))
+
+
+class AsyncFunctionReward(FunctionReward):
+    """:class:`FunctionReward` of an ``async def`` function."""
+
+    async def __call__(self, inp: RewardInput) -> Any:
+        return _as_output(await self.function(inp))
+
+
+def _as_output(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return RewardOutput(float(value))
+    return value
+
+
+def _known_options(factory: Any) -> tuple[set[str], bool]:
+    """The keyword options ``factory`` takes (for a class, also those its base classes' ``__init__``
+    take, where ``**kwargs`` hands them on), and whether it takes any further ones."""
+    names: set[str] = set()
+    if isinstance(factory, type):
+        chain = [vars(c)["__init__"] for c in factory.__mro__ if c is not object and "__init__" in vars(c)]
+    else:
+        chain = [factory]
+    for function in chain:
+        signature = _signature(function)
+        if signature is None:
+            return names, True
+        params = list(signature.parameters.values())
+        names |= {
+            p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"
+        }
         if not any(p.kind is p.VAR_KEYWORD for p in params):
-            common = {k: v for k, v in common.items() if k in signature.parameters}
+            return names, False
+    return names, True
+
+
+def _option_error(name: str, key: str, known: set[str]) -> ConfigError:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(sorted(known)) or "none"
+    return ConfigError(
+        f"rewards.options.{name}: reward {name!r} takes no option {key!r}.{hint} Its options: {listed}."
+    )
+
+
+def _create(factory: Callable[..., Any], name: str, config: RewardConfig) -> Any:
+    """The reward ``factory`` makes with the common options it accepts and its own options from the
+    config; a registered reward function is wrapped instead (it takes no options)."""
+    own = next((dict(v) for k, v in config.options.items() if normalize_name(k) == normalize_name(name)), {})
+    if is_reward_function(factory):
+        if own:
+            raise ConfigError(
+                f"rewards.options.{name}: reward {name!r} is a plain function of the RewardInput and takes "
+                f"no options (given: {', '.join(sorted(own))}); register a factory or class to take options"
+            )
+        if not (inspect.isfunction(factory) or inspect.ismethod(factory)):
+            return factory  # a reward object registered ready-made
+        wrapper = AsyncFunctionReward if inspect.iscoroutinefunction(factory) else FunctionReward
+        return wrapper(factory)
+    known, open_ended = _known_options(factory)
+    for key in own:
+        if key not in known and not open_ended:
+            raise _option_error(name, key, known)
+    common = config.common_options()
+    if not open_ended:
+        common = {k: v for k, v in common.items() if k in known}
     try:
         return factory(**{**common, **own})
     except TypeError as exc:
+        match = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+        if match and match.group(1) in own:
+            raise _option_error(name, match.group(1), known) from exc
         raise ConfigError(f"reward {name!r} could not be created with options {sorted(own)}: {exc}") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +12,8 @@ from videorl.errors import ConfigError, DataError
 from videorl.rewards.format import FormatRule
 from videorl.rewards.types import RewardInput, RewardOutput
 
+_JSON_KINDS = {str: "a string", dict: "an object", list: "a list", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
 #: the keyword options every ``TaskReward`` accepts; the router passes them from the ``rewards`` config
 COMMON_OPTIONS = ("accuracy_weight", "format_weight", "format_rule", "fallback")
 
@@ -33,6 +36,12 @@ class TaskReward:
 
     #: the problem type this reward scores (for messages)
     name = "task"
+    #: what a valid ground truth looks like, for the message about one that is not (e.g. ``"a whole
+    #: number such as 3"``)
+    truth_shape = "a ground truth that this reward's parse_answer reads, as an answer would be written"
+    #: the JSON types a ground truth may have (e.g. ``(str,)``: an object or a list is refused before
+    #: ``parse_answer`` sees it); any by default
+    truth_types: tuple[type, ...] = (object,)
 
     def __init__(
         self,
@@ -65,18 +74,29 @@ class TaskReward:
         """The typed ground truth. By default the answer parsed from the ground truth text
         (``<answer>`` wrapper and ``$…$`` removed); an unusable one raises ``DataError`` naming the sample."""
         truth = inp.ground_truth
-        if isinstance(truth, str):
+        allowed = isinstance(truth, self.truth_types)  # a bool, so that mypy keeps truth's type
+        if not allowed:
+            parsed = None
+        elif isinstance(truth, str):
             tagged = extract_tag(truth)
             truth = strip_math_delimiters(tagged if tagged is not None else truth)
             parsed = self.parse_answer(truth, inp)
         else:
             parsed = self.parse_answer(truth, inp) if truth is not None else None
         if parsed is None:
+            given = inp.ground_truth
+            kind = _JSON_KINDS.get(type(given), type(given).__name__)
+            text = given if isinstance(given, str) else json.dumps(given, default=str)
             raise DataError(
-                f"sample {inp.sample_id!r}: the ground truth {str(inp.ground_truth)[:200]!r} is not a valid "
-                f"{self.name} answer"
+                f"sample {inp.sample_id!r}: the ground truth {text[:200]!r} ({kind}) is not a valid {self.name} "
+                f"answer; expected {self.truth_shape}"
             )
         return parsed
+
+    def check_ground_truth(self, inp: RewardInput) -> None:
+        """Raise ``DataError`` when ``inp.ground_truth`` does not parse (the router calls this for every
+        row when the dataset loads, so a wrong shape fails before training, not as a reward of 0)."""
+        self.parse_truth(inp)
 
     def accuracy(self, answer: Any, truth: Any, inp: RewardInput) -> float | dict[str, float] | None:
         """Accuracy in [0, 1] of a parsed answer, or a dict with ``"accuracy"`` and further parts, or

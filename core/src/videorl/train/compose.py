@@ -93,7 +93,7 @@ def load_training_samples(config: TrainConfig, rewards: RewardRouter, files: lis
             raise DataError(f"{s.origin}: sample id {s.id!r} is used again (first at {seen[s.id]})")
         seen[s.id] = s.origin
     try:
-        rewards.validate(samples)
+        rewards.validate(samples, ground_truths=True)
     except DataError as exc:
         by_id = {s.id: s.origin for s in samples}
         origin = next((o for i, o in by_id.items() if repr(i) in str(exc)), None)
@@ -139,6 +139,7 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
     """Samples to prompts as the ``data`` section says: frame cache (none: decode on the fly), video and
     image budgets, template, thinking, prompt limit."""
     from videorl.media import MediaCache
+    from videorl.rewards.router import RewardRouter
     from videorl.train.data import PromptEncoder
 
     d = config.data
@@ -149,6 +150,7 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
     return PromptEncoder(
         backend, cache, video_params, image_params, plugins.prompt_templates, thinking=d.thinking,
         max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
+        rewards=RewardRouter.from_registry(plugins.rewards, config.rewards),  # routed types use their rewards' templates
     )
 
 
@@ -288,11 +290,12 @@ def open_checkpoints(config: TrainConfig, *, create: bool = True) -> tuple[Check
 
 
 def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder) -> tuple[list[Sample], list[Sample]]:
-    """The training and validation samples, validated (in ``preprocessed_only`` mode every video must
-    be in the cache)."""
+    """The training and validation samples, validated, each with its prompt text (in
+    ``preprocessed_only`` mode every video must be in the cache)."""
     d = config.data
     samples = load_training_samples(config, rewards, d.train_files)
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
+    encoder.check(samples + val_samples)
     if d.source_mode == "preprocessed_only":
         check_cached(samples + val_samples, encoder)
     return samples, val_samples
@@ -303,7 +306,7 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     from videorl.grpo import Dist, RunIO
     from videorl.rewards.router import RewardRouter
     from videorl.train.data import TrainData
-    from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
+    from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
 
     dist = dist or Dist()
     if config.data.rollout_batch_size % dist.world_size:
@@ -326,12 +329,14 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     actor, vision_sync = make_actor(config, backend, dist)
     engine, shares = make_rank_engine(config, plugins, actor, dist)
 
-    metrics = progress = None
+    metrics = progress = completions = None
     if dist.rank == 0:
         write_run_metadata(out, config, plugins)
         start = 0 if resume_from is None else checkpoints.load(resume_from).step
         metrics = MetricsWriter(out, start_step=start, tensorboard=config.trainer.tensorboard)
         if config.trainer.progress_bar:
             progress = ProgressBar(config.trainer.max_steps, start_step=start)
-    io = RunIO(checkpoints, metrics, progress)
+        if config.trainer.log_completions:
+            completions = CompletionLog(out, config.trainer.log_completions, start_step=start)
+    io = RunIO(checkpoints, metrics, progress, completions)
     return Training(config, actor, engine, rewards, data, encoder, io, dist, shares, validation, vision_sync)

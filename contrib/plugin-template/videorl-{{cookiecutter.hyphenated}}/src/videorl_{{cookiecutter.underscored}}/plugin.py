@@ -6,13 +6,29 @@ Targets are given as "module:attribute" strings so that nothing is imported unti
 from videorl.api import Register, hookimpl
 
 {% if cookiecutter.kind == "rewards" %}
+#: further problem_type spellings of the reward; its prompt templates answer to them too
+ALIASES = ["{{ cookiecutter.plugin_name }}"]
+
+
 @hookimpl
 def register_rewards(register: Register) -> None:
     register(
         "{{ cookiecutter.underscored }}",
         "videorl_{{ cookiecutter.underscored }}.reward:ExactAnswerReward",
-        aliases=["{{ cookiecutter.plugin_name }}"],
+        aliases=ALIASES,
         description="{{ cookiecutter.description }}",
+    )
+
+
+@hookimpl
+def register_prompt_templates(register: Register) -> None:
+    from pathlib import Path
+
+    from videorl.api import register_template_dir
+
+    # templates/{{ cookiecutter.underscored }}.jinja and {{ cookiecutter.underscored }}.thinking.jinja (data.thinking: true)
+    register_template_dir(
+        register, Path(__file__).with_name("templates"), aliases={"{{ cookiecutter.underscored }}": ALIASES}
     )
 {% else %}
 @hookimpl

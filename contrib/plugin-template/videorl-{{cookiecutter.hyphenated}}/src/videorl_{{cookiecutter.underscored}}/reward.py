@@ -17,6 +17,9 @@ class ExactAnswerReward(TaskReward):
     """
 
     name = "{{ cookiecutter.underscored }}"
+    #: what a ground truth looks like (a dataset row with another shape is refused when it loads)
+    truth_shape = "a short text answer such as \"red\""
+    truth_types = (str,)
 
     def __init__(
         self, *, accuracy_weight: float = 1.0, format_weight: float = 0.0, fallback: bool = False, **common: Any
