@@ -26,10 +26,14 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
         where = tmp_path / f"disk{len(mounted)}"
         where.mkdir()
         result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)], capture_output=True, check=False
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)],
+            capture_output=True,
+            check=False,
         )
         if result.returncode != 0:
-            pytest.skip(f"cannot mount a small tmpfs here ({result.stderr.decode().strip()}); the injected tests cover it")
+            pytest.skip(
+                f"cannot mount a small tmpfs here ({result.stderr.decode().strip()}); the injected tests cover it"
+            )
         mounted.append(where)
         return where
 
@@ -60,12 +64,16 @@ def test_is_disk_full_recognises_the_errors_libraries_raise() -> None:
 
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
-    assert is_disk_full(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert is_disk_full(
+        SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    )
     try:
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
         except OSError as exc:
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598") from exc
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+            ) from exc
     except RuntimeError as wrapped:
         assert is_disk_full(wrapped)
     assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
@@ -79,7 +87,9 @@ def test_atomic_write_on_a_full_disk_keeps_the_old_file_and_no_temporary(tmp_pat
         tmp.write_bytes(b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with pytest.raises(DiskFullError, match=rf"disk full at {tmp_path} \(.* bytes free\): report.jsonl was not written"):
+    with pytest.raises(
+        DiskFullError, match=rf"disk full at {tmp_path} \(.* bytes free\): report.jsonl was not written"
+    ):
         atomic_write(target, write)
     assert target.read_text() == "old\n" and _files(tmp_path) == ["report.jsonl"]
 
@@ -107,7 +117,9 @@ def test_a_checkpoint_on_a_real_full_disk_keeps_the_previous_one(small_disk: Cal
     message = str(info.value)
     assert message.startswith(f"disk full at {disk / 'checkpoints'}") and "step 2 was not written" in message
     assert "step_000001, is kept" in message and "unexpected pos" not in message
-    assert [p.name for p in (disk / "checkpoints").iterdir() if p.name.startswith(".")] == []  # no .tmp folder
+    assert [
+        p.name for p in (disk / "checkpoints").iterdir() if p.name.startswith(".")
+    ] == []  # no .tmp folder
     assert CheckpointManager(disk / "checkpoints").resolve_resume("auto") == first
 
 
@@ -128,4 +140,6 @@ def test_a_checkpoint_whose_model_file_hits_a_full_disk_leaves_nothing(
     monkeypatch.setattr(safetensors.torch, "save_file", full)
     with pytest.raises(DiskFullError, match=f"disk full at {tmp_path}.*step 2 was not written"):
         manager.save(2, model_state=_state(10))
-    assert _files(tmp_path) == sorted(["latest", *[f"step_000001/{p.name}" for p in first.iterdir()], "step_000001"])
+    assert _files(tmp_path) == sorted(
+        ["latest", *[f"step_000001/{p.name}" for p in first.iterdir()], "step_000001"]
+    )

@@ -10,7 +10,8 @@ Accepted inputs (by :func:`load_samples`):
 
 Relative media paths are resolved against ``media_root`` (default: the dataset file's folder). An
 invalid row raises :class:`~videorl.errors.DataError` naming the file and line, unless an ``errors``
-list is passed to collect them (the row is then skipped).
+list is passed to collect them (as :class:`RowError`, with ``where``; the row is then skipped, and so is
+a JSON-lines line that is not valid JSON). Files are read as UTF-8, with or without a byte-order mark.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ _CONSUMED = frozenset(
 )
 
 
+class RowError(DataError):
+    """An invalid row, with ``where`` (``file:line``) apart from the message."""
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+
 def _iter_json_array(text: str, where: str) -> Iterator[tuple[int, Any]]:
     """``(line, item)`` for each element of a JSON array, with the line where the item starts."""
     decoder = json.JSONDecoder()
@@ -57,16 +66,19 @@ def _iter_json_array(text: str, where: str) -> Iterator[tuple[int, Any]]:
             item, end = decoder.raw_decode(text, j)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise DataError(f"{where}:{line}: nested too deeply to read") from None
         yield line, item
         line += text.count("\n", j, end)
         i = end
 
 
-def read_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
-    """``(line, row)`` for each row of a JSON array or JSON-lines file (line numbers from 1)."""
+def read_rows(path: str | os.PathLike[str], errors: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
+    """``(line, row)`` for each row of a JSON array or JSON-lines file (line numbers from 1). With an
+    ``errors`` list, a JSON-lines line that is not valid JSON is collected there and skipped."""
     where = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"{where}: dataset file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -78,9 +90,19 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}:{number}:{exc.colno}: invalid JSON: {exc.msg}") from None
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            detail = (
+                f"{exc.colno}: invalid JSON: {exc.msg}"
+                if isinstance(exc, json.JSONDecodeError)
+                else " nested too deeply to read"
+            )
+            error = RowError(f"{where}:{number}:{detail}", f"{where}:{number}")
+            if errors is None:
+                raise error from None
+            errors.append(error)
+            continue
+        yield number, row
 
 
 def _resolve(media: str, root: Path) -> str:
@@ -183,7 +205,7 @@ def parse_row(
 
 
 def _video_list(path: Path, root: Path) -> Iterator[tuple[str, str]]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
         entry = line.strip()
         if entry and not entry.startswith("#"):
             yield f"{path}:{number}", _resolve(entry, root)
@@ -218,7 +240,7 @@ def load_samples(
 
     samples: list[Sample] = []
     seen: dict[str, str] = {}
-    for number, (line, row) in enumerate(read_rows(path), start=1):
+    for number, (line, row) in enumerate(read_rows(path, errors), start=1):
         where = f"{path}:{line}"
         try:
             sample = parse_row(
@@ -230,7 +252,7 @@ def load_samples(
         except DataError as exc:
             if errors is None:
                 raise
-            errors.append(exc)
+            errors.append(RowError(str(exc), where))
             continue
         seen[sample.id] = where
         samples.append(sample)

@@ -46,9 +46,9 @@ def _fingerprint_task(root: str, source: str) -> str:
     return MediaCache(root).fingerprint(source).sha256
 
 
-def _build_task(root: str, source: str, params: DecodeParams, threads: int) -> tuple[str, bool]:
+def _build_task(root: str, source: str, params: DecodeParams, threads: int, verify: bool) -> tuple[str, bool]:
     cache = MediaCache(root, strict_params=False, threads=threads)
-    ref, built = cache.build(source, params, check=True)
+    ref, built = cache.build(source, params, check=True, verify=verify)
     assert ref.key is not None
     return ref.key, built
 
@@ -62,10 +62,12 @@ def build_cache(
     timeout: float | None = 600.0,
     threads: int | None = None,
     progress: bool = True,
+    verify: bool = False,
 ) -> BuildReport:
-    """Cache every distinct video in ``sources`` under ``root``; incremental (present entries are
-    only checked). ``threads`` is each worker's decoder thread count (default: the CPU count shared
-    among the workers); ``timeout`` bounds each video."""
+    """Cache every distinct video in ``sources`` under ``root``; incremental: present entries are
+    checked (header and key; frames and checksum with ``verify``, or when a load noted them damaged)
+    and rebuilt when damaged. ``threads`` is each worker's decoder thread count (default: the CPU
+    count shared among the workers); ``timeout`` bounds each video."""
     from tqdm import tqdm
 
     start = time.monotonic()
@@ -89,7 +91,7 @@ def build_cache(
                 bar.update()
 
         groups = list(content.values())
-        tasks = [(str(root), group[0], params, threads) for group in groups]
+        tasks = [(str(root), group[0], params, threads, verify) for group in groups]
         with tqdm(total=len(tasks), desc="cache build", **bar_options) as bar:
             for result in pool.run(_build_task, tasks, timeout=timeout):
                 group = groups[result.index]
@@ -101,8 +103,17 @@ def build_cache(
                         report.refs[path] = MediaRef(path, key)
                 else:
                     stage = "decode" if result.stage == "task" else result.stage
-                    report.failures.extend(BuildFailure(path, result.value, stage) for path in group)
+                    report.failures.extend(BuildFailure(path, _as_seen_from(result.value, group[0], path), stage)
+                                           for path in group)
                 bar.update()
     report.failures.sort(key=lambda f: f.video)
     report.seconds = time.monotonic() - start
     return report
+
+
+def _as_seen_from(reason: str, decoded: str, path: str) -> str:
+    """A failure of ``decoded`` told for ``path``, a file with the same content that was not decoded
+    itself: the reason names ``path`` and says which copy was decoded."""
+    if path == decoded:
+        return reason
+    return f"{reason.replace(decoded, path)} (decoded as {decoded}, a file with the same content)"

@@ -4,13 +4,16 @@ Layout under the cache root::
 
     entries/<ab>/<source>-<params>.safetensors   uint8 frames T×3×H×W, metadata in the header
     sources/<hash of path>.json                  remembered fingerprints of source files
+    entries/<ab>/<key>.safetensors.broken        a load found that entry damaged (the next build checks it)
 
 An entry's key is ``<source>-<params>``: ``source`` is the SHA-256 of the video's content (so a video
 replaced at the same path never hits a stale entry, and identical videos under different paths share
 one entry) and ``params`` hashes every decoding parameter with the cache format version. The header
 holds the parameters, the :class:`VideoMetadata`, the source and a CRC-32 over frames and header
 fields; every load checks it, so a truncated or corrupted entry is never handed to a model. Writes go
-through a temporary file and a rename. Nothing is unpickled: safetensors and JSON only.
+through a temporary file and a rename. Nothing is unpickled: safetensors and JSON only. The listings
+that ``cache verify``, ``stats`` and ``gc`` act on never follow a symbolic link (a linked folder or file
+under the cache may point anywhere).
 
 Only a :class:`MediaRef` (source path + key) travels between processes; each consumer calls
 :meth:`MediaCache.load`, which maps the file and returns the frames.
@@ -18,10 +21,12 @@ Only a :class:`MediaRef` (source path + key) travels between processes; each con
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import shlex
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from videorl.atomic import atomic_write, is_temp
+from videorl.atomic import atomic_write, atomic_write_text, is_temp
 from videorl.errors import ConfigError
 from videorl.media.decode import decode_video
 from videorl.media.errors import (
@@ -52,6 +57,8 @@ log = logging.getLogger("videorl.media")
 CACHE_FORMAT = "videorl-frames"
 CACHE_FORMAT_VERSION = 1
 ENTRY_SUFFIX = ".safetensors"
+#: appended to an entry's name for the note a load leaves when it found the entry damaged
+BROKEN_SUFFIX = ".broken"
 SourceMode = Literal["preprocessed_only", "prefer_preprocessed", "realtime_only"]
 SOURCE_MODES: tuple[str, ...] = get_args(SourceMode)
 _SOURCE_ID_LEN = 32
@@ -148,6 +155,33 @@ def read_header(path: Path) -> EntryInfo:
         raise CorruptEntryError(f"{path}: truncated or not a safetensors file ({exc})") from None
 
 
+def check_header(path: Path, key: str, params: DecodeParams) -> EntryInfo:
+    """The header of the entry at ``path`` after checking that it is the entry of ``key`` for ``params``
+    (no frames read); ``CorruptEntryError`` otherwise."""
+    info = read_header(path)
+    if info.key != key or path.name != key + ENTRY_SUFFIX or key.split("-")[-1] != params_id(info.params):
+        raise CorruptEntryError(f"{path}: key {info.key} does not match the file name or its parameters")
+    if info.params != params:
+        raise CorruptEntryError(f"{path}: its header holds other decoding parameters than its key says")
+    return info
+
+
+def _regular_files(folder: Path) -> Iterator[os.DirEntry[str]]:
+    """The plain files directly in ``folder`` (links skipped; nothing when ``folder`` is a link)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    with os.scandir(folder) as it:
+        yield from (e for e in it if e.is_file(follow_symlinks=False))
+
+
+def _subfolders(folder: Path) -> Iterator[Path]:
+    """The folders directly in ``folder``, linked ones skipped."""
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    with os.scandir(folder) as it:
+        yield from (Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
+
+
 def read_entry(path: Path, *, framework: Literal["pt", "numpy"] = "pt") -> tuple[Any, EntryInfo]:
     """Frames and header of an entry, after checking shape, key and checksum.
 
@@ -227,14 +261,48 @@ class MediaCache:
         return self.entries_dir / key[:2] / f"{key}{ENTRY_SUFFIX}"
 
     def entry_paths(self) -> Iterator[Path]:
-        """Every entry file, sorted."""
-        yield from sorted(p for p in self.entries_dir.glob(f"*/*{ENTRY_SUFFIX}") if not is_temp(p))
+        """Every entry file, sorted (symbolic links, and entries in linked folders, are not listed)."""
+        found = [
+            Path(e.path)
+            for shard in _subfolders(self.entries_dir)
+            for e in _regular_files(shard)
+            if e.name.endswith(ENTRY_SUFFIX) and not is_temp(e.name)
+        ]
+        yield from sorted(found)
 
     def temp_files(self) -> list[Path]:
-        """Temporary files left by writers that were killed before their rename."""
+        """Temporary files left by writers that were killed before their rename (links not followed)."""
         if self.root is None or not self.root.exists():
             return []
-        return sorted(p for p in self.root.glob("*/**/.*") if is_temp(p))
+        found: list[Path] = []
+        for top in _subfolders(self.root):
+            for folder, dirs, files in os.walk(top):  # os.walk follows no linked folders
+                found += [Path(folder, f) for f in files if is_temp(f) and not Path(folder, f).is_symlink()]
+                dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()]
+        return sorted(found)
+
+    def broken_notes(self) -> list[Path]:
+        """The notes of entries a load found damaged (see :meth:`build`)."""
+        return sorted(
+            Path(e.path)
+            for shard in _subfolders(self.entries_dir)
+            for e in _regular_files(shard)
+            if e.name.endswith(ENTRY_SUFFIX + BROKEN_SUFFIX)
+        )
+
+    def source_memos(self) -> list[Path]:
+        """The remembered fingerprints under ``sources/`` (links skipped)."""
+        return sorted(Path(e.path) for e in _regular_files(self.sources_dir) if e.name.endswith(".json"))
+
+    def links(self) -> list[Path]:
+        """Symbolic links under ``entries/`` and ``sources/``: never followed by the listings above."""
+        found = [p for p in (self.entries_dir, self.sources_dir) if p.is_symlink()]
+        for top in (self.entries_dir, self.sources_dir):
+            if top.is_symlink() or not top.is_dir():
+                continue
+            for folder, dirs, files in os.walk(top):
+                found += [Path(folder, n) for n in [*dirs, *files] if Path(folder, n).is_symlink()]
+        return sorted(found)
 
     def entries_for_source(self, source_sha256: str) -> list[Path]:
         prefix = source_sha256[:_SOURCE_ID_LEN]
@@ -280,12 +348,12 @@ class MediaCache:
             raise SourceChangedError(
                 f"{fp.path}: the video changed since the cache was built (content sha256 "
                 f"{fp.previous_sha256[:12]}… is now {fp.sha256[:12]}…), so its cached entries are stale. "
-                f"Rebuild: videorl cache build DATA --cache-dir {self.root}"
+                f"Rebuild: {self.build_command(params)}"
             )
         how = (
             "Time-range entries are built on first use in prefer_preprocessed mode"
             if params.has_range
-            else f"Build it: videorl cache build DATA --cache-dir {self.root} {_cli_flags(params)}"
+            else f"Build it: {self.build_command(params)}"
         )
         raise CacheMissError(
             f"{fp.path}: not in the cache {self.root} for these parameters ({params.to_json()}), and the "
@@ -307,6 +375,10 @@ class MediaCache:
             f"Build entries for this run's parameters (videorl cache build ... {_cli_flags(params)}) or "
             f"set the run's video parameters to the cached ones."
         )
+
+    def build_command(self, params: DecodeParams) -> str:
+        """The ``videorl cache build`` command line that (re)builds entries for ``params`` here."""
+        return f"videorl cache build DATA --cache-dir {shlex.quote(str(self.root))} {_cli_flags(params)}"
 
     # --- loading --------------------------------------------------------------------------------
 
@@ -337,8 +409,10 @@ class MediaCache:
             frames, info = read_entry(self.entry_path(ref.key or ""), framework=framework)
         except CorruptEntryError as exc:
             if self.mode == "preprocessed_only":
+                self.note_broken(path, str(exc))
                 raise CorruptEntryError(
-                    f"{exc} (source {ref.source}). Rebuild it: videorl cache build DATA --cache-dir {self.root}"
+                    f"{exc} (source {ref.source}). Rebuild it (the build checks and replaces this entry): "
+                    f"{self.build_command(params)}"
                 ) from None
             log.warning("%s; rebuilding it from %s", exc, ref.source)
             path.unlink(missing_ok=True)
@@ -348,6 +422,13 @@ class MediaCache:
             raise self._mismatch(ref.source, [info.params.differences(params)], params)
         return frames, info.metadata
 
+    @staticmethod
+    def note_broken(path: Path, reason: str) -> None:
+        """Leave a note that the entry at ``path`` is damaged, for the next build (a read-only cache keeps
+        none; the build then finds the damage with ``--verify``)."""
+        with contextlib.suppress(OSError):
+            atomic_write_text(path.with_name(path.name + BROKEN_SUFFIX), reason + "\n")
+
     # --- building -------------------------------------------------------------------------------
 
     def get_or_build(self, source: str | os.PathLike[str], params: DecodeParams) -> MediaRef:
@@ -355,23 +436,29 @@ class MediaCache:
         ref, _ = self.build(source, params)
         return ref
 
-    def build(self, source: str | os.PathLike[str], params: DecodeParams, *, check: bool = False) -> tuple[MediaRef, bool]:
+    def build(
+        self, source: str | os.PathLike[str], params: DecodeParams, *, check: bool = False, verify: bool = False
+    ) -> tuple[MediaRef, bool]:
         """Ensure the entry for ``source`` exists; return its reference and whether it was decoded now.
 
-        With ``check`` an existing entry's header is read (which catches truncation) and the entry
-        rebuilt if it is damaged (``videorl cache build``); otherwise existence suffices. Loads check
-        the full checksum every time, and ``videorl cache verify`` does so for every entry.
+        With ``check`` (``videorl cache build``) an existing entry's header and key are checked, and its
+        frames and checksum too when ``verify`` or when a load left a note that it is damaged; a damaged
+        entry is rebuilt. Otherwise existence suffices. Loads check the full checksum every time.
         """
         if self.mode != "prefer_preprocessed":
             raise ConfigError(f"source mode {self.mode} does not build cache entries (prefer_preprocessed does)")
         fp = self.fingerprint(source)
         key = cache_key(fp.sha256, params)
         path = self.entry_path(key)
+        note = path.with_name(path.name + BROKEN_SUFFIX)
         if path.exists():
             if not check:
                 return MediaRef(fp.path, key), False
             try:
-                read_header(path)
+                check_header(path, key, params)
+                if verify or note.exists():
+                    read_entry(path, framework="numpy")
+                note.unlink(missing_ok=True)
                 return MediaRef(fp.path, key), False
             except CorruptEntryError as exc:
                 log.warning("%s; rebuilding it", exc)
@@ -379,6 +466,7 @@ class MediaCache:
         self._check_missing(fp, params)
         frames, meta = decode_video(fp.path, params, threads=self.threads)
         self.write(key, frames, meta, params, fp)
+        note.unlink(missing_ok=True)
         return MediaRef(fp.path, key), True
 
     def write(self, key: str, frames: np.ndarray, meta: VideoMetadata, params: DecodeParams, fp: SourceFingerprint) -> Path:
