@@ -45,6 +45,7 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
     from videorl import demo
     from videorl.backend import backend_for_model
     from videorl.plugins import load_plugins
+    from videorl.train.distributed import backend_devices, process_group_options
     from videorl.train.metrics import read_metrics
 
     plugins = load_plugins()
@@ -68,6 +69,14 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
     assert ranks[0]["dummy_calls"] == 0 and ranks[1]["dummy_calls"] > 0  # the text-only rank ran the dummy
     assert [r["step"] for r in ranks[0]["steps"]] == [1, 2] == [r["step"] for r in ranks[1]["steps"]]
     assert ranks[0]["steps"] == ranks[1]["steps"]  # metrics are averaged over the ranks
+    # Every collective the loop and the checkpoint code issue through torch.distributed (the Ray
+    # workers run the same functions) carried tensors of a device type the GPU process group has a
+    # backend for: CPU tensors, which an NCCL-only group refuses. (FSDP's own collectives run on its
+    # mesh's device, the GPU.)
+    gpu_backend = backend_devices(process_group_options(cuda=True, local_rank=0)["backend"])
+    for r in ranks:
+        assert {"all_reduce", "all_gather_object", "barrier"} <= set(r["collectives"]), r["collectives"]
+        assert set(r["collective_devices"]) <= gpu_backend, r["collective_devices"]
 
     checkpoint = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
     shards = [load_file(str(dumps / f"rank{r}-shards.safetensors")) for r in (0, 1)]
@@ -106,6 +115,37 @@ def _torchrun(dumps: Path, overrides: list[str]) -> subprocess.CompletedProcess[
     )
 
 
+def _record_collectives() -> tuple[set[str], set[str]]:
+    """Wrap torch.distributed's collectives to record their names and their tensors' device types
+    (object collectives: the device their pickles travel on)."""
+    import torch
+    import torch.distributed as tdist
+    import torch.distributed.distributed_c10d as c10d
+
+    names: set[str] = set()
+    devices: set[str] = set()
+
+    def record(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            names.add(name)
+            for value in [*args, *kwargs.values()]:
+                for t in value if isinstance(value, (list, tuple)) else [value]:
+                    if isinstance(t, torch.Tensor):
+                        devices.add(t.device.type)
+            if name.endswith("_object") or name == "barrier":
+                devices.add(c10d._get_object_coll_device(kwargs.get("group")))
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+                 "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list", "barrier"):
+        wrapped = record(name, getattr(c10d, name))
+        setattr(c10d, name, wrapped)
+        setattr(tdist, name, wrapped)
+    return names, devices
+
+
 def _rank_main(dumps: Path, overrides: list[str]) -> None:
     """One rank: build the run as ``videorl train`` does, train, then dump what this rank holds."""
     from safetensors.torch import save_file
@@ -116,6 +156,7 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     from videorl.train.distributed import init_distributed
 
     dist = init_distributed()
+    collectives, devices = _record_collectives()
     training = build_training(load_config(None, overrides), load_plugins(), dist=dist)
     data_types: list[str] = []
     encode = training.encode
@@ -133,7 +174,8 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     save_file({k: v.contiguous() for k, v in engine_model.state_dict().items()},
               str(dumps / f"rank{dist.rank}-engine.safetensors"))
     sync = training.vision_sync
-    result = {"data_types": data_types, "dummy_calls": sync.dummy_calls if sync else -1, "steps": steps}
+    result = {"data_types": data_types, "dummy_calls": sync.dummy_calls if sync else -1, "steps": steps,
+              "collectives": sorted(collectives), "collective_devices": sorted(devices)}
     (dumps / f"rank{dist.rank}.json").write_text(json.dumps(result))
 
 

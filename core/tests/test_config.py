@@ -200,7 +200,8 @@ def test_required_keys() -> None:
 
 
 def test_dump_round_trips(tmp_path: Path) -> None:
-    c = load_config(None, [*REQUIRED, "optim.lr=3e-7", "rollout.engine_options={tensor_parallel_size: 2}"])
+    c = load_config(None, ["model.path=/models/tiny", "data.train_files=[/data/train.jsonl]", "optim.lr=3e-7",
+                           "rollout.engine_options={tensor_parallel_size: 2}", f"output_dir={tmp_path / 'run'}"])
     text = dump_config(c)
     assert "betas:\n  - 0.9\n  - 0.999\n" in text
     assert load_config(write(tmp_path, text)) == c

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import re
 import types
 import typing
@@ -736,6 +737,47 @@ def _apply_override(raw: dict[str, Any], text: str, ctx: _Context) -> None:
     ctx.raw_text[parts] = value_text.strip()
 
 
+#: Keys of :class:`TrainConfig` that hold paths (or lists of them). A relative path written in a config
+#: file is relative to the file's folder; one given as an override or left at its default, to the
+#: working directory.
+PATH_KEYS = ("output_dir", "model.path", "data.train_files", "data.val_files", "data.media_root",
+             "data.cache_dir", "data.prompt_template", "trainer.resume", "plugins")
+
+
+def _names_a_file(key: str, value: str, base: Path) -> bool:
+    """Whether ``value`` of ``key`` is a path (not a registered template, ``auto`` or a module name)."""
+    if key == "data.prompt_template":
+        return value.endswith(".jinja") or (base / value).is_file()
+    if key == "trainer.resume":
+        return value != "auto"
+    if key == "plugins":
+        return value.endswith(".py")
+    return True
+
+
+def _map_paths(raw: dict[str, Any], base: Path, change: Any) -> None:
+    """Replace, in place, every path value of :data:`PATH_KEYS` in ``raw`` by ``change(path)``."""
+    for key in PATH_KEYS:
+        *sections, name = key.split(".")
+        node: Any = raw
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or node.get(name) is None:
+            continue
+        value = node[name]
+        if isinstance(value, str) and value and _names_a_file(key, value, base):
+            node[name] = change(value)
+        elif isinstance(value, list):
+            node[name] = [change(v) if isinstance(v, str) and v and _names_a_file(key, v, base) else v for v in value]
+
+
+def _against(base: Path) -> Any:
+    def resolve(value: str) -> str:
+        return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
+
+    return resolve
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: Sequence[str] = (),
@@ -765,6 +807,9 @@ def load_config(
             raise ConfigError(f"{where}: the config must be a mapping of keys, got {type(data).__name__}")
         raw = data
         ctx.origins.update({key: f"{where}:{line}" for key, line in lines.items()})
+        if schema is TrainConfig:
+            base = Path(path).absolute().parent
+            _map_paths(raw, base, _against(base))
     for text in overrides:
         _apply_override(raw, text, ctx)
     config = _build(schema, raw, (), ctx)
@@ -800,11 +845,27 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return result
 
 
-def dump_config(config: Any) -> str:
-    """The resolved configuration as YAML; ``load_config`` reads it back to an equal object."""
-    return yaml.safe_dump(
-        config_to_dict(config), sort_keys=False, default_flow_style=False, allow_unicode=True
-    )
+def dump_config(config: Any, run_dir: str | Path | None = None) -> str:
+    """The resolved configuration as YAML; ``load_config`` reads it back to an equal object, with its
+    relative paths made absolute (against the working directory), from whichever folder it is saved in.
+
+    With ``run_dir`` (the file is saved there: a run's ``config.yaml``), the paths inside ``run_dir``
+    are written relative to it (``output_dir: .``), so that the file stays valid, and names the
+    run's own folder, when the run directory is moved or resumed on another machine.
+    """
+    data = config_to_dict(config)
+    if isinstance(config, TrainConfig):
+        cwd = Path.cwd()
+        run = None if run_dir is None else Path(os.path.abspath(run_dir))
+
+        def portable(value: str) -> str:
+            absolute = Path(os.path.abspath(os.path.expanduser(value)))
+            if run is not None and absolute.is_relative_to(run):
+                return os.path.relpath(absolute, run)
+            return str(absolute)
+
+        _map_paths(data, cwd, portable)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 @dataclass(frozen=True)

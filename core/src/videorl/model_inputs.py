@@ -137,13 +137,22 @@ class ModelInputs:
         mask = self.attention_mask[row, : self.prompt_width].bool()
         return [int(t) for t in ids[mask].tolist()]
 
+    #: floating inputs that are times, not activations: never cast to a lower compute dtype.
+    #: ``second_per_grid_ts`` scales Qwen2.5-VL's temporal positions; in bfloat16 (8 bits of mantissa)
+    #: 1/0.7 s would round so that ``t · tokens_per_second · seconds`` truncates to another position
+    #: than the rollout engine's float32 one.
+    FLOAT32_FIELDS = ("second_per_grid_ts",)
+
     def to(self, device: Any = None, dtype: Any = None) -> ModelInputs:
-        """A copy on ``device``; floating visual tensors also cast to ``dtype`` when given."""
+        """A copy on ``device``; floating visual tensors also cast to ``dtype`` when given (the
+        :attr:`FLOAT32_FIELDS` stay float32)."""
         import torch
 
-        def move(t: Any) -> Any:
+        def move(name: str, t: Any) -> Any:
             if not isinstance(t, torch.Tensor):
                 return t
+            if name in self.FLOAT32_FIELDS:
+                return t.to(device=device, dtype=torch.float32)
             if dtype is not None and t.is_floating_point():
                 return t.to(device=device, dtype=dtype)
             return t.to(device=device)
@@ -151,9 +160,9 @@ class ModelInputs:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in values.items():
             if isinstance(value, dict):
-                values[name] = {k: move(v) for k, v in value.items()}
+                values[name] = {k: move(k, v) for k, v in value.items()}
             else:
-                values[name] = move(value)
+                values[name] = move(name, value)
         return ModelInputs(**values)
 
 

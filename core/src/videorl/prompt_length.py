@@ -2,6 +2,8 @@
 
 A prompt is never cut: one longer than the limit is reported (sample id, tokens, limit) and skipped
 or, if so configured, the whole call fails with :class:`~videorl.errors.DataError`.
+:func:`check_cached_prompt_lengths` runs this over a dataset at load time, from the frame cache's
+headers alone (no frame is read), so a run does not die mid-step on a prompt that cannot fit.
 """
 
 from __future__ import annotations
@@ -9,11 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from videorl.errors import ConfigError, DataError
 
-__all__ = ["OverlongPrompt", "filter_overlong"]
+if TYPE_CHECKING:
+    from videorl.backend import PromptInput
+    from videorl.data import Sample
+    from videorl.train.data import PromptEncoder
+
+__all__ = ["OverlongPrompt", "check_cached_prompt_lengths", "filter_overlong"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -26,9 +33,11 @@ class OverlongPrompt:
     sample_id: str
     tokens: int
     limit: int
+    origin: str | None = None  # where the sample is defined (file:line)
 
     def __str__(self) -> str:
-        return f"sample {self.sample_id!r}: {self.tokens} prompt tokens > limit {self.limit}"
+        where = f"{self.origin}: " if self.origin else ""
+        return f"{where}sample {self.sample_id!r}: {self.tokens} prompt tokens > limit {self.limit}"
 
 
 def filter_overlong(
@@ -38,6 +47,7 @@ def filter_overlong(
     sample_id: Callable[[T], str],
     limit: int,
     on_overflow: Literal["skip", "fail"] = "skip",
+    origin: Callable[[T], str] | None = None,
 ) -> tuple[list[T], list[OverlongPrompt]]:
     """Split ``items`` into those whose prompt fits in ``limit`` tokens and reports on the others.
 
@@ -54,7 +64,7 @@ def filter_overlong(
     for item in items:
         tokens = length(item)
         if tokens > limit:
-            dropped.append(OverlongPrompt(sample_id(item), tokens, limit))
+            dropped.append(OverlongPrompt(sample_id(item), tokens, limit, origin(item) if origin else None))
         else:
             kept.append(item)
     if dropped and on_overflow == "fail":
@@ -67,3 +77,51 @@ def filter_overlong(
     for d in dropped:
         log.warning("skipping %s", d)
     return kept, dropped
+
+
+def _cached_prompt(sample: Sample, encoder: PromptEncoder) -> PromptInput | None:
+    """The sample's prompt with stand-in frames of the cached shapes (zero-size memory: a broadcast
+    zero) and the cached metadata: all a backend's ``prompt_length`` reads. None when a video is not
+    cached (or the sample has images, whose size is known only once decoded)."""
+    import torch
+
+    from videorl.backend import PromptInput
+    from videorl.media.cache import read_header
+
+    if sample.images:
+        return None
+    videos = []
+    for path in sample.videos:
+        try:
+            ref = encoder.cache.resolve(path, encoder.video_params)
+        except Exception:  # not cached for these parameters: checked when it is encoded
+            return None
+        if ref.key is None or not encoder.cache.entry_path(ref.key).is_file():
+            return None
+        meta = read_header(encoder.cache.entry_path(ref.key)).metadata
+        frames = torch.zeros((), dtype=torch.uint8).expand(meta.num_frames, 3, meta.height, meta.width)
+        videos.append((frames, meta))
+    return PromptInput(sample.id, encoder.text(sample), videos=videos, images=[])
+
+
+def check_cached_prompt_lengths(samples: Sequence[Sample], encoder: PromptEncoder, limit: int, where: str) -> int:
+    """Every sample whose videos are all in the frame cache (or that has no media) must fit in
+    ``limit`` prompt tokens, counted by the backend's own arithmetic; a :class:`DataError` lists the
+    ones that do not, by file and line, with their token counts. Returns how many were checked (the
+    others, with images or uncached videos, are checked when encoded)."""
+    prompts: list[tuple[Sample, PromptInput]] = []
+    for sample in samples:
+        prompt = _cached_prompt(sample, encoder)
+        if prompt is not None:
+            prompts.append((sample, prompt))
+    try:
+        filter_overlong(
+            prompts, length=lambda item: encoder.backend.prompt_length(item[1]),
+            sample_id=lambda item: item[0].id, origin=lambda item: item[0].origin, limit=limit, on_overflow="fail",
+        )
+    except DataError as exc:
+        raise DataError(
+            f"{exc} ({where}; the frames were sampled with fps={encoder.video_params.fps}, "
+            f"max_frames={encoder.video_params.max_frames}, max_pixels={encoder.video_params.max_pixels})"
+        ) from None
+    return len(prompts)

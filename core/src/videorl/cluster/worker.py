@@ -99,6 +99,7 @@ class Worker:
             make_encoder,
             make_engine,
             make_rank_engine,
+            max_model_len,
             seed_everything,
         )
         from videorl.train.distributed import init_distributed, local_device
@@ -107,7 +108,8 @@ class Worker:
         self.encoder = make_encoder(config, self.backend, self.plugins)
         if "actor" in self.roles:
             os.environ.update(
-                RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
+                # Ray gives each worker one GPU as device 0: one training process per "node" of one GPU.
+                RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                 MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
             )
             self.dist = init_distributed()
@@ -125,7 +127,7 @@ class Worker:
                 self.engine = make_engine(
                     self.plugins, config.rollout.engine, self.backend, model_path=config.model.path,
                     dtype=config.model.dtype, seed=config.seed + self.rank, options=config.rollout.engine_options,
-                    device=local_device(),
+                    device=local_device(), max_model_len=max_model_len(config),
                 )
         if "reward" in self.roles:
             from videorl.grpo import local_scorer

@@ -21,10 +21,13 @@ from videorl.rollout.vllm_common import (
     completions,
     default_environment,
     engine_options,
+    engine_process_environment,
     model_dir,
+    platform_defaults,
     suppression_bias,
     vllm_sampling_params,
 )
+from videorl.train.distributed import release_cached_memory
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -42,14 +45,18 @@ class VLLMEngine:
         dtype: str = "auto",
         max_model_len: int = 4096,
         seed: int = 0,
-        enforce_eager: bool = True,
+        enforce_eager: bool | None = None,
         gpu_memory_utilization: float = 0.6,
         tensor_parallel_size: int = 1,
-        enable_chunked_prefill: bool | None = None,
-        max_num_batched_tokens: int | None = None,
         max_media_per_prompt: int = 4,
-        enable_sleep_mode: bool = False,
+        enable_sleep_mode: bool | None = None,
+        visible_devices: str | None = None,
+        **engine_args: Any,
     ) -> None:
+        """``engine_args`` go to ``vllm.LLM`` as they are (``max_num_seqs``, ``enable_prefix_caching``,
+        ``distributed_executor_backend``, ...). ``enforce_eager`` and ``enable_sleep_mode`` default to
+        what the platform supports (:func:`platform_defaults`); ``visible_devices`` is the
+        ``CUDA_VISIBLE_DEVICES`` of the engine's processes (:mod:`videorl.rollout.placement`)."""
         default_environment()
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -59,6 +66,9 @@ class VLLMEngine:
                 "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device; "
                 f"this platform is {current_platform.device_name or current_platform.__class__.__name__}"
             )
+        defaults = platform_defaults(current_platform)
+        enforce_eager = defaults["enforce_eager"] if enforce_eager is None else enforce_eager
+        sleep_mode = defaults["enable_sleep_mode"] if enable_sleep_mode is None else enable_sleep_mode
 
         self.backend = backend
         self.model_path = model_dir(backend, model_path, "VLLMEngine")
@@ -66,13 +76,13 @@ class VLLMEngine:
             self.model_path, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
             tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
             max_media_per_prompt=max_media_per_prompt, max_model_len=max_model_len,
-            enable_chunked_prefill=enable_chunked_prefill, max_num_batched_tokens=max_num_batched_tokens,
-            enable_sleep_mode=enable_sleep_mode or None,
+            enable_sleep_mode=sleep_mode or None, **engine_args,
         )
-        self.llm: Any = LLM(**options)
+        with engine_process_environment(visible_devices):
+            self.llm: Any = LLM(**options)
         self.bias = suppression_bias(backend)
         self._weights = WeightsFolder(self.model_path)
-        self.sleep_mode, self.asleep = enable_sleep_mode, False
+        self.sleep_mode, self.asleep = sleep_mode, False
 
     def sleep(self) -> None:
         """With ``enable_sleep_mode``: free the engine's device memory (weights and KV cache, vLLM's
@@ -93,6 +103,7 @@ class VLLMEngine:
         """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it."""
         model = self._weights.write(state_dict)
         if self.asleep:
+            release_cached_memory()  # what the update freed, for the engine's processes to take
             self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
         if self.asleep:

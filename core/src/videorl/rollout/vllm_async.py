@@ -31,6 +31,7 @@ from videorl.rollout.vllm_common import (
     default_environment,
     engine_options,
     model_dir,
+    platform_defaults,
     suppression_bias,
     vllm_sampling_params,
 )
@@ -53,18 +54,23 @@ class AsyncVLLMEngine:
         dtype: str = "auto",
         max_model_len: int | None = 4096,
         seed: int = 0,
-        enforce_eager: bool = True,
+        enforce_eager: bool | None = None,
         gpu_memory_utilization: float = 0.6,
         tensor_parallel_size: int = 1,
         enable_chunked_prefill: bool = True,
         max_num_batched_tokens: int | None = 2048,
         max_num_seqs: int | None = None,
         max_media_per_prompt: int = 4,
+        **engine_args: Any,
     ) -> None:
+        """``engine_args`` go to vLLM's ``AsyncEngineArgs`` as they are; ``enforce_eager`` defaults to
+        what the platform supports (:func:`~videorl.rollout.vllm_common.platform_defaults`)."""
         default_environment()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
 
+        if enforce_eager is None:
+            enforce_eager = platform_defaults(current_platform)["enforce_eager"]
         self.backend = backend
         self.model_path = model_dir(backend, model_path, "AsyncVLLMEngine")
         options = engine_options(
@@ -72,7 +78,7 @@ class AsyncVLLMEngine:
             tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
             max_media_per_prompt=max_media_per_prompt, enable_chunked_prefill=enable_chunked_prefill,
             disable_log_stats=True, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
+            max_num_seqs=max_num_seqs, **engine_args,
         )
         cpu = current_platform.is_cpu()
         self.per_request_seed = not (cpu and enable_chunked_prefill)

@@ -12,7 +12,8 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,55 @@ def default_environment() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default (4+) is far too big for tests
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def platform_defaults(platform: Any) -> dict[str, bool]:
+    """Engine defaults of a vLLM platform (``vllm.platforms.current_platform``).
+
+    On GPUs: CUDA graphs (``enforce_eager=False``; eager decoding is 1.5-2.5x slower) and sleep mode,
+    so that a colocated engine frees its weights and KV cache while the actor updates. On CPU: eager
+    (compiling doubles the start-up and buys nothing in tests) and no sleep mode (vLLM refuses it)."""
+    sleep = bool(platform.is_sleep_mode_available())
+    return {"enforce_eager": bool(platform.is_cpu()), "enable_sleep_mode": sleep}
+
+
+#: torchrun's variables: an engine's processes form a world of their own (vLLM's executor sets up its
+#: own process group), and must not read the training job's rank, world size or rendezvous.
+_LAUNCHER_VARIABLES = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+)
+
+
+@contextmanager
+def engine_process_environment(visible_devices: str | None) -> Iterator[None]:
+    """While vLLM starts its engine processes (they inherit this environment): only
+    ``visible_devices`` visible, torchrun's variables removed; restored afterwards.
+
+    ``None`` changes nothing. The training process has initialised CUDA already, so its own devices
+    do not change. vLLM's in-process mode (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) would run the engine
+    on this process's devices and in its process group, so it is refused here."""
+    if visible_devices is None:
+        yield
+        return
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+        raise ConfigError(
+            "VLLM_ENABLE_V1_MULTIPROCESSING=0 runs vLLM inside each training process, on its devices and in "
+            "its process group; under torchrun on GPUs leave it unset (the engine then runs in processes "
+            "of its own, on this rank's GPUs)"
+        )
+    saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", *_LAUNCHER_VARIABLES)}
+    for key in _LAUNCHER_VARIABLES:
+        os.environ.pop(key, None)
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def model_dir(backend: ModelBackend, model_path: str | Path | None, engine: str) -> Path:

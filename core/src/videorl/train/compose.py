@@ -165,13 +165,16 @@ def make_engine(
     options: Mapping[str, Any] | None = None,
     model: Any = None,
     device: Any = None,
+    max_model_len: int | None = None,
+    visible_devices: str | None = None,
 ) -> RolloutEngine:
     """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options`` (``rollout.engine_options``).
 
     The ``hf`` engine generates with ``model`` when given (the actor itself, never refreshed), else
     with a copy of its own on ``device``; every other engine loads ``model_path``, in ``dtype``,
-    seeded with ``seed`` unless ``options`` say otherwise. An option the engine does not take is a
-    :class:`ConfigError`.
+    seeded with ``seed``, with room for ``max_model_len`` tokens per sequence and on
+    ``visible_devices`` (:mod:`videorl.rollout.placement`), each unless ``options`` say otherwise.
+    An option the engine does not take is a :class:`ConfigError`.
     """
     import inspect
 
@@ -193,8 +196,9 @@ def make_engine(
         engine_model = model if model is not None else backend.load_model(dtype=getattr(torch, dtype), device=device)
         engine: RolloutEngine = factory(backend, engine_model, owns_model=model is None, **kwargs)
         return engine
-    for key, value in (("dtype", dtype), ("seed", seed)):
-        if key in accepted:
+    for key, value in (("dtype", dtype), ("seed", seed), ("max_model_len", max_model_len),
+                       ("visible_devices", visible_devices)):
+        if key in accepted and value is not None:
             kwargs.setdefault(key, value)
     engine = factory(backend, model_path, **kwargs)
     return engine
@@ -211,16 +215,19 @@ def make_actor(
     from videorl.train import distributed
 
     dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
+    sharded = dist.world_size > 1
     # Master weights and optimizer states stay float32 (an lr of 1e-6 cannot move a bf16 weight);
     # model.dtype is the compute dtype: autocast in one process, FSDP2's mixed precision when sharded.
-    model = backend.load_model(dtype=torch.float32, device=device)
+    # Sharded, the model is read into host memory and each FSDP unit moves to the device as it is
+    # sharded (fully_shard), so a GPU never holds more than one unit's full float32 weights; the
+    # whole float32 model on each GPU first (33 GB at 7B) leaves vLLM too little to start.
+    model = backend.load_model(dtype=torch.float32, device=None if sharded else device)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_model = None
     if config.algorithm.use_kl_loss if reference is None else reference:
-        ref_model = load_reference(config, backend)
+        ref_model = load_reference(config, backend, sharded=sharded)
     vision_sync = backend.install_vision_sync(model)
-    sharded = dist.world_size > 1
     # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
     # process needs none (and the HF engine, generating with the actor, would run it every token).
     vision_sync.dummy = sharded
@@ -229,9 +236,11 @@ def make_actor(
         if ref_model is not None:  # sharded too: its forward is a collective, so it needs the dummy as well
             backend.install_vision_sync(ref_model).dummy = True
             distributed.shard_model(ref_model, compute_dtype=dtype)
+        distributed.release_cached_memory()  # the blocks sharding freed, for the engine about to start
     o = config.optim
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay
+        model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay,
+        **fused_adamw_options(device),
     )
     actor = Actor(
         model, optimizer, backend, ref_model, compute_dtype=None if sharded else dtype,
@@ -241,29 +250,68 @@ def make_actor(
     return actor, vision_sync
 
 
-def load_reference(config: TrainConfig, backend: ModelBackend) -> Any:
-    """The frozen reference policy (the base checkpoint) in ``model.dtype``, for the KL penalty."""
+def fused_adamw_options(device: Any) -> dict[str, Any]:
+    """``fused=True`` on CUDA (one kernel for all parameters instead of a loop of small ones); the
+    default implementation elsewhere (CPU results stay those of the tests)."""
+    return {"fused": True} if getattr(device, "type", str(device)) == "cuda" else {}
+
+
+def load_reference(config: TrainConfig, backend: ModelBackend, *, sharded: bool = False) -> Any:
+    """The frozen reference policy (the base checkpoint) in ``model.dtype``, for the KL penalty (in
+    host memory when it is to be sharded: see :func:`make_actor`)."""
     import torch
 
     from videorl.train import distributed
 
     dtype = getattr(torch, config.model.dtype)
-    return backend.load_model(dtype=dtype, device=distributed.local_device()).eval().requires_grad_(False)
+    device = None if sharded else distributed.local_device()
+    return backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
+
+
+def max_model_len(config: TrainConfig) -> int:
+    """The longest sequence an engine must hold: the longest prompt and the longest response."""
+    return config.data.max_prompt_length + config.rollout.max_response_length
 
 
 def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist) -> tuple[RolloutEngine, bool]:
     """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
-    engine in one process: no copy, never refreshed)."""
+    engine in one process: no copy, never refreshed).
+
+    A separate engine runs on this rank's GPUs (:func:`videorl.rollout.placement.engine_placement`);
+    with tensor parallelism only the first rank of each group hosts one, the others hand it their
+    prompts (:class:`~videorl.rollout.placement.GroupedEngine`)."""
+    import os
+
+    import torch
+
+    from videorl.rollout.placement import GroupedEngine, engine_placement
     from videorl.train import distributed
 
     engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
     shares = engine_name == "hf" and dist.world_size == 1
-    engine = make_engine(
-        plugins, engine_name, actor.backend, model_path=config.model.path, dtype=config.model.dtype,
-        seed=config.seed + dist.rank, options=config.rollout.engine_options,
-        model=actor.model if shares else None, device=distributed.local_device(),
+    placement = engine_placement(
+        rank=dist.rank, world_size=dist.world_size, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.world_size))),
+        tensor_parallel_size=int(config.rollout.engine_options.get("tensor_parallel_size", 1)),
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cuda=torch.cuda.is_available() and engine_name != "hf",
     )
-    return engine, shares
+    engine: RolloutEngine | None = None
+    if placement.hosts_engine:
+        engine = make_engine(
+            plugins, engine_name, actor.backend, model_path=config.model.path, dtype=config.model.dtype,
+            seed=config.seed + dist.rank, options=config.rollout.engine_options,
+            model=actor.model if shares else None, device=distributed.local_device(),
+            max_model_len=max_model_len(config), visible_devices=placement.visible_devices,
+        )
+    if len(placement.group) == 1:
+        assert engine is not None
+        return engine, shares
+    import torch.distributed as tdist
+
+    size = len(placement.group)
+    groups = [tdist.new_group(list(range(g, g + size))) for g in range(0, dist.world_size, size)]  # all ranks
+    return GroupedEngine(engine, placement, groups[dist.rank // size]), shares
 
 
 def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
@@ -298,6 +346,10 @@ def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEnc
     encoder.check(samples + val_samples)
     if d.source_mode == "preprocessed_only":
         check_cached(samples + val_samples, encoder)
+    if encoder.max_prompt_length is not None:  # at load, not mid-step: the cache's headers give the sizes
+        from videorl.prompt_length import check_cached_prompt_lengths
+
+        check_cached_prompt_lengths(samples + val_samples, encoder, encoder.max_prompt_length, "data.max_prompt_length")
     return samples, val_samples
 
 

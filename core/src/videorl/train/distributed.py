@@ -7,25 +7,55 @@ HF model), then the vision tower and the root, as FSDP2 (``fully_shard``) expect
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any, cast
 
 import torch
 
 from videorl.grpo import Dist
 
+#: How long a collective may wait: rank 0 writing a checkpoint of a 7-8B model (model and optimizer
+#: states, ~100 GB) keeps the others in a barrier far longer than torch's default 10 minutes.
+COLLECTIVE_TIMEOUT = timedelta(hours=2)
+
+
+def process_group_options(*, cuda: bool, local_rank: int) -> dict[str, Any]:
+    """``init_process_group`` arguments for this process.
+
+    On GPUs the group has two backends, gloo for CPU tensors and NCCL for CUDA tensors: the loop's own
+    collectives (micro-batch and token counts, checkpoint objects) carry small CPU tensors, which an
+    NCCL-only group refuses ("No backend type associated with device type cpu"), while FSDP's run on
+    the GPU. ``device_id`` binds the rank to its GPU when the group is created."""
+    if cuda:
+        return {
+            "backend": "cpu:gloo,cuda:nccl",
+            "device_id": torch.device("cuda", local_rank),
+            "timeout": COLLECTIVE_TIMEOUT,
+        }
+    return {"backend": "gloo", "timeout": COLLECTIVE_TIMEOUT}
+
+
+def backend_devices(backend: str) -> set[str]:
+    """The device types a process-group backend string serves (``"cpu:gloo,cuda:nccl"``, ``"gloo"``)."""
+    if ":" not in backend:
+        return {"cuda"} if backend == "nccl" else {"cpu"}
+    return {part.split(":")[0] for part in backend.split(",")}
+
 
 def init_distributed() -> Dist:
-    """Join the process group torchrun describes (``WORLD_SIZE`` > 1); gloo on CPU, NCCL on GPUs."""
+    """Join the process group torchrun describes (``WORLD_SIZE`` > 1): gloo on CPU; on GPUs gloo for
+    CPU tensors and NCCL for CUDA tensors (:func:`process_group_options`)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return Dist()
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        cuda = torch.cuda.is_available()
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if cuda:
+            torch.cuda.set_device(local_rank)  # before any CUDA call, so nothing lands on GPU 0
+        dist.init_process_group(**process_group_options(cuda=cuda, local_rank=local_rank))
     return Dist(dist.get_rank(), dist.get_world_size())
 
 
@@ -51,8 +81,15 @@ def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     options: dict[str, Any] = {}
+    root = options
     if compute_dtype != torch.float32:
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+        # The root does not cast the model's floating inputs: ``second_per_grid_ts`` must reach the
+        # position computation in float32 (in bfloat16 Qwen2.5-VL's temporal positions differ from
+        # the engine's at non-round frame rates). Pixels are cast by the vision units' own policy.
+        root = {"mp_policy": MixedPrecisionPolicy(
+            param_dtype=compute_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False
+        )}
     units = set(getattr(model, "_no_split_modules", None) or [])
     for module in model.modules():
         if type(module).__name__ in units:
@@ -60,17 +97,37 @@ def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float
     for name, module in model.named_modules():
         if name.endswith("visual") and name.count(".") <= 1:
             fully_shard(module, **options)
-    fully_shard(model, **options)
+    fully_shard(model, **root)
     return model
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's parameters and buffers on every rank, on the CPU, with HF names."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    """The whole model's parameters and buffers on every rank, on the CPU, with HF names.
 
-    # cpu_offload=True would leave every rank but 0 empty; each rank's engine needs the weights.
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    return {k: cast(torch.Tensor, v).detach().cpu() for k, v in state.items()}
+    Gathered one tensor at a time and moved to host memory at once, so the device never holds more
+    than one full tensor beside its shards (a whole-model gather would put the full float32 model,
+    33 GB at 7B, on a GPU where the rollout engine may be awake). Every rank gets the whole state
+    (``cpu_offload=True`` would leave all but rank 0 empty; each rank's engine needs the weights)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.tensor import DTensor
+
+    out: dict[str, torch.Tensor] = {}
+    for name, value in get_model_state_dict(model).items():
+        tensor = cast(torch.Tensor, value).detach()
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        out[name] = full.cpu()
+        del full
+    return out
+
+
+def release_cached_memory() -> None:
+    """Give the CUDA caching allocator's free blocks back to the device (a no-op without CUDA).
+
+    The rollout engine runs in other processes (vLLM's engine core) and sees only what this process's
+    allocator has returned: blocks freed by the update, a gather or the sharding stay reserved here
+    until this call, and vLLM's free-memory check at start-up and at each wake-up would fail."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def load_full_state_dict(model: torch.nn.Module, state: dict[str, Any]) -> None:

@@ -288,7 +288,7 @@ def write_run_metadata(
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / CONFIG_FILE, dump_config(config))
+    atomic_write_text(run_dir / CONFIG_FILE, dump_config(config, run_dir))  # stays valid when the run moves
     if plugins is not None:
         atomic_write_text(run_dir / REQUIREMENTS_FILE, "\n".join(plugins.requirements()) + "\n")
     if source_dir is None:

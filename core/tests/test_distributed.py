@@ -1,0 +1,141 @@
+"""What each training process sets up for GPUs, checked without one: the process group's backends,
+each rank's rollout-engine devices and tensor-parallel group, the engines' platform defaults, and
+when the CUDA cache is returned to the device."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch
+
+from videorl.errors import ConfigError
+from videorl.rollout.placement import EnginePlacement, engine_placement
+from videorl.rollout.vllm_common import engine_process_environment, platform_defaults
+from videorl.train.compose import fused_adamw_options
+from videorl.train.distributed import backend_devices, process_group_options
+
+
+def test_the_gpu_process_group_serves_cpu_and_cuda_tensors() -> None:
+    """The loop's counts and checkpoint objects are CPU tensors: an NCCL-only group refuses them."""
+    options = process_group_options(cuda=True, local_rank=5)
+    assert options["backend"] == "cpu:gloo,cuda:nccl"
+    assert backend_devices(options["backend"]) == {"cpu", "cuda"}
+    assert options["device_id"] == torch.device("cuda", 5)
+    assert options["timeout"] >= timedelta(hours=1)  # rank 0 writes a checkpoint while the others wait
+    cpu = process_group_options(cuda=False, local_rank=0)
+    assert cpu["backend"] == "gloo" and "device_id" not in cpu
+    assert backend_devices("nccl") == {"cuda"}  # what the group was before: no CPU backend
+
+
+def _layout(world: int, per_node: int, tp: int, visible: str | None = None) -> list[EnginePlacement]:
+    return [
+        engine_placement(rank=r, world_size=world, local_rank=r % per_node, local_world_size=per_node,
+                         tensor_parallel_size=tp, visible_devices=visible)
+        for r in range(world)
+    ]
+
+
+def test_eight_ranks_tensor_parallel_1_each_rank_its_own_gpu() -> None:
+    layout = _layout(8, 8, 1)
+    assert [p.visible_devices for p in layout] == [str(i) for i in range(8)]
+    assert all(p.hosts_engine and p.group == (p.rank,) for p in layout)
+
+
+def test_eight_ranks_tensor_parallel_2_and_4_one_engine_per_group() -> None:
+    two = _layout(8, 8, 2)
+    assert [p.group for p in two] == [(0, 1), (0, 1), (2, 3), (2, 3), (4, 5), (4, 5), (6, 7), (6, 7)]
+    assert [p.rank for p in two if p.hosts_engine] == [0, 2, 4, 6]
+    assert [p.visible_devices for p in two if p.hosts_engine] == ["0,1", "2,3", "4,5", "6,7"]
+    four = _layout(8, 8, 4)
+    assert [p.group for p in four] == [(0, 1, 2, 3)] * 4 + [(4, 5, 6, 7)] * 4
+    assert [(p.rank, p.visible_devices) for p in four if p.hosts_engine] == [(0, "0,1,2,3"), (4, "4,5,6,7")]
+    # every GPU of the node belongs to exactly one engine
+    for layout in (_layout(8, 8, 1), two, four):
+        gpus = [d for p in layout if p.hosts_engine for d in (p.visible_devices or "").split(",")]
+        assert sorted(gpus, key=int) == [str(i) for i in range(8)]
+
+
+def test_placement_follows_the_job_s_visible_devices_and_nodes() -> None:
+    # 2 nodes x 4 GPUs, the job on physical GPUs 4-7 of each node, TP 2
+    layout = _layout(8, 4, 2, visible="4,5,6,7")
+    assert [(p.rank, p.group, p.visible_devices) for p in layout if p.hosts_engine] == [
+        (0, (0, 1), "4,5"), (2, (2, 3), "6,7"), (4, (4, 5), "4,5"), (6, (6, 7), "6,7"),
+    ]
+    with pytest.raises(ConfigError, match="must divide the processes per node"):
+        _layout(8, 8, 3)
+    with pytest.raises(ConfigError, match="ray.placement=split"):  # a Ray worker holds one GPU
+        engine_placement(rank=0, world_size=2, local_rank=0, local_world_size=1, tensor_parallel_size=2)
+    cpu = engine_placement(rank=3, world_size=4, local_rank=3, local_world_size=4, tensor_parallel_size=1, cuda=False)
+    assert cpu.visible_devices is None and cpu.hosts_engine
+    one = engine_placement(rank=0, world_size=1, local_rank=0, local_world_size=1, tensor_parallel_size=2)
+    assert one.visible_devices is None and one.group == (0,)  # one process: vLLM picks its GPUs
+
+
+def test_engine_processes_see_only_their_gpus_and_no_torchrun_variables(monkeypatch: Any) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with engine_process_environment("2,3"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+        assert not {"RANK", "LOCAL_RANK", "MASTER_PORT"} & set(os.environ)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and os.environ["RANK"] == "2"
+    assert os.environ["MASTER_PORT"] == "29500"
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    with pytest.raises(ConfigError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"), engine_process_environment("2"):
+        pass
+    with engine_process_environment(None):  # one process, or the CPU build: nothing changes
+        assert os.environ["RANK"] == "2"
+
+
+class _Platform:
+    def __init__(self, cpu: bool, sleep: bool) -> None:
+        self.cpu, self.sleep = cpu, sleep
+
+    def is_cpu(self) -> bool:
+        return self.cpu
+
+    def is_sleep_mode_available(self) -> bool:
+        return self.sleep
+
+
+def test_engine_defaults_per_platform() -> None:
+    assert platform_defaults(_Platform(cpu=False, sleep=True)) == {"enforce_eager": False, "enable_sleep_mode": True}
+    assert platform_defaults(_Platform(cpu=True, sleep=False)) == {"enforce_eager": True, "enable_sleep_mode": False}
+    assert fused_adamw_options(torch.device("cuda", 3)) == {"fused": True}
+    assert fused_adamw_options(torch.device("cpu")) == {}
+
+
+def test_the_cuda_cache_is_returned_before_the_engine_wakes(monkeypatch: Any) -> None:
+    """The engine's processes see only what this process's allocator gave back."""
+    from videorl.rollout.vllm import VLLMEngine
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty_cache"))
+
+    class LLM:
+        def sleep(self, level: int) -> None:
+            events.append(f"sleep {level}")
+
+        def wake_up(self, tags: list[str]) -> None:
+            events.append(f"wake {tags[0]}")
+
+        def collective_rpc(self, name: str, kwargs: dict[str, Any]) -> None:
+            events.append(name)
+
+        def reset_prefix_cache(self) -> None:
+            pass
+
+    class Folder:
+        def write(self, state: Any) -> str:
+            return "/dev/shm/x"
+
+    engine = VLLMEngine.__new__(VLLMEngine)
+    engine.llm, engine._weights, engine.sleep_mode, engine.asleep = LLM(), Folder(), True, False
+    engine.sleep()
+    engine.update_weights({})
+    assert events == ["sleep 2", "empty_cache", "wake weights", "reload_weights", "wake kv_cache"]

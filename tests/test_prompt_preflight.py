@@ -1,0 +1,70 @@
+"""A prompt that cannot fit is found when the datasets load (from the frame cache's headers), with
+its row and numbers, not mid-step; and the engine gets room for the longest prompt and response."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from videorl import demo
+from videorl.config import load_config
+from videorl.errors import DataError
+from videorl.plugins import load_plugins
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    out = tmp_path_factory.mktemp("task")
+    model, train, val = demo.prepare(out, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)
+    return out, model, train, val
+
+
+def _pieces(task: Any, *extra: str) -> tuple[Any, Any, Any]:
+    from videorl.rewards.router import RewardRouter
+    from videorl.train.compose import make_backend, make_encoder
+
+    out, model, train, val = task
+    plugins = load_plugins()
+    config = load_config(None, [*demo.demo_overrides(out, model, train, val, steps=1, seed=0, engine="hf"), *extra])
+    backend = make_backend(config, plugins)
+    return config, RewardRouter.from_registry(plugins.rewards, config.rewards), make_encoder(config, backend, plugins)
+
+
+def test_a_prompt_over_the_limit_is_a_load_time_error_with_its_row_and_tokens(task: Any) -> None:
+    from videorl.train.compose import load_datasets
+
+    config, rewards, encoder = _pieces(task)
+    samples, _ = load_datasets(config, rewards, encoder)  # the demo's limit (512) fits
+    lengths = [len(encoder(s).require_encoded()) for s in samples]
+    limit = min(lengths) - 1
+    config, rewards, encoder = _pieces(task, f"data.max_prompt_length={limit}")
+    with pytest.raises(DataError) as info:
+        load_datasets(config, rewards, encoder)
+    message = str(info.value)
+    for sample, length in zip(samples, lengths):
+        assert f"{sample.origin}: sample {sample.id!r}: {length} prompt tokens > limit {limit}" in message
+    assert "data.max_prompt_length" in message and f"max_frames={demo.FRAMES}" in message
+
+
+def test_the_engine_is_given_room_for_the_longest_prompt_and_response(task: Any) -> None:
+    from videorl.train.compose import make_engine, max_model_len
+
+    config, _, _ = _pieces(task, "data.max_prompt_length=700", "rollout.max_response_length=300")
+    assert max_model_len(config) == 1000
+    seen: dict[str, Any] = {}
+
+    class Engine:
+        def __init__(self, backend: Any, model_path: str, *, dtype: str = "auto", seed: int = 0,
+                     max_model_len: int = 4096, visible_devices: str | None = None) -> None:
+            seen.update(max_model_len=max_model_len, visible_devices=visible_devices)
+
+    plugins = load_plugins()
+    plugins.rollout_engines.register("recording", Engine, origin="test")
+    make_engine(plugins, "recording", None, model_path="m", dtype="float32", seed=0,  # type: ignore[arg-type]
+                max_model_len=max_model_len(config), visible_devices="3")
+    assert seen == {"max_model_len": 1000, "visible_devices": "3"}
+    make_engine(plugins, "recording", None, model_path="m", dtype="float32", seed=0,  # type: ignore[arg-type]
+                options={"max_model_len": 64}, max_model_len=1000)
+    assert seen["max_model_len"] == 64  # rollout.engine_options win
