@@ -61,9 +61,6 @@ def train_command(
         config: TrainConfig = load_config(config_file, items)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
-    if print_config:
-        click.echo(dump_config(config), nl=False)
-        return
     if config.plugins:
         from pathlib import Path
 
@@ -80,6 +77,15 @@ def train_command(
             )
         except VideorlError as exc:
             raise click.ClickException(str(exc)) from None
+    if print_config:  # after the run's plugins are loaded: they may provide the rewards it names
+        from videorl.rewards.router import RewardRouter
+
+        try:
+            RewardRouter.from_registry(plugins.rewards, config.rewards).check_config()
+        except VideorlError as exc:
+            raise click.ClickException(f"{config_file}: {exc}") from None
+        click.echo(dump_config(config), nl=False)
+        return
     if use_ray or ray_address:
         from videorl.cluster.controller import train_on_ray
 

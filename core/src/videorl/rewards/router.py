@@ -295,6 +295,14 @@ class RewardRouter:
             for sample in samples:
                 self._check_ground_truth(sample)
 
+    def check_config(self) -> None:
+        """Create every reward that ``rewards.routes`` or ``rewards.options`` names, so that a bad option
+        fails without a dataset (``videorl train --print-config``)."""
+        names = {name for routes in self._routes.values() for name, _ in routes}
+        names |= {self._resolve(n, "rewards.options") for n in self.config.options}
+        for name in sorted(names):
+            self.reward(name)
+
     def _check_ground_truth(self, sample: Any) -> None:
         inp = sample if isinstance(sample, RewardInput) else _truth_input(sample)
         for name in self.reward_names(inp.problem_type):
