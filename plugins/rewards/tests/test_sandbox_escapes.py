@@ -1,0 +1,364 @@
+"""Escape attempts against the code sandbox, each scored end to end by the code reward.
+
+Every attempt is a program that tries to reach the host (the files of a victim folder, a run
+directory and a home directory with a secret, the scorer's environment, the scorer and a sibling
+process, the host's ``/dev/shm`` and network listeners) and sets ``ESCAPED`` only if, as far as it
+can tell, it got there; the one test is ``assert ESCAPED``. After each call the test checks from
+outside that nothing outside the sandbox changed (content, mtime, mode and link count of every file),
+that no process of the run is left, that the scorer and its sibling are alive and not stopped, and
+that the score is 0 (the answer is untagged, so no format credit either).
+
+On a machine where the sandbox cannot isolate, only the refusal is checked (and the skip says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from videorl.api import ConfigError, RewardInput
+from videorl_rewards.python_code import CodeReward
+from videorl_rewards.sandbox import SANDBOX_UID, isolation
+
+SECRET = "videorl-secret-" + secrets.token_hex(8)
+MARK = "vrlesc" + secrets.token_hex(4)  # the process name every attempt gives itself (inherited by forks)
+
+# {victim}, {run}, {home}: host folders; {scorer}, {sibling}: host pids; {port}, {abstract}: listeners
+ATTACKS: dict[str, str] = {
+    # the seven of the issue
+    "remove_with_dir_fd": "os.remove('file.txt', dir_fd=os.open('{victim}', os.O_RDONLY))\nESCAPED = True",
+    "patched_realpath": (
+        "os.path.realpath = lambda p, *a, **k: os.getcwd()\n"
+        "open('{victim}/file.txt', 'w').write('owned')\nESCAPED = True"
+    ),
+    "hard_link_then_append": "os.link('{victim}/file.txt', 'h')\nopen('h', 'a').write('owned')\nESCAPED = True",
+    "sqlite_outside": "import sqlite3\nsqlite3.connect('{victim}/x.db').execute('create table t(x)')\nESCAPED = True",
+    "chmod_through_fd": "os.chmod(os.open('{victim}/file.txt', os.O_RDONLY), 0)\nESCAPED = True",
+    "utime_through_fd": "os.utime(os.open('{victim}/file.txt', os.O_RDONLY), (0, 0))\nESCAPED = True",
+    "posix_shm": (
+        "import _posixshmem\n"
+        "_posixshmem.shm_open('/' + MARK, os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "ESCAPED = os.path.exists('/dev/shm/{host_shm}')"  # would see the host's /dev/shm
+    ),
+    "pidfd_kill_parent": (
+        "import signal\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)\n"
+        "ESCAPED = os.getppid() == {scorer}"
+    ),
+    # signals
+    "kill_scorer_by_pid": "os.kill({scorer}, signal.SIGKILL)\nESCAPED = True",
+    "sigstop_parent": "os.kill({scorer}, signal.SIGSTOP)\nos.kill(os.getppid(), signal.SIGSTOP)\nESCAPED = True",
+    "kill_everything": "os.kill(-1, signal.SIGKILL)\nESCAPED = False  # success would show outside",
+    "kill_sibling": "os.kill({sibling}, signal.SIGSTOP)\nESCAPED = True",
+    # other processes' memory and /proc
+    "ptrace_attach": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "ESCAPED = any(libc.ptrace(16, p, 0, 0) == 0 for p in ({scorer}, {sibling}, 1))"
+    ),
+    "proc_mem_of_scorer": "f = open('/proc/{scorer}/mem', 'r+b')\nESCAPED = True",
+    "proc_self_mem_then_scorer_environ": (
+        "open('/proc/self/mem', 'r+b').close()\n"
+        "ESCAPED = SECRET in open('/proc/{scorer}/environ', 'rb').read().decode('latin-1')"
+    ),
+    "proc_ppid_and_init": (
+        "found = ''\nfor p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        try:\n            found += open(f'/proc/{{p}}/environ', 'rb').read().decode('latin-1')\n"
+        "        except OSError:\n            pass\n"
+        "ESCAPED = SECRET in found or os.path.exists('/proc/{scorer}')"
+    ),
+    "proc_root_of_others": (
+        "ESCAPED = False\nfor p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        try:\n            open(f'/proc/{{p}}/root{victim}/file.txt', 'w').write('owned')\n"
+        "            ESCAPED = True\n"
+        "        except OSError:\n            pass"
+    ),
+    # links and races in the temp dir
+    "symlink_out_of_tmp": (
+        "os.symlink('{victim}/file.txt', 'link')\nos.symlink('{victim}', 'dirlink')\n"
+        "open('link', 'w').write('owned')\nESCAPED = True"
+    ),
+    "symlink_swap_race": (
+        "os.mkdir('d')\nopen('d/f', 'w').write('x')\n"
+        "for _ in range(2000):\n"
+        "    os.rename('d', 'old')\n    os.symlink('{victim}', 'd')\n    os.remove('d')\n    os.rename('old', 'd')\n"
+        "os.symlink('{victim}', 'last')\nESCAPED = os.path.exists('last/file.txt')"
+    ),
+    "hard_link_race_to_host_files": (
+        "import glob\nESCAPED = False\n"
+        "for target in ['{victim}/file.txt', sys.executable, *glob.glob('/usr/bin/*')[:50]]:\n"
+        "    try:\n        os.link(target, 'h')\n        open('h', 'a').write('x')\n        ESCAPED = True\n"
+        "    except OSError:\n        pass"
+    ),
+    # what the scorer holds
+    "inherited_descriptors": (
+        "import stat\nESCAPED = False\nfor fd in range(3, 1024):\n"
+        "    try:\n        if stat.S_ISREG(os.fstat(fd).st_mode):\n            os.write(fd, b'owned')\n"
+        "            ESCAPED = True\n"
+        "    except OSError:\n        pass"
+    ),
+    "environment_secrets": "ESCAPED = SECRET in repr(dict(os.environ)) or SECRET in open('/proc/1/environ').read()",
+    "home_directory": (
+        "found = ''\nfor d in ('{home}', os.path.expanduser('~'), '/root', '/home'):\n"
+        "    for base, _, files in os.walk(d):\n"
+        "        for f in files:\n"
+        "            try:\n                found += open(os.path.join(base, f)).read()\n"
+        "            except OSError:\n                pass\n"
+        "ESCAPED = SECRET in found"
+    ),
+    "write_run_directory": (
+        "ESCAPED = False\nfor p in ('{run}/checkpoints/owned', '../../../{run}/owned', '/work/owned', '/owned'):\n"
+        "    try:\n        open(p, 'w').write('owned')\n        ESCAPED = True\n    except OSError:\n        pass"
+    ),
+    # resources
+    "fork_bomb": (
+        "n = 0\nwhile True:\n    try:\n        os.fork()\n        n += 1\n    except OSError:\n        pass\n"
+        "    if n > 5000:\n        break\nESCAPED = True"
+    ),
+    "fill_the_disk": (
+        "written = 0\ntry:\n    for i in range(10**6):\n"
+        "        with open(f'fill{{i}}', 'wb') as f:\n            f.write(b'x' * 2**20)\n        written += 2**20\n"
+        "except OSError:\n    pass\nESCAPED = written > 200 * 2**20"
+    ),
+    "huge_stdout": (
+        "for _ in range(300):\n    os.write(1, b'x' * 2**20)\n    os.write(2, b'x' * 2**20)\n"
+        "print('x' * 10**8)\nESCAPED = False"
+    ),
+    "memory_bomb": "x = bytearray(8 * 2**30)\nESCAPED = True",
+    "raise_own_limits": (
+        "import resource\nresource.setrlimit(resource.RLIMIT_NPROC, (10**6, 10**6))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nESCAPED = True"
+    ),
+    # the network
+    "sockets_of_every_family": (
+        "import socket\nESCAPED = False\n"
+        "for fam in [getattr(socket, n) for n in dir(socket) if n.startswith('AF_')]:\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW):\n"
+        "        try:\n            socket.socket(fam, kind).close()\n"
+        "            ESCAPED = ESCAPED or fam not in (socket.AF_UNIX,)\n"
+        "        except OSError:\n            pass\n"
+        "for target in (('127.0.0.1', {port}), '\\0{abstract}'):\n"
+        "    try:\n"
+        "        s = socket.socket(socket.AF_INET if isinstance(target, tuple) else socket.AF_UNIX)\n"
+        "        s.connect(target)\n        ESCAPED = True\n"
+        "    except OSError:\n        pass"
+    ),
+    # native code and the kernel
+    "ctypes_unlink": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "ESCAPED = libc.unlink(b'{victim}/file.txt') == 0 or libc.syscall(87, b'{victim}/file.txt') == 0"
+    ),
+    "cffi_native": (
+        "import cffi\nffi = cffi.FFI()\nffi.cdef('int unlink(const char *);')\n"
+        "ESCAPED = ffi.dlopen(None).unlink(b'{victim}/file.txt') == 0"
+    ),
+    "remount_and_unmount": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "ESCAPED = libc.mount(b'none', b'/usr', None, 0x20 | 0x1000, None) == 0 "
+        "or libc.umount2(b'/tmp', 2) == 0 or libc.mount(b'tmpfs', b'/mnt', b'tmpfs', 0, None) == 0"
+    ),
+    "new_user_namespace": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "ESCAPED = libc.unshare(0x10000000) == 0 or libc.unshare(0x00020000) == 0"
+    ),
+    "kernel_tunables": "open('/proc/sys/kernel/core_pattern', 'w').write('|/bin/sh')\nESCAPED = True",
+    "shell_out": (
+        "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'rm -rf {victim} {run}; kill -9 {scorer}'])\n"
+        "ESCAPED = not os.path.exists('{victim}') and os.path.exists('/proc/{scorer}')"
+    ),
+    "outlive_the_timeout": (
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        time.sleep(30)\n        open('{victim}/late', 'w').write('owned')\n    os._exit(0)\n"
+        "time.sleep(0.2)\nESCAPED = False"
+    ),
+    "outlive_after_done": (  # returns at once; the grandchild wants to live on after the results
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n        time.sleep(30)\n    os._exit(0)\n"
+        "ESCAPED = False"
+    ),
+}
+
+PRELUDE = (
+    "import os, signal, sys, time\nMARK, SECRET = {mark!r}, {secret!r}\n"
+    "try:\n    open('/proc/self/comm', 'w').write(MARK)\nexcept OSError:\n    pass\n"
+)
+
+
+def _snapshot(*roots: Path) -> dict[str, tuple[Any, ...]]:
+    """Every file and folder under ``roots``: content hash, mtime, mode, link count, owner."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    for root in roots:
+        for path in [root, *sorted(root.rglob("*"))]:
+            st = path.lstat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+            seen[str(path)] = (digest, st.st_mtime_ns, st.st_mode, st.st_nlink, st.st_uid)
+    return seen
+
+
+def _processes_named(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _sandbox_user_processes() -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == SANDBOX_UID:
+                    found.add(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The host the attempts aim at: folders, a secret in the environment and home, listeners, a sibling."""
+    if not isolation().available:
+        pytest.skip(
+            f"no isolated sandbox here ({isolation().reason}); test_refusal_without_isolation ran instead"
+        )
+    base = tmp_path_factory.mktemp("host")
+    victim, run, home = base / "victim", base / "run", base / "home"
+    (run / "checkpoints" / "step-1").mkdir(parents=True)
+    (run / "checkpoints" / "step-1" / "model.safetensors").write_bytes(b"\0" * 1000)
+    (run / "config.yaml").write_text("lr: 1e-6\n")
+    victim.mkdir()
+    (victim / "file.txt").write_text("keep me\n")
+    (victim / "sub").mkdir()
+    (victim / "sub" / "deep.bin").write_bytes(os.urandom(256))
+    home.mkdir()
+    (home / ".netrc").write_text(f"machine hub password {SECRET}\n")
+    host_shm = Path("/dev/shm", f"videorl-escape-{MARK}")
+    host_shm.write_text("host")
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    tcp.setblocking(False)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(f"\0{MARK}")
+    unix.listen()
+    unix.setblocking(False)
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    held = open(victim / "file.txt", "ab")  # noqa: SIM115 - an inheritable descriptor held across the calls
+    os.set_inheritable(held.fileno(), True)
+    old = {k: os.environ.get(k) for k in ("VIDEORL_TEST_SECRET", "HOME")}
+    os.environ.update(VIDEORL_TEST_SECRET=SECRET, HOME=str(home))
+    try:
+        yield {
+            "victim": victim,
+            "run": run,
+            "home": home,
+            "host_shm": host_shm.name,
+            "scorer": os.getpid(),
+            "sibling": sibling,
+            "tcp": tcp,
+            "unix": unix,
+            "reward": CodeReward(timeout=1.0),
+        }
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        held.close()
+        sibling.kill()
+        sibling.wait()
+        tcp.close()
+        unix.close()
+        host_shm.unlink()
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_escape_attempt(name: str, host: dict[str, Any]) -> None:
+    values = {k: host[k] for k in ("victim", "run", "home", "host_shm", "scorer")}
+    values.update(sibling=host["sibling"].pid, port=host["tcp"].getsockname()[1], abstract=MARK)
+    program = PRELUDE.format(mark=MARK, secret=SECRET) + ATTACKS[name].format(**values)
+    roots = (host["victim"], host["run"], host["home"])
+    before, shm_before = _snapshot(*roots), sorted(os.listdir("/dev/shm"))
+    sandboxed_before = _sandbox_user_processes()
+    start = time.monotonic()
+    out = host["reward"](
+        RewardInput(program, "code", "", sample_id=name, extra={"tests": ["assert ESCAPED"]})
+    )
+    elapsed = time.monotonic() - start
+    assert out is not None and out.score == 0.0, f"{name}: scored {out}"
+    assert _snapshot(*roots) == before, f"{name}: changed something outside the sandbox"
+    assert sorted(os.listdir("/dev/shm")) == shm_before, f"{name}: left something in the host's /dev/shm"
+    assert _processes_named(MARK) == [], f"{name}: a process of the run outlived the call"
+    assert not _sandbox_user_processes() - sandboxed_before, f"{name}: a sandbox process outlived the call"
+    assert host["sibling"].poll() is None and _state(host["sibling"].pid) not in "Tt", (
+        f"{name}: hit the sibling"
+    )
+    assert _state(os.getpid()) not in "Tt"
+    for listener in (host["tcp"], host["unix"]):
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    assert elapsed < 1.0 + 10.0, f"{name}: took {elapsed:.1f} s"
+
+
+def test_io_flood_is_capped_and_the_scorer_survives(host: dict[str, Any]) -> None:
+    reward = CodeReward(timeout=1.0, max_output=10_000)
+    program = "import os\nwhile True:\n    print('x' * 100000)\n    os.write(1, b'y' * 2**20)"
+    out = reward(
+        RewardInput(program, "code", "", sample_id="flood", extra={"tests": [{"input": "", "output": "1"}]})
+    )
+    assert out is not None and out.score == 0.0
+
+
+def test_refusal_without_isolation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the kernel offers no user namespaces (simulated: a bwrap that fails as bwrap fails there),
+    the code reward refuses to run, naming the cause and the opt-in."""
+    from videorl_rewards import sandbox
+
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does "
+        "not allow non-privileged user namespaces.' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    real_which = sandbox.shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda n: str(fake) if n == "bwrap" else real_which(n))
+    isolation.cache_clear()
+    try:
+        assert isolation().level == "none"
+        assert "No permissions to create new namespace" in isolation().reason
+        with pytest.raises(ConfigError, match="cannot isolate.*No permissions.*unsafe_no_isolation"):
+            CodeReward()
+    finally:
+        isolation.cache_clear()
+
+
+def test_signals_do_not_reach_the_host() -> None:
+    """The sandbox's own view: no host process is visible, and the parent it sees is its namespace's init."""
+    if not isolation().available:
+        pytest.skip("no isolated sandbox here; test_refusal_without_isolation ran instead")
+    reward = CodeReward(timeout=2.0)
+    program = (
+        "import os\nPIDS = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\nPPID = os.getppid()"
+    )
+    out = reward(RewardInput(program, "code", "", extra={"tests": ["assert PIDS == [1, 2] and PPID == 1"]}))
+    assert out is not None and out.score == pytest.approx(0.9), out
