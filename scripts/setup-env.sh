@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 venv=${1:-.venv}
 python=${PYTHON:-python3}
 
+# The code reward's sandbox runs policy-written programs under bubblewrap (docs/security.md); without
+# it the code reward refuses to run. Installed here when missing and we may (root with apt-get).
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }
+fi
+
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade "pip>=24"
 "$venv/bin/python" -m pip install -r requirements/cpu.txt
