@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,6 +90,29 @@ def test_fit_to_budget(size: tuple[int, int], factor: int, min_pixels: int, max_
 def test_fit_to_budget_refuses_extreme_aspect_ratio() -> None:
     with pytest.raises(DataError, match="aspect ratio"):
         fit_to_budget(10, 2010, factor=28, min_pixels=0, max_pixels=262144)
+
+
+def test_max_pixels_is_a_bound_at_extreme_aspect_ratios() -> None:
+    """16×2000 at 12,544 px: qwen-vl-utils gives 28×1232 = 34,496 px; the short side stays one factor and
+    the long side is cut to fit (12,544 / 28 = 448)."""
+    assert fit_to_budget(16, 2000, factor=28, min_pixels=3136, max_pixels=12544) == (28, 448)
+    assert fit_to_budget(2000, 16, factor=28, min_pixels=3136, max_pixels=12544) == (448, 28)
+    for factor in (28, 32):
+        for max_pixels in (4 * factor * factor, 12544, 50176, 262144):
+            for height in (1, 7, 16, 40, 111, 500):
+                for width in (height, 3 * height, 50 * height, 199 * height):
+                    if width / height > 200 or width > 8000:
+                        continue
+                    h, w = fit_to_budget(height, width, factor=factor, min_pixels=0, max_pixels=max_pixels)
+                    assert h * w <= max_pixels, (height, width, factor, max_pixels, h, w)
+
+
+def test_a_video_of_extreme_aspect_ratio_is_an_error_naming_the_file(make_clip: Any) -> None:
+    from videorl.media import MediaError, decode_video
+
+    clip = make_clip("strip.mp4", frames=4, height=16, width=3400)
+    with pytest.raises(MediaError, match=rf"^{clip}: frame size 3400x16 has an aspect ratio above 200"):
+        decode_video(clip, DecodeParams(factor=28, temporal_patch_size=2))
 
 
 def test_total_pixels_is_shared_by_the_frames() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import av
 import numpy as np
 
+from videorl.errors import DataError
 from videorl.media.errors import MediaError
 from videorl.media.metadata import ImageMetadata, VideoMetadata
 from videorl.media.params import DecodeParams, ImageParams
@@ -222,7 +223,7 @@ def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads:
                     total_pixels=params.total_pixels,
                     temporal_patch_size=params.temporal_patch_size,
                 )
-                h, w = fit_to_budget(sh, sw, factor=params.factor, min_pixels=params.min_pixels, max_pixels=cap)
+                h, w = _fit(path, sh, sw, params.factor, params.min_pixels, cap)
                 state.update(out=np.empty((n, 3, h, w), dtype=np.uint8), turns=turns, source=(sh, sw))
             out = state["out"]
             if slot and taken[slot - 1] == i:
@@ -258,6 +259,14 @@ def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads:
     return out, meta
 
 
+def _fit(path: str | os.PathLike[str], height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """:func:`fit_to_budget`, with the file named when the frame cannot be sized (its aspect ratio)."""
+    try:
+        return fit_to_budget(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
+    except DataError as exc:
+        raise MediaError(f"{path}: {exc}") from None
+
+
 def decode_image(path: str | os.PathLike[str], params: ImageParams) -> tuple[np.ndarray, ImageMetadata]:
     """Decode and resize an image to its own budget: uint8 ``3×H×W`` and :class:`ImageMetadata`."""
     path = Path(path)
@@ -272,7 +281,7 @@ def decode_image(path: str | os.PathLike[str], params: ImageParams) -> tuple[np.
             raise MediaError(f"{path}: holds no picture")
         turns = _rotated(frame.rotation or 0)
         sh, sw = (frame.width, frame.height) if turns % 2 else (frame.height, frame.width)
-        h, w = fit_to_budget(sh, sw, factor=params.factor, min_pixels=params.min_pixels, max_pixels=params.max_pixels)
+        h, w = _fit(path, sh, sw, params.factor, params.min_pixels, params.max_pixels)
         image = np.ascontiguousarray(_to_rgb(frame, h, w, turns, params.interpolation))
     return image, ImageMetadata(
         source_width=sw, source_height=sh, width=w, height=h, decoder=DECODER, decoder_version=DECODER_VERSION

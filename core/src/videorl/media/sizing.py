@@ -29,7 +29,11 @@ def ceil_by(value: float, factor: int) -> int:
 
 
 def fit_to_budget(height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """``(height, width)``: multiples of ``factor``, aspect ratio kept, area within the budget."""
+    """``(height, width)``: multiples of ``factor``, aspect ratio kept, area within the budget.
+
+    The area never exceeds ``max_pixels``: where the short side would fall below ``factor`` (a very
+    wide or tall frame) it is ``factor`` and the long side is cut to fit, so the aspect ratio is not
+    kept there (qwen-vl-utils keeps the ratio closer and exceeds ``max_pixels``)."""
     if height < 1 or width < 1:
         raise DataError(f"frame size {width}x{height} is empty")
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
@@ -42,6 +46,11 @@ def fit_to_budget(height: int, width: int, *, factor: int, min_pixels: int, max_
         beta = math.sqrt(height * width / max_pixels)
         h = max(factor, floor_by(height / beta, factor))
         w = max(factor, floor_by(width / beta, factor))
+        if h * w > max_pixels:  # one side was raised to ``factor``: the other gives way
+            if h == factor:
+                w = max(factor, floor_by(max_pixels / h, factor))
+            else:
+                h = max(factor, floor_by(max_pixels / w, factor))
     elif h * w < min_pixels:
         beta = math.sqrt(min_pixels / (height * width))
         h = ceil_by(height * beta, factor)
