@@ -138,9 +138,9 @@ class ModelInputs:
         return [int(t) for t in ids[mask].tolist()]
 
     #: floating inputs that are times, not activations: never cast to a lower compute dtype.
-    #: ``second_per_grid_ts`` scales Qwen2.5-VL's temporal positions; in bfloat16 (8 bits of mantissa)
-    #: 1/0.7 s would round so that ``t · tokens_per_second · seconds`` truncates to another position
-    #: than the rollout engine's float32 one.
+    #: ``second_per_grid_ts`` scales Qwen2.5-VL's temporal positions (``t · tokens_per_second · s``,
+    #: truncated); bfloat16 keeps 8 bits of mantissa, so 8.475 s becomes 8.5 and patch 1 lands on
+    #: position 17 where the rollout engine, in float32, puts 16.
     FLOAT32_FIELDS = ("second_per_grid_ts",)
 
     def to(self, device: Any = None, dtype: Any = None) -> ModelInputs:

@@ -66,3 +66,53 @@ def test_installed_on_every_family_and_equal_to_transformers_where_it_agrees(
         ours = model.model.get_rope_index(*args, attention_mask=inputs.attention_mask)
         original = type(model.model).get_rope_index(model.model, *args, attention_mask=inputs.attention_mask)
         assert torch.equal(ours[0], original[0]) and torch.equal(ours[1], original[1])
+
+
+def _odd_rate_video(media: Any, factor: int) -> tuple[Any, Any]:
+    """8 frames of a 339-frame 10 fps source: 8.475 s per temporal patch. Patch 1 starts at
+    1 · 2 tokens/s · 8.475 = 16.95 → position 16 in float32, but bfloat16 rounds 8.475 to 8.5 → 17."""
+    from dataclasses import replace
+
+    frames, meta = media.video(factor, frames=8, rows=1, cols=1)
+    return frames, replace(meta, total_frames=339, duration=33.9)
+
+
+def test_positions_under_the_bfloat16_policy_equal_the_engine_s(
+    backend_for: Callable[[str], Any], media: Any, tmp_path: Any
+) -> None:
+    """FSDP2's bfloat16 policy must not cast ``second_per_grid_ts`` (the engine computes positions
+    from the float32 seconds), nor may moving a batch to the compute dtype."""
+    import torch.distributed as dist
+
+    from videorl.train.distributed import shard_model
+
+    backend = backend_for("qwen2_5_vl")
+    encoded = backend.encode(PromptInput("v", "What?", videos=[_odd_rate_video(media, backend.factor)]))
+    inputs = backend.collate([encoded], [[5, 6]])
+    assert inputs.second_per_grid_ts is not None and inputs.second_per_grid_ts.dtype == torch.float32
+    assert inputs.to(dtype=torch.bfloat16).second_per_grid_ts.dtype == torch.float32  # the hf engine's cast
+    assert inputs.to(dtype=torch.bfloat16).pixel_values_videos.dtype == torch.bfloat16
+
+    rope = {"merge_size": 2, "tokens_per_second": 2.0}
+    args = (inputs.input_ids, inputs.mm_token_type_ids, None, inputs.video_grid_thw, inputs.attention_mask)
+    engine = mrope_positions(*args, inputs.second_per_grid_ts, **rope)[0]
+    rounded = mrope_positions(*args, inputs.second_per_grid_ts.to(torch.bfloat16), **rope)[0]
+    assert not torch.equal(engine, rounded)  # the case does tell the two apart
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        model = shard_model(backend.load_model().train(), compute_dtype=torch.bfloat16)
+        seen: list[torch.Tensor] = []
+        inner = model.model
+        original = inner.get_rope_index
+
+        def recording(*a: Any, **k: Any) -> Any:
+            out = original(*a, **k)
+            seen.append(out[0])
+            return out
+
+        inner.get_rope_index = recording
+        model(**inputs.model_kwargs())
+    finally:
+        dist.destroy_process_group()
+    assert seen and torch.equal(seen[0], engine)
