@@ -39,11 +39,16 @@ def _install(package: Path, tmp: Path) -> Path:
     copy = tmp / "src" / package.name
     shutil.copytree(package, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "wheels"), str(copy)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "wheels"), str(copy)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (tmp / "wheels").glob("*.whl")
     target = tmp / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True
+    )
     return target
 
 
@@ -54,21 +59,42 @@ def _rows(task: tuple[Path, Path, Path, Path], path: Path, rows: list[dict[str, 
     out = []
     for i, fields in enumerate(rows):
         clip = clips[i % len(clips)]
-        out.append({"id": f"row-{i}", "data_type": "video", "videos": [str(train.parent / clip["videos"][0])],
-                    **fields})
+        out.append(
+            {
+                "id": f"row-{i}",
+                "data_type": "video",
+                "videos": [str(train.parent / clip["videos"][0])],
+                **fields,
+            }
+        )
     path.write_text("".join(json.dumps(r) + "\n" for r in out))
     return path
 
 
-def _train(task: tuple[Path, Path, Path, Path], config: Path, run: Path, data: Path,
-           target: Path | None = None, *extra: str) -> subprocess.CompletedProcess[str]:
+def _train(
+    task: tuple[Path, Path, Path, Path],
+    config: Path,
+    run: Path,
+    data: Path,
+    target: Path | None = None,
+    *extra: str,
+) -> subprocess.CompletedProcess[str]:
     """``videorl train CONFIG`` for 2 steps in a subprocess with an empty HOME (and ``target`` on its path)."""
     out, model, train, val = task
     overrides = [
         *demo.demo_overrides(out, model, train, val, steps=2, seed=3, engine="hf"),
-        f"output_dir={run}", f"data.train_files=[{data}]", "data.val_files=[]", "data.prompt_template=null",
-        "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4", "trainer.val_every=0",
-        "trainer.progress_bar=false", "trainer.save_every=0", "trainer.log_completions=8", *extra,
+        f"output_dir={run}",
+        f"data.train_files=[{data}]",
+        "data.val_files=[]",
+        "data.prompt_template=null",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+        "trainer.save_every=0",
+        "trainer.log_completions=8",
+        *extra,
     ]
     home = run.parent / "home"
     home.mkdir(exist_ok=True)
@@ -76,8 +102,13 @@ def _train(task: tuple[Path, Path, Path, Path], config: Path, run: Path, data: P
     env.update(HOME=str(home), OMP_NUM_THREADS="1")
     if target is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
-                          capture_output=True, text=True, env=env, cwd=run.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=run.parent,
+    )
 
 
 def _completions(run: Path) -> list[dict[str, Any]]:
@@ -99,8 +130,13 @@ def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(task: Any, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("reward/counting", "reward/tally", "parts/counting/accuracy", "parts/counting/format",
-                "parts/tally/format"):
+    for key in (
+        "reward/counting",
+        "reward/tally",
+        "parts/counting/accuracy",
+        "parts/counting/format",
+        "parts/tally/format",
+    ):
         assert key in rows[1], key
     logged = _completions(run)
     assert {r["step"] for r in logged} == {1, 2} and len(logged) == 16
@@ -112,8 +148,14 @@ def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(task: Any, tmp
 def test_a_rendered_cookiecutter_reward_plugin_trains(task: Any, tmp_path: Path) -> None:
     from cookiecutter.main import cookiecutter
 
-    rendered = Path(cookiecutter(str(CONTRIB / "plugin-template"), no_input=True, output_dir=str(tmp_path / "new"),
-                                 extra_context={"plugin_name": "shot colour", "kind": "rewards"}))
+    rendered = Path(
+        cookiecutter(
+            str(CONTRIB / "plugin-template"),
+            no_input=True,
+            output_dir=str(tmp_path / "new"),
+            extra_context={"plugin_name": "shot colour", "kind": "rewards"},
+        )
+    )
     target = _install(rendered, tmp_path)
     data = _rows(task, tmp_path / "colour.jsonl", [
         {"problem_type": "shot colour", "problem": "What colour is the square?", "answer": "red",
@@ -186,12 +228,17 @@ def test_a_config_plugins_file_with_plain_function_rewards_trains(task: Any, tmp
 
 def test_a_config_plugin_that_does_not_import_is_named(task: Any, tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
-    data = _rows(task, tmp_path / "d.jsonl", [{"problem_type": "multiple choice", "problem": "Q", "answer": "A",
-                                               "options": ["A. x", "B. y"]}])
+    data = _rows(
+        task,
+        tmp_path / "d.jsonl",
+        [{"problem_type": "multiple choice", "problem": "Q", "answer": "A", "options": ["A. x", "B. y"]}],
+    )
     config = tmp_path / "train.yaml"
     config.write_text("plugins: [broken.py, missing.py]\n")
     done = _train(task, config, tmp_path / "run", data)
     assert done.returncode == 1
-    assert (f"plugins: {tmp_path / 'broken.py'}: the plugin module could not be imported: ModuleNotFoundError: "
-            "No module named 'not_a_module_anywhere'") in done.stderr
+    assert (
+        f"plugins: {tmp_path / 'broken.py'}: the plugin module could not be imported: ModuleNotFoundError: "
+        "No module named 'not_a_module_anywhere'"
+    ) in done.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
