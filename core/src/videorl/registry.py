@@ -218,8 +218,9 @@ class _Index:
         for key, claimants in claims.items():
             if len(claimants) < 2:
                 continue
-            who = " and ".join(f"by distribution {e.origin!r} (as {e.name!r})" for e in claimants)
-            origins = tuple(dict.fromkeys(e.origin for e in claimants))
+            ordered = sorted(claimants, key=lambda e: (e.origin, e.name))  # the same text in any load order
+            who = " and ".join(f"by distribution {e.origin!r} (as {e.name!r})" for e in ordered)
+            origins = tuple(dict.fromkeys(e.origin for e in ordered))
             disable = " or ".join(f"VIDEORL_DISABLE_PLUGINS={o}" for o in origins)
             message = (
                 f"{kind} {key!r} is registered twice: {who}. Neither is used, whichever loads first; "

@@ -11,6 +11,8 @@ videorl.testing``). Fixtures:
   on load), to test loading, blocking and collisions without installing anything;
 - ``run_cli(*args)``: run the ``videorl`` command line in-process and get a :class:`CliResult`.
 
+:func:`write_test_video` writes a small clip for fixtures.
+
 Contract checks, to call from a plugin's own tests: :func:`assert_reward_contract`,
 :func:`assert_benchmark_contract`, :func:`assert_backend_contract`.
 """
@@ -41,6 +43,7 @@ __all__ = [
     "assert_benchmark_contract",
     "assert_reward_contract",
     "call_reward",
+    "write_test_video",
 ]
 
 
@@ -137,6 +140,17 @@ def run_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CliResult
     yield run
 
 
+def write_test_video(
+    path: str | Path, *, frames: int = 8, height: int = 64, width: int = 96, fps: float = 4.0, seed: int = 0
+) -> Path:
+    """Write a small H.264 clip (a scrolling texture with a moving red square) for fixtures; returns it."""
+    from videorl.media.synthetic import textured_frames, write_video
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_video(path, textured_frames(frames, height, width, seed=seed), fps=fps)
+
+
 # --- contract checks ----------------------------------------------------------------------------
 
 
@@ -192,16 +206,53 @@ def assert_reward_contract(
         _check_output(call_reward(reward, inp), f"{label} response")
 
 
+def _check_row_media(row: BenchmarkRow, root: Path, name: str, require_media: bool) -> None:
+    """A row's video and image are absolute paths under the data root (the evaluator opens them as
+    given, from whatever directory it runs in); with ``require_media`` the files exist."""
+    for kind in ("video", "image"):
+        media = getattr(row, kind)
+        if media is None:
+            continue
+        where = f"{name}: row {row.id!r}: {kind} {media!r}"
+        assert isinstance(media, str) and media, f"{where} is not a path string"
+        path = Path(media)
+        assert path.is_absolute(), f"{where} is relative; load() must resolve it against the data root"
+        assert path.resolve().is_relative_to(root), f"{where} is not under the data root {root}"
+        assert not require_media or path.exists(), (
+            f"{where} does not exist: put the file in the fixture (videorl.testing.write_test_video)"
+        )
+
+
+def _check_row_scoring_fields(row: BenchmarkRow, name: str) -> None:
+    """What scoring and the rewards read: a problem type, a ground truth, and for multiple choice
+    the option texts with the answer as the letter of one of them."""
+    where = f"{name}: row {row.id!r}"
+    assert isinstance(row.problem_type, str) and row.problem_type.strip(), f"{where}: problem_type {row.problem_type!r}"
+    assert isinstance(row.problem, str) and row.problem.strip(), f"{where}: empty problem"
+    assert row.answer is not None, f"{where}: no answer (ground truth)"
+    if row.problem_type == "multiple_choice":
+        options = row.options or []
+        assert len(options) >= 2 and all(isinstance(o, str) and o.strip() for o in options), (
+            f"{where}: a multiple_choice row needs at least two option texts, got {row.options!r}"
+        )
+        letters = [chr(65 + i) for i in range(len(options))]
+        assert row.answer in letters, f"{where}: answer {row.answer!r} is not one of the option letters {letters}"
+
+
 def assert_benchmark_contract(
     benchmark: Benchmark,
     data_root: Path,
     *,
     responses: Mapping[str, str] | None = None,
     expected: Mapping[str, Any] | None = None,
+    require_media: bool = False,
 ) -> list[BenchmarkRow]:
     """Check an adapter on a fixture directory in the benchmark's official format.
 
-    Rows must load with unique ids; prompts must be non-empty with and without thinking, for the
+    Rows must load with unique ids; every video and image must be an absolute path under
+    ``data_root`` (with ``require_media``, an existing file); every row needs a ``problem_type``, a
+    problem and an answer, and a ``multiple_choice`` row at least two options with the answer one of
+    their letters. Prompts must be non-empty with and without thinking, for the
     official prompt and for the Qwen families; extraction must survive an empty, a garbage and a 1 MB
     response and give JSON-serialisable predictions; an empty response scores 0 and a prediction equal
     to the ground truth scores 1; scores must lie in [0, 1] and be deterministic; the aggregate must carry
@@ -230,8 +281,11 @@ def assert_benchmark_contract(
     assert len(set(ids)) == len(ids), f"{name}: duplicate row ids"
     unknown = set(responses or {}) - set(ids)
     assert not unknown, f"{name}: responses for ids that did not load: {sorted(unknown)}"
+    root = Path(data_root).resolve()
     scores = []
     for row in rows:
+        _check_row_media(row, root, name, require_media)
+        _check_row_scoring_fields(row, name)
         for family in (None, "qwen3_vl", "qwen2_5_vl"):
             for thinking in (False, True):
                 prompt = benchmark.build_prompt(row, family=family, thinking=thinking)

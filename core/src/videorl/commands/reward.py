@@ -106,8 +106,8 @@ _worker_router: RewardRouter | None = None
 
 def _rebuild_router(specs: Sequence[RewardSpec], config: RewardConfig) -> RewardRouter:
     registry: Registry[Any] = Registry("reward")
-    for name, target, origin, aliases in specs:
-        registry.register(name, target, origin=origin, aliases=aliases)
+    for name, target, origin, aliases in specs:  # collisions rebuilt as they were: failing on use
+        registry.registrar(origin)(name, target, aliases=aliases)
     return RewardRouter.from_registry(registry, config)
 
 
@@ -196,12 +196,15 @@ def load_reward_config(path: Path | None, timeout: float | None) -> RewardConfig
     """The ``rewards`` section of a YAML/JSON file (or the whole file when it has none)."""
     data: dict[str, Any] = {}
     if path is not None:
-        import yaml
+        from videorl.config import _parse_yaml  # the training config's reader: line numbers, duplicate keys
 
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
+            text = path.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read reward config {path}: {exc}") from exc
+        loaded, _, duplicates = _parse_yaml(text, str(path))
+        if duplicates:
+            raise ConfigError("\n  ".join([f"invalid reward config {path}:", *duplicates]))
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping, got {type(loaded).__name__}")
         loaded = loaded or {}
