@@ -184,6 +184,8 @@ def test_value_checks_name_the_key(tmp_path: Path) -> None:
         "actor.global_batch_size=100": "actor.global_batch_size must divide data.rollout_batch_size (256)",
         "rollout.n=1": "rollout.n must be >= 2",
         "optim.grad_clip=0": "optim.grad_clip must be > 0 (or null",
+        "trainer.log_completions=-1": "trainer.log_completions must be >= 0",
+        "plugins=my_reward.py": "plugins must be a list",
     }
     for override, expected in cases.items():
         with pytest.raises(ConfigError) as info:

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,14 @@ import torch
 from videorl.config import load_config
 from videorl.errors import DataError, VideorlError
 from videorl.plugins import load_plugins
-from videorl.train.metrics import MetricsWriter, ProgressBar, git_revision, read_metrics, write_run_metadata
+from videorl.train.metrics import (
+    CompletionLog,
+    MetricsWriter,
+    ProgressBar,
+    git_revision,
+    read_metrics,
+    write_run_metadata,
+)
 
 
 def _steps(path: Path) -> list[int]:
@@ -114,6 +122,55 @@ def test_run_metadata(tmp_path: Path) -> None:
     stored = json.loads((tmp_path / "run" / "run.json").read_text())
     assert stored == info and stored["argv"] == ["videorl", "train", "c.yaml"]
     assert set(stored) >= {"videorl", "git", "started_at", "python", "packages"}
+    assert stored["plugins"] == []  # no plugin without a distribution
+
+
+def test_run_metadata_records_plugin_modules_with_their_file_and_digest(tmp_path: Path) -> None:
+    import hashlib
+
+    from videorl.train.run_plugins import load_run_plugins
+
+    source = "from videorl.api import hookimpl\n\n@hookimpl\ndef register_rewards(register):\n    register('one', lambda inp: 1.0)\n"
+    (tmp_path / "quick_metadata_reward.py").write_text(source)
+    plugins = load_run_plugins(["quick_metadata_reward.py"], base=tmp_path)
+    assert "one" in plugins.rewards
+    config = load_config(None, ["model.path=/m", "data.train_files=[a.jsonl]"])
+    info = write_run_metadata(tmp_path / "run", config, plugins)
+    assert info["plugins"] == [{
+        "name": "quick_metadata_reward", "status": "ok", "file": str(tmp_path / "quick_metadata_reward.py"),
+        "sha256": hashlib.sha256(source.encode()).hexdigest(),
+    }]  # fmt: skip
+
+
+class _Completion:
+    def __init__(self, ids: list[int]) -> None:
+        self.token_ids, self.finish_reason = ids, "stop"
+
+
+def _trajectory(group: int, ids: list[int], *, offline: bool = False) -> Any:
+    from types import SimpleNamespace
+
+    from videorl.data import Sample
+
+    sample = Sample(id=f"s{group}", data_type="text", problem="Q", problem_type="mc", ground_truth="A")
+    return SimpleNamespace(prompt=SimpleNamespace(sample=sample), group=group, completion=_Completion(ids),
+                           offline=offline, reward=0.5, parts={"format": 1.0})  # fmt: skip
+
+
+def test_completion_log_takes_one_response_per_prompt_first_and_resumes(tmp_path: Path) -> None:
+    batch = [_trajectory(0, [1]), _trajectory(0, [2]), _trajectory(1, [3]), _trajectory(1, [4], offline=True)]
+    decode = lambda ids: "".join(chr(96 + i) for i in ids)  # noqa: E731
+    log = CompletionLog(tmp_path, 3)
+    rows = log.log(1, batch, decode)
+    assert [(r["sample_id"], r["response"], r["offline"]) for r in rows] == [
+        ("s0", "a", False), ("s1", "c", False), ("s0", "b", False)
+    ]  # fmt: skip
+    assert rows[0] == {"step": 1, "sample_id": "s0", "problem_type": "mc", "problem": "Q", "ground_truth": "A",
+                       "response": "a", "reward": 0.5, "parts": {"format": 1.0}, "offline": False,
+                       "finish_reason": "stop"}  # fmt: skip
+    log.log(2, batch, decode)
+    CompletionLog(tmp_path, 3, start_step=1)  # resumed after step 1: step 2 is logged again
+    assert [r["step"] for r in read_metrics(tmp_path / "completions.jsonl")] == [1, 1, 1]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

@@ -148,3 +148,14 @@ def test_templates_registered_through_the_hook(videorl_plugins: Any) -> None:
     plugins = videorl_plugins(TemplatePlugin)
     sample = {"problem_type": "Counting", "thing": "cats"}
     assert render_prompt(plugins.prompt_templates, sample, thinking=False) == "How many cats?"
+
+
+def test_a_routed_type_falls_back_to_each_of_its_rewards_templates_in_order(template_dir: Path) -> None:
+    """``canonical`` may give several reward names (a route with several rewards): the first with a
+    template serves the type; the error lists each name tried once."""
+    registry, _ = registry_of(template_dir)
+    routes = {"counting": ["nothing_here", "qa", "mc"], "tint": ["shade", "tint"]}.__getitem__
+    assert render_prompt(registry, {"problem": "How many?", "problem_type": "counting"}, thinking=True,
+                         canonical=routes) == "How many? Think first."  # fmt: skip
+    with pytest.raises(UnknownComponentError, match=r"tried tint, shade\)"):
+        find_template(registry, "tint", thinking=False, canonical=routes)
