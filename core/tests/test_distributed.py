@@ -15,7 +15,7 @@ from videorl.errors import ConfigError
 from videorl.rollout.placement import EnginePlacement, engine_placement
 from videorl.rollout.vllm_common import engine_process_environment, platform_defaults
 from videorl.train.compose import fused_adamw_options
-from videorl.train.distributed import backend_devices, process_group_options
+from videorl.train.distributed import attention_implementation, backend_devices, process_group_options
 
 
 def test_the_gpu_process_group_serves_cpu_and_cuda_tensors() -> None:
@@ -139,3 +139,18 @@ def test_the_cuda_cache_is_returned_before_the_engine_wakes(monkeypatch: Any) ->
     engine.sleep()
     engine.update_weights({})
     assert events == ["sleep 2", "empty_cache", "wake weights", "reload_weights", "wake kv_cache"]
+
+
+def test_flash_attention_where_it_runs(monkeypatch: Any) -> None:
+    import importlib.util
+
+    installed = {"flash_attn": True}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if installed.get(name) else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert attention_implementation(torch.bfloat16) == "flash_attention_2"
+    assert attention_implementation(torch.float32) is None  # no float32 kernels: sdpa
+    installed["flash_attn"] = False
+    assert attention_implementation(torch.bfloat16) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    installed["flash_attn"] = True
+    assert attention_implementation(torch.bfloat16) is None

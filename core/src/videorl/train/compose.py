@@ -193,8 +193,13 @@ def make_engine(
                     f"its options: {', '.join(valid)}"
                 )
     if canonical == "hf":
-        engine_model = model if model is not None else backend.load_model(dtype=getattr(torch, dtype), device=device)
-        engine: RolloutEngine = factory(backend, engine_model, owns_model=model is None, **kwargs)
+        owns = model is None
+        if owns:
+            from videorl.train.distributed import use_fast_attention
+
+            model = backend.load_model(dtype=getattr(torch, dtype), device=device)
+            use_fast_attention(model, getattr(torch, dtype))
+        engine: RolloutEngine = factory(backend, model, owns_model=owns, **kwargs)
         return engine
     for key, value in (("dtype", dtype), ("seed", seed), ("max_model_len", max_model_len),
                        ("visible_devices", visible_devices)):
@@ -222,6 +227,7 @@ def make_actor(
     # sharded (fully_shard), so a GPU never holds more than one unit's full float32 weights; the
     # whole float32 model on each GPU first (33 GB at 7B) leaves vLLM too little to start.
     model = backend.load_model(dtype=torch.float32, device=None if sharded else device)
+    distributed.use_fast_attention(model, dtype)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_model = None
@@ -265,7 +271,9 @@ def load_reference(config: TrainConfig, backend: ModelBackend, *, sharded: bool 
 
     dtype = getattr(torch, config.model.dtype)
     device = None if sharded else distributed.local_device()
-    return backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
+    model = backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
+    distributed.use_fast_attention(model, dtype)
+    return model
 
 
 def max_model_len(config: TrainConfig) -> int:

@@ -120,6 +120,27 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def attention_implementation(compute_dtype: torch.dtype) -> str | None:
+    """``flash_attention_2`` where it runs: CUDA, the ``flash_attn`` package installed and a 16-bit
+    compute dtype (it has no float32 kernels). None elsewhere: the model keeps its default (sdpa).
+
+    With sdpa the Qwen2.5-VL vision tower loops over its ~1,600 attention windows per video, layer
+    by layer; flash-attention takes them as one variable-length batch."""
+    import importlib.util
+
+    if not torch.cuda.is_available() or compute_dtype not in (torch.bfloat16, torch.float16):
+        return None
+    return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else None
+
+
+def use_fast_attention(model: Any, compute_dtype: torch.dtype) -> None:
+    """Switch ``model`` (an HF model: language model and vision tower) to
+    :func:`attention_implementation`, when there is one."""
+    chosen = attention_implementation(compute_dtype)
+    if chosen is not None and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(chosen)
+
+
 def release_cached_memory() -> None:
     """Give the CUDA caching allocator's free blocks back to the device (a no-op without CUDA).
 
