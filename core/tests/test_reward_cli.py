@@ -248,3 +248,13 @@ def test_a_full_disk_says_so_and_keeps_the_previous_output(
     assert f"disk full at {tmp_path}" in result.stderr and "scored.jsonl was not written" in result.stderr
     assert out.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl", "scored.jsonl"]
+
+
+def test_duplicate_keys_in_the_config_file_are_errors(cli: Any, tmp_path: Path) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", [{"problem_type": "exact", "answer": "1", "response": "1"}])
+    config = tmp_path / "config.yaml"
+    config.write_text("rewards:\n  accuracy_weight: 0.9\n  format_weight: 0.1\n  accuracy_weight: 0.5\n")
+    result = cli("reward", "--input", str(rows), "--output", str(tmp_path / "o.jsonl"), "--config", str(config))
+    assert result.exit_code != 0 and result.exception is None
+    assert f"{config}:4: duplicate key 'rewards.accuracy_weight' (first set on line 2)" in result.stderr
+    assert not (tmp_path / "o.jsonl").exists()

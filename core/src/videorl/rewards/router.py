@@ -587,7 +587,7 @@ def _known_options(factory: Any) -> tuple[set[str], bool]:
         }
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             return names, False
-    return names, True
+    return names, bool(chain)  # a class without an __init__ of its own takes no options
 
 
 def _option_error(name: str, key: str, known: set[str]) -> ConfigError:
