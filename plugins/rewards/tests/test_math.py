@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +21,7 @@ def case(response: str, expected: float, truth: str = "\\frac{1}{2}") -> tuple[R
 
 
 @pytest.fixture(scope="module")
-def reward() -> MathReward:
+def reward() -> Iterator[MathReward]:
     r = MathReward(timeout=3.0)
     yield r
     r.close()
@@ -69,3 +72,26 @@ def test_a_batch_with_hangs_finishes_within_its_timeouts() -> None:
         reward.close()
     assert [o.score for o in outs if o] == [0.1, 1.0, 1.0, 1.0, 0.1, 1.0, 1.0, 1.0]
     assert elapsed < 2 * 1.0 + 2 * 3.0  # two hangs of 1 s on two workers, plus worker restarts
+
+
+def test_a_worker_killed_or_stopped_from_outside_does_not_cost_the_reward() -> None:
+    """Whatever signals the worker (a hostile program that reached it, the OOM killer): a killed worker
+    is replaced and the check retried, a stopped one is killed at the timeout, and the next checks work."""
+    reward = MathReward(timeout=2.0, processes=1)
+    try:
+        assert reward.verify("\\frac{1}{2}", "0.5")
+        (worker,) = reward._workers
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait()
+        assert reward.verify("\\frac{1}{2}", "0.5")  # the same answer, right, on a new worker
+        assert not reward.verify("\\frac{1}{2}", "0.6")
+        (worker,) = reward._workers
+        os.kill(worker.proc.pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            reward.verify("1", "1")
+        assert time.monotonic() - start < 2.0 + 1.0
+        assert worker.proc.poll() is not None  # killed, not left stopped
+        assert reward.verify("1", "1")
+    finally:
+        reward.close()

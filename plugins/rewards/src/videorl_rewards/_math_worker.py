@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 _DELIMITERS = ("$", "\\(", "\\[", "\\boxed")
@@ -28,8 +29,11 @@ def main() -> None:
     def parse(text: str) -> tuple[object, ...]:
         return tuple(parse_text(_wrap(text), parsing_timeout=limit))
 
-    sys.stdout.write('{"ready": true}\n')
-    sys.stdout.flush()
+    # replies go to a descriptor of their own: anything else printed while parsing an answer (sympy and
+    # math-verify warnings) lands on stderr, not in the reply stream
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    replies.write('{"ready": true}\n')
     for line in sys.stdin:
         try:
             request = json.loads(line)
@@ -38,8 +42,7 @@ def main() -> None:
             reply: dict[str, object] = {"result": same}
         except Exception as exc:  # a failure on one answer is that answer's failure
             reply = {"result": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        replies.write(json.dumps(reply) + "\n")
 
 
 if __name__ == "__main__":

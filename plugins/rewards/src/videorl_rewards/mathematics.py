@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 from videorl.api import ConfigError, RewardInput, TaskReward, answers
 
 _STARTUP_SECONDS = 120.0
+logger = logging.getLogger("videorl.rewards")
 
 
 class _Worker:
@@ -80,7 +82,9 @@ class MathReward(TaskReward):
     ``timeout`` seconds (default 10) is killed (its whole process group) and the answer scores 0 with
     the part ``timeout`` = 1, so no answer can stall a step. ``sympy_timeout`` (whole seconds, default a
     third of ``timeout``; 0 turns it off) also arms math-verify's own signal timeouts, which end most
-    slow checks without a restart. Answers longer than ``max_chars`` (2,000) do not fit the type.
+    slow checks without a restart. A worker that dies under a check (killed by a signal, crashed) is
+    replaced and the check retried once on the new one; one that is stopped is killed at the timeout.
+    Answers longer than ``max_chars`` (2,000) do not fit the type.
     """
 
     name = "math"
@@ -147,6 +151,16 @@ class MathReward(TaskReward):
 
     def verify(self, gold: str, pred: str) -> bool:
         """Whether ``pred`` equals ``gold``; raises ``TimeoutError`` when the check was killed."""
+        try:
+            reply = self._ask(gold, pred)
+        except TimeoutError:
+            raise
+        except (OSError, RuntimeError, ValueError) as exc:  # the worker died under the check
+            logger.warning("the math-verify worker failed (%s); retrying the check on a new one", exc)
+            reply = self._ask(gold, pred)
+        return reply.get("result") is True
+
+    def _ask(self, gold: str, pred: str) -> dict[str, Any]:
         worker = self._take()
         try:
             reply = worker.ask(gold, pred, self.timeout)
@@ -157,7 +171,7 @@ class MathReward(TaskReward):
             self._drop(worker)
             raise TimeoutError(f"math-verify took longer than {self.timeout} s")
         self._give(worker)
-        return reply.get("result") is True
+        return reply
 
     def accuracy(self, answer: str, truth: str, inp: RewardInput) -> dict[str, float]:
         try:
