@@ -51,10 +51,13 @@ class Controller:
     """Drives ``cluster``'s workers through ``config.trainer.max_steps`` GRPO steps."""
 
     def __init__(
-        self, config: TrainConfig, cluster: Cluster, backend: ModelBackend, data: list[TrainData], validation: list[Sample]
+        self, config: TrainConfig, cluster: Cluster, backend: ModelBackend, data: list[TrainData], validation: list[Sample],
+        canonical: Callable[[str], str] | None = None,
     ) -> None:
+        """``canonical``: the spelling of a problem type in metrics (the router's ``canonical_type``)."""
         self.config, self.cluster, self.backend = config, cluster, backend
         self.data, self.validation = data, validation
+        self.canonical = canonical
         self.step = 0
         self._bytes: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
@@ -157,7 +160,7 @@ class Controller:
         if not shard:
             return {}
         prompts, outputs = self._generate(rank, "val", shard, None, StageTimer())
-        return validation_metrics(prompts, outputs, self.scorer("val"))
+        return validation_metrics(prompts, outputs, self.scorer("val"), self.canonical)
 
     def step_once(self, step: int, pool: ThreadPoolExecutor) -> dict[str, float]:
         """One GRPO step over the workers; the step's metrics, averaged over the ranks as torchrun does."""
@@ -188,7 +191,7 @@ class Controller:
         for r in ranks:
             timers[r].seconds["step"] = time.perf_counter() - step_start
             per_rank.append({
-                **step_metrics(shares[r]), **actor_metrics[r], **collected[r][1], **validation[r],
+                **step_metrics(shares[r], canonical=self.canonical), **actor_metrics[r], **collected[r][1], **validation[r],
                 **{f"time/{k}": v for k, v in timers[r].seconds.items()},
             })
         metrics = mean_over_ranks(per_rank)
@@ -328,7 +331,7 @@ def train_on_ray(
         metrics_writer = MetricsWriter(out, start_step=start, tensorboard=config.trainer.tensorboard)
         if config.trainer.progress_bar:
             progress = ProgressBar(config.trainer.max_steps, start_step=start)
-        controller = Controller(config, cluster, backend, data, val)
+        controller = Controller(config, cluster, backend, data, val, rewards.canonical_type)
         last = controller.run(start, metrics_writer, progress, on_step)
         clean = True
         return last
