@@ -5,15 +5,18 @@ error that libraries raise injected where they raise it."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from videorl.atomic import DiskFullError, atomic_write, atomic_write_bytes, is_disk_full
+from videorl.media import DecodeParams
 from videorl.train.checkpoint import CheckpointManager
 
 
@@ -143,3 +146,44 @@ def test_a_checkpoint_whose_model_file_hits_a_full_disk_leaves_nothing(
     assert _files(tmp_path) == sorted(
         ["latest", *[f"step_000001/{p.name}" for p in first.iterdir()], "step_000001"]
     )
+
+
+def test_cache_build_on_a_real_full_disk_keeps_the_complete_entries(
+    small_disk: Callable[[int], Path], make_clip: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    from videorl.media import MediaCache
+
+    disk = small_disk(512)
+    small = make_clip("small.mp4", frames=8)  # 4 frames of 112×224: about 300 kB
+    large = make_clip("large.mp4", frames=240)  # 16 frames: more than what is left
+    result = run_cli("cache", "build", str(small), str(large), "--cache-dir", str(disk), "--factor", "28",
+                     "--workers", "1", "--quiet")  # fmt: skip
+    assert result.exit_code == 1 and result.exception is None, result.stderr
+    assert "1 of 2 videos cached" in result.output  # the summary, although the disk is full
+    [failure] = [json.loads(line) for line in (disk / "build-failures.jsonl").read_text().splitlines()]
+    assert failure["video"] == str(large) and failure["stage"] == "decode"
+    assert failure["reason"].startswith(f"disk full at {disk / 'entries'}")
+    cache = MediaCache(disk)
+    assert len(list(cache.entry_paths())) == 1 and cache.temp_files() == []
+    cache.load_numpy(str(small), DecodeParams(factor=28, temporal_patch_size=2))  # the complete one is whole
+
+
+def test_videorl_reward_on_a_real_full_disk(
+    small_disk: Callable[[int], Path], tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    pytest.importorskip("videorl_rewards")
+    rows = tmp_path / "rows.jsonl"
+    row = {
+        "problem_type": "multiple choice",
+        "options": ["A. x", "B. y"],
+        "answer": "A",
+        "response": "<answer>A</answer>",
+    }
+    rows.write_text("".join(json.dumps({**row, "id": str(i), "pad": "x" * 1000}) + "\n" for i in range(200)))
+    disk = small_disk(64)
+    (disk / "scored.jsonl").write_text("previous\n")
+    _fill(disk)
+    result = run_cli("reward", "--input", str(rows), "--output", str(disk / "scored.jsonl"))
+    assert result.exit_code != 0 and result.exception is None
+    assert f"disk full at {disk}" in result.stderr and "Traceback" not in result.stderr
+    assert (disk / "scored.jsonl").read_text() == "previous\n" and _files(disk) == ["filler", "scored.jsonl"]
