@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,7 +122,7 @@ def test_without_isolation_the_reward_refuses_unless_told_loudly(caplog: pytest.
     with pytest.raises(ConfigError, match=r"cannot isolate.*bubblewrap.*unsafe_no_isolation: true"):
         CodeReward()
     with pytest.raises(ConfigError, match="unsafe_no_isolation must be true or false"):
-        CodeReward(unsafe_no_isolation="yes")  # type: ignore[arg-type]
+        CodeReward(unsafe_no_isolation="yes")
     with caplog.at_level(logging.WARNING, logger="videorl.rewards"):
         reward = CodeReward(unsafe_no_isolation=True, timeout=2.0)
     assert "UNSAFE" in caplog.text and not reward.isolated
@@ -144,3 +146,21 @@ def test_samples_without_tests(reward: CodeReward) -> None:
 def test_extract_code() -> None:
     assert extract_code("text ```python\na = 1\n``` and ```\nb = 2\n```") == "b = 2"
     assert extract_code("a = 1") == "a = 1"
+
+
+def test_a_code_row_with_tests_needs_no_answer(run_cli: Any, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    program = "def add(a, b):\n    return a + b"
+    rows.write_text(
+        json.dumps(
+            {"id": "c1", "problem": "add", "problem_type": "code", "tests": TESTS[:2], "response": program}
+        )
+        + "\n"
+        + json.dumps({"id": "m1", "problem": "2+2?", "problem_type": "math", "response": "4"})
+        + "\n"
+    )
+    out = tmp_path / "out.jsonl"
+    result = run_cli("reward", "--input", str(rows), "--output", str(out))
+    assert "rows.jsonl:2: missing field ground_truth or answer or solution" in result.stderr + result.output
+    (scored,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert scored["id"] == "c1" and scored["scores"] == [pytest.approx(0.9)]  # untagged: no format credit

@@ -153,7 +153,7 @@ def parse_row(
     if not isinstance(problem, str):
         raise DataError(f"{where}: {key!r} must be a string, got {type(problem).__name__}")
     answer_key, answer = _first(row, _ANSWER_KEYS)
-    if require_answer and (answer_key is None or answer is None or answer == ""):
+    if require_answer and (answer_key is None or answer is None or answer == "") and not row.get("tests"):
         raise DataError(f"{where}: missing the ground truth ('answer' in EasyVideoR1 rows, 'solution' in Video-R1 rows)")
 
     videos = _paths(row, ("videos", "video"), where)

@@ -85,13 +85,13 @@ class RewardInput:
         The ground truth is read from ``ground_truth``, ``answer`` or ``solution``; the id from ``id``,
         ``sample_id`` or ``problem_id``; the media from ``media`` (``MediaInfo`` fields) or
         ``video_metadata`` (a ``VideoMetadata`` dict). A missing ``problem_type`` or ground truth raises
-        ``KeyError`` naming the field.
+        ``KeyError`` naming the field (a row with ``tests`` needs no ground truth).
         """
         row = _as_mapping(sample)
         if not row.get("problem_type"):
             raise KeyError("problem_type")
         truth_key = next((k for k in GROUND_TRUTH_KEYS if k in row), None)
-        if truth_key is None:
+        if truth_key is None and not row.get("tests"):  # code rows may give only their tests
             raise KeyError(" or ".join(GROUND_TRUTH_KEYS))
         media = next((row[k] for k in _MEDIA_KEYS if row.get(k) is not None), None)
         if media is not None and not isinstance(media, MediaInfo):
@@ -100,7 +100,7 @@ class RewardInput:
         return cls(
             response=response,
             problem_type=str(row["problem_type"]),
-            ground_truth=row[truth_key],
+            ground_truth=row[truth_key] if truth_key else None,
             problem=str(row.get("problem") or ""),
             data_type=str(row.get("data_type") or "video"),
             options=[str(o) for o in options] if options else None,
