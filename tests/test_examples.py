@@ -1,0 +1,114 @@
+"""examples/: every config loads, the dataset covers every problem type and kind of sample, the demo's
+config file is the demo's job, the small CPU config trains 2 steps (and resumes after its run directory
+is moved), and every example the docs name exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from videorl.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+CONFIGS = sorted(EXAMPLES.glob("*.yaml"))
+
+
+def test_every_example_config_loads() -> None:
+    assert {c.name for c in CONFIGS} == {"demo.yaml", "cpu-small.yaml", "gpu-single.yaml", "multi-node.yaml"}
+    for path in CONFIGS:
+        config = load_config(path)
+        assert Path(config.output_dir).is_absolute(), path  # resolved against examples/, not the cwd
+    small = load_config(EXAMPLES / "cpu-small.yaml")
+    assert small.data.train_files == [str(EXAMPLES / "data" / "train.jsonl")]
+    assert small.model.path == str(ROOT / "runs" / "tiny-qwen2_5_vl")
+    seed = load_config(EXAMPLES / "multi-node.yaml")
+    assert (seed.data.rollout_batch_size, seed.rollout.n, seed.rollout.max_response_length) == (256, 8, 4096)
+    assert (seed.ray.placement, seed.ray.actor_workers, seed.ray.rollout_workers) == ("split", 16, 8)
+
+
+def test_demo_yaml_is_the_demos_job() -> None:
+    from videorl import demo
+
+    out = ROOT / "runs" / "demo"
+    overrides = demo.demo_overrides(out, out / "model", out / "train.jsonl", out / "val.jsonl", steps=150, seed=0,
+                                    engine="hf")
+    assert load_config(EXAMPLES / "demo.yaml") == load_config(None, overrides)
+
+
+def test_the_dataset_has_every_problem_type_and_kind_of_sample(tmp_path: Path) -> None:
+    from videorl.data import load_samples
+    from videorl.plugins import load_plugins
+
+    rewards = load_plugins().rewards
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(EXAMPLES / "data" / "train.jsonl", data)
+    done = subprocess.run([sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    samples = load_samples(data / "train.jsonl", problem_types=rewards)
+    first_party = {e.name for e in rewards.entries() if e.origin == "videorl-rewards"}
+    assert len(first_party) == 15
+    assert {rewards.canonical(s.problem_type) for s in samples} == first_party
+    kinds = {(s.data_type, len(s.videos), len(s.images)) for s in samples}
+    assert {("video", 1, 0), ("video", 2, 0), ("image", 0, 1), ("text", 0, 0)} <= kinds
+    for s in samples:
+        for media in [*s.videos, *s.images]:
+            assert Path(media).is_file(), (s.id, media)  # make_media.py writes every file a row names
+
+
+def _train(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "videorl.cli", "train", *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.slow
+def test_the_small_cpu_example_trains_and_resumes_after_its_run_moves(tmp_path: Path, tiny_model_dir) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(EXAMPLES / "data" / "train.jsonl", data)
+    subprocess.run([sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)], check=True,
+                   capture_output=True, timeout=120)
+    run = tmp_path / "run"
+    done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
+                  f"data.train_files=[{data / 'train.jsonl'}]", f"data.cache_dir={tmp_path / 'cache'}",
+                  f"output_dir={run}", "trainer.progress_bar=false")
+    assert done.returncode == 0, done.stderr[-4000:]
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    # 8 rows per step over 16 rows: every problem type's template and reward ran once in the two steps
+    seen = {k for m in metrics for k in m if k.startswith("reward/") and k != "reward/overall"}
+    assert len(seen) == 15, sorted(seen)
+
+    moved = tmp_path / "elsewhere" / "moved-run"
+    moved.parent.mkdir()
+    shutil.move(run, moved)
+    done = _train(str(moved / "config.yaml"), "--resume", "auto", "trainer.max_steps=3", "trainer.progress_bar=false")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"run directory: {moved}" in done.stdout
+    metrics = [json.loads(line) for line in (moved / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert not run.exists()
+
+
+def test_every_example_the_docs_name_exists() -> None:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), EXAMPLES / "README.md"]
+    named = 0
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8")
+        for match in re.finditer(r"(?<![\w/.-])examples/[\w./-]*\w", text):
+            assert (ROOT / match.group(0)).exists(), (doc, match.group(0))
+            named += 1
+        # a config a command trains from is a file in the repository, or a placeholder in capitals
+        for match in re.finditer(r"videorl train (\S+\.ya?ml)", text):
+            name = match.group(1)
+            assert name.isupper() or name.startswith(("my-", "MOVED/", "RUN/")) or (ROOT / name).is_file(), (doc, name)
+    assert named >= 4
