@@ -87,8 +87,15 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
         engine = load_file(str(dumps / f"rank{r}-engine.safetensors"))
         assert engine.keys() == checkpoint.keys()
         assert all(torch.equal(engine[k], checkpoint[k]) for k in checkpoint), f"rank {r}'s engine copy"
-    initial = backend_for_model(model, plugins.model_backends).load_model().state_dict()
+    base = backend_for_model(model, plugins.model_backends).load_model()
+    initial = base.state_dict()
     assert initial.keys() == checkpoint.keys()
+    # rank 0 read the model, rank 1 built it on meta and received its shards and buffers
+    for r in (0, 1):
+        start = load_file(str(dumps / f"rank{r}-initial.safetensors"))
+        assert start.keys() == initial.keys() | {f"buffer:{n}" for n, _ in base.named_buffers()}
+        assert all(torch.equal(start[k], initial[k]) for k in initial), f"rank {r}'s initial weights"
+        assert all(torch.equal(start[f"buffer:{n}"], b) for n, b in base.named_buffers()), f"rank {r}'s buffers"
     tower = [k for k in checkpoint if k.startswith("model.visual.")]
     assert tower and any(not torch.equal(checkpoint[k], initial[k]) for k in tower)  # trained by rank 0's video
     rows = read_metrics(run / "metrics.jsonl")
@@ -158,6 +165,9 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     dist = init_distributed()
     collectives, devices = _record_collectives()
     training = build_training(load_config(None, overrides), load_plugins(), dist=dist)
+    start = {k: v.contiguous() for k, v in training.actor.state_dict().items()}
+    start.update({f"buffer:{n}": b.detach().clone() for n, b in training.actor.model.named_buffers()})
+    save_file(start, str(dumps / f"rank{dist.rank}-initial.safetensors"))
     data_types: list[str] = []
     encode = training.encode
 

@@ -223,25 +223,32 @@ def make_actor(
     sharded = dist.world_size > 1
     # Master weights and optimizer states stay float32 (an lr of 1e-6 cannot move a bf16 weight);
     # model.dtype is the compute dtype: autocast in one process, FSDP2's mixed precision when sharded.
-    # Sharded, the model is read into host memory and each FSDP unit moves to the device as it is
-    # sharded (fully_shard), so a GPU never holds more than one unit's full float32 weights; the
-    # whole float32 model on each GPU first (33 GB at 7B) leaves vLLM too little to start.
-    model = backend.load_model(dtype=torch.float32, device=None if sharded else device)
+    # Sharded, rank 0 reads the model into host memory and the others build it on meta; each FSDP
+    # unit moves to the device as it is sharded (fully_shard) and rank 0 sends every rank its shards,
+    # so a GPU never holds more than one unit's full float32 weights (the whole float32 model on each
+    # GPU first, 33 GB at 7B, leaves vLLM too little to start) and the checkpoint is read once.
+    model = backend.load_model(dtype=torch.float32, device=distributed.load_device(dist.rank) if sharded else device)
+    initial = dict(model.state_dict()) if sharded and dist.rank == 0 else {}
     distributed.use_fast_attention(model, dtype)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_model = None
     if config.algorithm.use_kl_loss if reference is None else reference:
-        ref_model = load_reference(config, backend, sharded=sharded)
+        ref_model = load_reference(config, backend, device=distributed.load_device(dist.rank) if sharded else None)
     vision_sync = backend.install_vision_sync(model)
     # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
     # process needs none (and the HF engine, generating with the actor, would run it every token).
     vision_sync.dummy = sharded
     if sharded:
         distributed.shard_model(model, compute_dtype=dtype)
+        distributed.fill_from_rank0(model, initial)
+        del initial
         if ref_model is not None:  # sharded too: its forward is a collective, so it needs the dummy as well
+            ref_initial = dict(ref_model.state_dict()) if dist.rank == 0 else {}
             backend.install_vision_sync(ref_model).dummy = True
             distributed.shard_model(ref_model, compute_dtype=dtype)
+            distributed.fill_from_rank0(ref_model, ref_initial)
+            del ref_initial
         distributed.release_cached_memory()  # the blocks sharding freed, for the engine about to start
     o = config.optim
     optimizer = torch.optim.AdamW(
@@ -262,15 +269,15 @@ def fused_adamw_options(device: Any) -> dict[str, Any]:
     return {"fused": True} if getattr(device, "type", str(device)) == "cuda" else {}
 
 
-def load_reference(config: TrainConfig, backend: ModelBackend, *, sharded: bool = False) -> Any:
-    """The frozen reference policy (the base checkpoint) in ``model.dtype``, for the KL penalty (in
-    host memory when it is to be sharded: see :func:`make_actor`)."""
+def load_reference(config: TrainConfig, backend: ModelBackend, *, device: Any = None) -> Any:
+    """The frozen reference policy (the base checkpoint) in ``model.dtype``, for the KL penalty, on
+    ``device`` (None: this process's accelerator; to be sharded: see :func:`make_actor`)."""
     import torch
 
     from videorl.train import distributed
 
     dtype = getattr(torch, config.model.dtype)
-    device = None if sharded else distributed.local_device()
+    device = distributed.local_device() if device is None else device
     model = backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
     distributed.use_fast_attention(model, dtype)
     return model

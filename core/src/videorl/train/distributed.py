@@ -101,6 +101,35 @@ def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float
     return model
 
 
+def load_device(rank: int) -> torch.device:
+    """Where a rank builds a model it will shard: rank 0 reads the weights into host memory, the
+    other ranks build the architecture alone on ``meta`` and receive their shards
+    (:func:`fill_from_rank0`), so a node reads the checkpoint once, not once per GPU."""
+    return torch.device("cpu" if rank == 0 else "meta")
+
+
+def fill_from_rank0(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Give a sharded ``model`` rank 0's weights: ``state`` is rank 0's full state dict (taken before
+    sharding), empty on the other ranks, whose meta shards are allocated here on their device.
+
+    Each tensor goes from rank 0 to the others one at a time (``broadcast_from_rank0``), and every
+    rank keeps its shard. Non-persistent buffers (rotary ``inv_freq``) are in no state dict: they are
+    broadcast from rank 0 as they are."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    device = local_device()
+    if dist.get_rank() != 0:
+        model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, cast(dict[str, Any], state), options=options)
+    for module in model.modules():
+        for name in sorted(module._non_persistent_buffers_set):
+            buffer = module._buffers.get(name)
+            if buffer is not None:
+                dist.broadcast(buffer, src=0)
+
+
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's parameters and buffers on every rank, on the CPU, with HF names.
 

@@ -126,14 +126,19 @@ class QwenVLBackend:
         return self.processor.tokenizer
 
     def load_model(self, *, dtype: Any = None, device: Any = None) -> Any:
-        """The model (``AutoModelForImageTextToText.from_pretrained``), in eval mode."""
+        """The model (``AutoModelForImageTextToText.from_pretrained``), in eval mode. On the ``meta``
+        device: the architecture alone, no weight read (for FSDP ranks that receive their shards)."""
         import torch
-        from transformers import AutoModelForImageTextToText
+        from transformers import AutoConfig, AutoModelForImageTextToText
 
         _ = self.config  # validates model_type and geometry first
-        model = AutoModelForImageTextToText.from_pretrained(
-            str(self._require_path()), dtype=dtype or torch.float32
-        )
+        dtype = dtype or torch.float32
+        if device is not None and torch.device(device).type == "meta":
+            with torch.device("meta"):
+                config = AutoConfig.from_pretrained(str(self._require_path()))
+                model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
+            return self.prepare_model(model).eval()
+        model = AutoModelForImageTextToText.from_pretrained(str(self._require_path()), dtype=dtype)
         if device is not None:
             model = model.to(device)
         return self.prepare_model(model).eval()
