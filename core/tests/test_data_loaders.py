@@ -155,3 +155,22 @@ def test_a_folder_or_a_single_video(tmp_path: Path) -> None:
     assert [s.id for s in load_samples(tmp_path / "d")] == ["b.mp4", "sub/a.webm"]
     (single,) = load_samples(tmp_path / "d" / "b.mp4")
     assert single.videos == [str(tmp_path / "d" / "b.mp4")]
+
+
+def test_invalid_and_too_deep_jsonl_lines_are_collected_with_where(tmp_path: Path) -> None:
+    from videorl.data.loaders import RowError
+
+    good = json.dumps({"problem": "Q", "answer": "A"})
+    path = tmp_path / "rows.jsonl"
+    path.write_text(f"{good}\n{{broken\n" + "[" * 100_000 + "]" * 100_000 + f"\n{good.replace('Q', 'R')}\n")
+    errors: list[DataError] = []
+    samples = load_samples(path, errors=errors)
+    assert [s.problem for s in samples] == ["Q", "R"]
+    assert [(type(e), e.where) for e in errors] == [(RowError, f"{path}:2"), (RowError, f"{path}:3")]  # type: ignore[attr-defined]
+    assert str(errors[1]) == f"{path}:3: nested too deeply to read"
+    with pytest.raises(DataError, match=r"rows.jsonl:2:2: invalid JSON"):
+        load_samples(path)
+    array = tmp_path / "rows.json"
+    array.write_text("[" + "[" * 100_000 + "]" * 100_000 + "]")
+    with pytest.raises(DataError, match=r"rows.json:1: nested too deeply to read"):
+        load_samples(array)
