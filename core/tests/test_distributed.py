@@ -154,3 +154,51 @@ def test_flash_attention_where_it_runs(monkeypatch: Any) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     installed["flash_attn"] = True
     assert attention_implementation(torch.bfloat16) is None
+
+
+_GROUPED_RANK = """
+import json, sys
+import torch, torch.distributed as dist
+from videorl.model_inputs import EncodedPrompt
+from videorl.rollout import Completion, SamplingParams
+from videorl.rollout.placement import GroupedEngine, engine_placement
+
+class LabelEngine:  # answers each prompt with its sample id's length, recording what it was asked
+    def __init__(self):
+        self.asked = []
+    def generate(self, prompts, params):
+        self.asked += [p.sample_id for p in prompts]
+        assert all(p.visual == {} for p in prompts)  # the pixels stay home
+        return [[Completion([len(p.sample_id)] * params.n, [0.0] * params.n, "stop")] for p in prompts]
+
+rank, init, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=2)
+placement = engine_placement(rank=rank, world_size=2, local_rank=rank, local_world_size=2,
+                             tensor_parallel_size=2, cuda=False)
+engine = LabelEngine() if placement.hosts_engine else None
+grouped = GroupedEngine(engine, placement, dist.new_group([0, 1]))
+ids = ["a", "bbb"] if rank == 0 else ["cc", "dddd", "eeeee"]
+prompts = [EncodedPrompt(i, [1], None, {"pixel_values": torch.ones(2)}, [1], None) for i in ids]
+got = grouped.generate(prompts, SamplingParams(n=2))
+with open(f"{out}/rank{rank}.json", "w") as f:
+    json.dump({"tokens": [g[0].token_ids for g in got], "asked": engine.asked if engine else None}, f)
+dist.destroy_process_group()
+"""
+
+
+def test_a_tensor_parallel_group_generates_on_its_leader_and_each_rank_gets_its_own(tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _GROUPED_RANK, str(r), str(tmp_path / "pg"), str(tmp_path)],
+                         stderr=subprocess.PIPE, text=True)
+        for r in (0, 1)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["asked"] == ["a", "bbb", "cc", "dddd", "eeeee"]  # the leader generated the group's prompts
+    assert ranks[0]["tokens"] == [[1, 1], [3, 3]] and ranks[1]["tokens"] == [[2, 2], [4, 4], [5, 5]]
+    assert ranks[1]["asked"] is None  # rank 1 holds no engine
