@@ -124,7 +124,7 @@ clip_high: 0.3
 def test_unknown_section_lists_the_valid_keys() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, [*REQUIRED, "zzz.q=1"])
-    assert "override 'zzz.q=1': unknown key 'zzz'. Valid keys: seed, output_dir, model, data," in str(
+    assert "override 'zzz.q=1': unknown key 'zzz'. Valid keys: seed, plugins, output_dir, model, data," in str(
         info.value
     )
 

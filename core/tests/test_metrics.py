@@ -113,7 +113,8 @@ def test_tensorboard_scalars_survive_a_resume(tmp_path: Path) -> None:
 
 
 def test_run_metadata(tmp_path: Path) -> None:
-    config = load_config(None, ["model.path=/m", "data.train_files=[a.jsonl]", "seed=5"])
+    config = load_config(None, ["model.path=/m", f"data.train_files=[{tmp_path / 'a.jsonl'}]", "seed=5",
+                                f"output_dir={tmp_path / 'run'}"])  # fmt: skip
     plugins = load_plugins(entry_points=False)
     info = write_run_metadata(tmp_path / "run", config, plugins, argv=["videorl", "train", "c.yaml"])
     assert load_config(tmp_path / "run" / "config.yaml") == config
