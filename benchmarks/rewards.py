@@ -11,9 +11,14 @@ Prints one JSON line:
   power tower with math-verify's own timeouts off, ``while True: pass``), math and code timeouts
   ``--hang-timeout`` seconds: ``seconds`` it took, ``bound_s`` = (hanging math + hanging code) ×
   timeout + 3 s of worker restarts per hanging math input, and whether the hanging inputs scored
-  0.1 (format only) and the others 1.0.
+  0.1 (format only) and the others 1.0;
+- ``code_sandbox``: the cost of the code sandbox's isolation, both ways in the same run, alternated:
+  ``ms_per_call`` of one program with 3 assert tests run alone (``isolated``: bubblewrap namespaces,
+  seccomp and rlimits; ``unisolated``: the opt-in fallback, rlimits and an audit hook) and
+  ``isolation_cost_ms`` their difference (best of ``--repeats``); ``rows_per_s`` of ``--code-rows``
+  code rows scored by the router (8 threads) each way; and the ``level`` of isolation found.
 
-Usage: ``python benchmarks/rewards.py [--rows N] [--repeats N] [--hang-timeout S]``
+Usage: ``python benchmarks/rewards.py [--rows N] [--repeats N] [--hang-timeout S] [--code-rows N]``
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any
 from videorl.cli import make_cli
 from videorl.plugins import load_plugins
 from videorl.rewards import RewardConfig, RewardInput, RewardRouter
+from videorl_rewards.python_code import CodeReward
+from videorl_rewards.sandbox import Limits, isolation, run_python
 
 TYPES = ("multiple choice", "numerical", "temporal grounding", "open-ended", "math")
 
@@ -36,6 +43,7 @@ TYPES = ("multiple choice", "numerical", "temporal grounding", "open-ended", "ma
 def make_row(i: int, rng: random.Random) -> dict[str, Any]:
     kind = TYPES[i % len(TYPES)]
     right = rng.random() < 0.5
+    sample: dict[str, Any]
     if kind == "multiple choice":
         letter = "ABCD"[i % 4]
         answer = letter if right else "ABCD"[(i + 1) % 4]
@@ -142,11 +150,47 @@ def hang_batch(timeout: float) -> dict[str, Any]:
     }
 
 
+def code_sandbox(rows: int, repeats: int) -> dict[str, Any]:
+    """Per-call cost and router throughput of the code reward, isolated and not, measured alternately."""
+    program = "def add(a, b):\n    return a + b"
+    tests = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]
+    calls = 20
+    per_call: dict[str, float] = {}
+    throughput: dict[str, float] = {}
+    reward = CodeReward()  # refuses where the machine cannot isolate: then there is nothing to compare
+    router = RewardRouter.of({"code": reward})
+    inputs = [
+        RewardInput(f"<answer>{program}</answer>", "code", "", sample_id=f"c{i}", extra={"tests": tests})
+        for i in range(rows)
+    ]
+    for _ in range(repeats):
+        for isolated in (True, False):
+            key = "isolated" if isolated else "unisolated"
+            start = time.perf_counter()
+            for _ in range(calls):
+                run = run_python(program, tests, mode="assert", limits=Limits(), isolated=isolated)
+                assert all(r.get("ok") for r in run.reports.values()) and len(run.reports) == 3
+            per_call[key] = min(per_call.get(key, float("inf")), (time.perf_counter() - start) / calls * 1e3)
+            reward.isolated = isolated
+            start = time.perf_counter()
+            outs = router.score(inputs)
+            assert all(o is not None and o.score == 1.0 for o in outs)
+            throughput[key] = max(throughput.get(key, 0.0), rows / (time.perf_counter() - start))
+    return {
+        "level": isolation().level,
+        "ms_per_call": {k: round(v, 1) for k, v in per_call.items()},
+        "isolation_cost_ms": round(per_call["isolated"] - per_call["unisolated"], 1),
+        "rows": rows,
+        "rows_per_s": {k: round(v, 1) for k, v in throughput.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--hang-timeout", type=float, default=1.0)
+    parser.add_argument("--code-rows", type=int, default=200)
     args = parser.parse_args()
     rng = random.Random(0)
     rows = [make_row(i, rng) for i in range(args.rows)]
@@ -166,6 +210,7 @@ def main() -> None:
     result["outputs_identical"] = same
     result["per_type_us_1_worker"] = per_type(rows)
     result["hang_batch"] = hang_batch(args.hang_timeout)
+    result["code_sandbox"] = code_sandbox(args.code_rows, args.repeats)
     print(json.dumps(result))
 
 
