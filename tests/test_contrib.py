@@ -11,12 +11,26 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRIB = ROOT / "contrib"
+
+
+def _litter() -> list[str]:
+    """What builds and test runs leave in contrib/: build/, *.egg-info, __pycache__, .pytest_cache."""
+    names = {"build", "__pycache__", ".pytest_cache"}
+    return sorted(str(p) for p in CONTRIB.rglob("*") if p.is_dir() and (p.name in names or p.suffix == ".egg-info"))
+
+
+@pytest.fixture(autouse=True)
+def _leaves_the_checkout_clean() -> Iterator[None]:
+    before = _litter()
+    yield
+    assert _litter() == before, "this test wrote into contrib/"
 
 
 def _pip_install_target(package: Path, target: Path) -> None:
@@ -29,7 +43,7 @@ def _pip_install_target(package: Path, target: Path) -> None:
 
 
 def _env_with(target: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # running the contrib tests writes nothing there
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH", "")]))
     env.pop("VIDEORL_DISABLE_PLUGINS", None)
     return env
@@ -54,7 +68,7 @@ def test_contrib_example_is_not_installed_by_default_and_is_discovered_once_inst
     assert entry["components"] == {"prompt_templates": ["counting", "counting/thinking"], "rewards": ["counting"]}
     assert entry["hooks"] == ["register_prompt_templates", "register_rewards"]
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "videorl.testing", "-o", "addopts=",
+        [sys.executable, "-m", "pytest", "-q", "-p", "videorl.testing", "-p", "no:cacheprovider", "-o", "addopts=",
          str(CONTRIB / "videorl-reward-counting" / "tests")],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )
@@ -81,7 +95,9 @@ def test_plugin_template_renders_installs_and_passes_its_own_tests(tmp_path: Pat
     module = "reward.py" if kind == "rewards" else "benchmark.py"
     assert files == sorted(
         [
+            "MANIFEST.in",
             "README.md",
+            "_build_in_copy.py",
             "pyproject.toml",
             f"src/videorl_{underscored}/__init__.py",
             f"src/videorl_{underscored}/plugin.py",

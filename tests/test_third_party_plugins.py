@@ -244,3 +244,24 @@ def test_with_strict_plugins_a_collision_stops_the_start(acme: tuple[dict[str, s
     disabled = videorl(env, work, "--strict-plugins", "--disable-plugin", "videorl-acme", "plugins", "--json")
     listed = {p["name"]: p for p in json.loads(disabled.stdout)}
     assert listed["videorl-acme"]["status"] == "disabled" and listed["videorl-rewards"]["conflicts"] == []
+
+
+# --- installing a plugin folder leaves it as it was ----------------------------------------------
+
+
+@pytest.mark.parametrize("plugin", ["videorl-models-llava-onevision", "videorl-reward-counting", "template"])
+def test_pip_install_of_a_plugin_folder_writes_nothing_into_it(tmp_path: Path, plugin: str) -> None:
+    if plugin == "template":
+        folder = render(tmp_path, "rewards", "shot count")
+    else:  # a copy stands in for the checkout, so that a regression leaves the real one clean
+        folder = tmp_path / "checkout" / plugin
+        shutil.copytree(CONTRIB / plugin, folder, ignore=shutil.ignore_patterns(*LITTER))
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(site), str(folder)],
+                   check=True, capture_output=True)  # fmt: skip
+    assert litter(folder) == []
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    (dist_info,) = site.glob("videorl_*.dist-info")
+    assert (dist_info / "entry_points.txt").read_text().startswith("[videorl]\n")
