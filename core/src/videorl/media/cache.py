@@ -174,6 +174,19 @@ def _regular_files(folder: Path) -> Iterator[os.DirEntry[str]]:
         yield from (e for e in it if e.is_file(follow_symlinks=False))
 
 
+def _scan(top: Path) -> Iterator[os.DirEntry[str]]:
+    """Everything under ``top``, without entering linked folders (nothing when ``top`` is a link)."""
+    if top.is_symlink() or not top.is_dir():
+        return
+    stack = [str(top)]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for entry in it:
+                yield entry
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+
+
 def _subfolders(folder: Path) -> Iterator[Path]:
     """The folders directly in ``folder``, linked ones skipped."""
     if folder.is_symlink() or not folder.is_dir():
@@ -274,12 +287,12 @@ class MediaCache:
         """Temporary files left by writers that were killed before their rename (links not followed)."""
         if self.root is None or not self.root.exists():
             return []
-        found: list[Path] = []
-        for top in _subfolders(self.root):
-            for folder, dirs, files in os.walk(top):  # os.walk follows no linked folders
-                found += [Path(folder, f) for f in files if is_temp(f) and not Path(folder, f).is_symlink()]
-                dirs[:] = [d for d in dirs if not Path(folder, d).is_symlink()]
-        return sorted(found)
+        return sorted(
+            Path(e.path)
+            for top in _subfolders(self.root)
+            for e in _scan(top)
+            if e.is_file(follow_symlinks=False) and is_temp(e.name)
+        )
 
     def broken_notes(self) -> list[Path]:
         """The notes of entries a load found damaged (see :meth:`build`)."""
@@ -296,12 +309,9 @@ class MediaCache:
 
     def links(self) -> list[Path]:
         """Symbolic links under ``entries/`` and ``sources/``: never followed by the listings above."""
-        found = [p for p in (self.entries_dir, self.sources_dir) if p.is_symlink()]
-        for top in (self.entries_dir, self.sources_dir):
-            if top.is_symlink() or not top.is_dir():
-                continue
-            for folder, dirs, files in os.walk(top):
-                found += [Path(folder, n) for n in [*dirs, *files] if Path(folder, n).is_symlink()]
+        tops = (self.entries_dir, self.sources_dir)
+        found = [p for p in tops if p.is_symlink()]
+        found += [Path(e.path) for top in tops for e in _scan(top) if e.is_symlink()]
         return sorted(found)
 
     def entries_for_source(self, source_sha256: str) -> list[Path]:
