@@ -198,3 +198,31 @@ def test_a_backend_lacking_protocol_members_is_failed_with_their_names(
     assert data["videorl-models"]["status"] == "ok"  # the first-party backends conform
     table = run_cli("plugins").output
     assert "videorl-internvl" in table and "failed" in table and "rollout_request" in table
+
+
+class OldSignatureBackend(SkeletonBackend):
+    """A backend whose build_tiny predates the width option."""
+
+    @classmethod
+    def build_tiny(cls, out_dir: Any, *, model_type: Any = None, seed: int = 0) -> Any:
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text(f'{{"model_type": "internvl_chat", "seed": {seed}}}')
+        return out_dir
+
+
+class OldSignaturePlugin:
+    @hookimpl
+    def register_model_backends(self, register: Any) -> None:
+        register("internvl", OldSignatureBackend, aliases=["internvl_chat"])
+
+
+def test_models_tiny_calls_a_build_tiny_without_width(
+    run_cli: Any, fake_entry_points: Any, tmp_path: Any
+) -> None:
+    fake_entry_points({"videorl-internvl": OldSignaturePlugin()})
+    out = tmp_path / "tiny"
+    result = run_cli("models", "tiny", "internvl", str(out), "--seed", "3").assert_success()
+    assert result.output == f"wrote a tiny internvl checkpoint to {out}\n"
+    assert (out / "config.json").read_text() == '{"model_type": "internvl_chat", "seed": 3}'
+    wide = run_cli("models", "tiny", "internvl", str(tmp_path / "wide"), "--width", "128")
+    assert wide.exit_code == 2 and "builds its tiny model at one width only" in wide.output + wide.stderr

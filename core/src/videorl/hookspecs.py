@@ -84,7 +84,9 @@ def register_model_backends(register: Register) -> None:
 
     A backend target is a class or factory that returns an object implementing
     :class:`videorl.api.ModelBackend`. The name is a model family (``"qwen2_5_vl"``); ``aliases``
-    list the further ``model_type`` values of ``config.json`` that the backend serves.
+    list the further ``model_type`` values of ``config.json`` that the backend serves. A class
+    lacking protocol members is listed as failed by ``videorl plugins``; check one with
+    :func:`videorl.testing.assert_backend_contract`.
     """
 
 
