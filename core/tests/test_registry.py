@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -147,3 +148,16 @@ def test_remove_origin_forgets_names_and_aliases() -> None:
     reg.register("b", factory, origin="two")
     reg.remove_origin("one")
     assert reg.names() == ["b"] and "aa" not in reg
+
+
+def test_three_claimants_are_named_in_one_error() -> None:
+    reg: Registry[object] = Registry("benchmark")
+    for origin in ("c-bench", "a-bench", "b-bench"):
+        with contextlib.suppress(DuplicateComponentError):
+            reg.register("toy", factory, origin=origin)
+    with pytest.raises(DuplicateComponentError) as err:
+        reg.get("toy")
+    assert str(err.value).startswith(
+        "benchmark 'toy' is registered 3 times: by distribution 'a-bench' (as 'toy') and by distribution "
+        "'b-bench' (as 'toy') and by distribution 'c-bench' (as 'toy'). None is used"
+    )

@@ -222,8 +222,9 @@ class _Index:
             who = " and ".join(f"by distribution {e.origin!r} (as {e.name!r})" for e in ordered)
             origins = tuple(dict.fromkeys(e.origin for e in ordered))
             disable = " or ".join(f"VIDEORL_DISABLE_PLUGINS={o}" for o in origins)
+            times, unused = ("twice", "Neither") if len(ordered) == 2 else (f"{len(ordered)} times", "None")
             message = (
-                f"{kind} {key!r} is registered twice: {who}. Neither is used, whichever loads first; "
+                f"{kind} {key!r} is registered {times}: {who}. {unused} is used, whichever loads first; "
                 f"uninstall or disable one of them ({disable}), or rename the component."
             )
             self.collisions.append((message, origins))
