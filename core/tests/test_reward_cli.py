@@ -258,3 +258,20 @@ def test_duplicate_keys_in_the_config_file_are_errors(cli: Any, tmp_path: Path) 
     assert result.exit_code != 0 and result.exception is None
     assert f"{config}:4: duplicate key 'rewards.accuracy_weight' (first set on line 2)" in result.stderr
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_an_unreadable_input_is_a_message(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    rows = write_rows(tmp_path / "rows.jsonl", [{"problem_type": "exact", "answer": "1", "response": "1"}])
+    real_open = Path.open
+
+    def failing_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == rows:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", failing_open)
+    result = cli("reward", "--input", str(rows), "--output", str(tmp_path / "o.jsonl"))
+    assert result.exit_code != 0 and result.exception is None
+    assert f"cannot read --input {rows}: Input/output error" in result.stderr

@@ -332,7 +332,10 @@ def reward_command(
             "no rewards are installed: `pip install ./plugins/rewards` installs the library"
         )
     started = time.monotonic()
-    rows, bad = _read_rows(input_path, router, model_family)
+    try:
+        rows, bad = _read_rows(input_path, router, model_family)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read --input {input_path}: {exc.strerror or exc}") from exc
     try:
         broken = _unusable_rewards(rows, router, plugins.rewards)
     except ConfigError as exc:
