@@ -110,3 +110,24 @@ def test_an_owned_copy_follows_update_weights(setup: Any) -> None:
     shadow.load_state_dict(updated)
     expected = _teacher_forced(backend, shadow, prompts[:1], groups)
     assert max(abs(a - b) for a, b in zip(expected[0], groups[0][0].logprobs)) < 1e-5
+
+
+def test_only_the_chosen_tokens_log_probs_are_kept(setup: Any, monkeypatch: Any) -> None:
+    """No ``output_logits``: the engine never holds every step's full-vocabulary logits."""
+    backend, model, prompts = setup
+    calls: list[dict[str, Any]] = []
+    generate = model.generate
+
+    def recording(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        result = generate(**kwargs)
+        assert getattr(result, "logits", None) is None
+        return result
+
+    monkeypatch.setattr(model, "generate", recording)
+    groups = HFEngine(backend, model).generate(prompts, SamplingParams(n=2, max_tokens=5, seed=4))
+    assert calls and not any(c.get("output_logits") or c.get("output_scores") for c in calls)
+    expected = _teacher_forced(backend, model, prompts, groups)
+    got = [c.logprobs for g in groups for c in g]
+    assert all(len(e) == len(o) for e, o in zip(expected, got))
+    assert max(abs(a - b) for e, o in zip(expected, got) for a, b in zip(e, o)) < 1e-5

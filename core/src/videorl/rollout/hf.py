@@ -15,6 +15,41 @@ if TYPE_CHECKING:
     from videorl.model_inputs import EncodedPrompt
 
 
+class _ChosenLogprobs:
+    """A forward hook on the generating model that keeps the log-prob of each sampled token only.
+
+    ``generate(output_logits=True)`` would keep every step's raw logits, ``B×T×V`` (at 4,096 tokens,
+    152k vocabulary and 64 sequences: 640 GB in float32). Each forward's next-token logits are held
+    until the next forward, whose input is the token sampled from them; the last step's token comes
+    from the returned sequences. The log-probs are of the raw logits with the forbidden ids masked,
+    as the training forward computes them (:func:`~videorl.model_inputs.token_logprobs`)."""
+
+    def __init__(self, forbidden: Sequence[int]) -> None:
+        self.forbidden = forbidden
+        self.pending: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.steps.append(token_logprobs(self.pending, tokens, forbidden=self.forbidden))
+            self.pending = None
+
+    def __call__(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        input_ids = kwargs.get("input_ids")
+        if input_ids is not None and self.pending is not None:
+            self._take(input_ids[:, -1])
+        self.pending = output.logits[:, -1].detach()
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """``B×T`` log-probs of ``new_tokens`` (the generated part of the sequences)."""
+        import torch
+
+        self._take(new_tokens[:, -1])
+        if len(self.steps) != new_tokens.shape[1]:
+            raise RuntimeError(f"hf engine: {len(self.steps)} forward passes for {new_tokens.shape[1]} new tokens")
+        return torch.stack(self.steps, dim=1)
+
+
 class HFEngine:
     """Generates with ``model.generate`` on left-padded batches built by the backend.
 
@@ -79,20 +114,23 @@ class HFEngine:
                 "top_k": params.top_k or None,
             }
         )
-        with torch.no_grad():
-            result = self.model.generate(
-                **inputs.model_kwargs(),
-                max_new_tokens=params.max_tokens,
-                suppress_tokens=self.forbidden or None,
-                pad_token_id=self.pad_id,
-                eos_token_id=sorted(self.eos_ids),
-                output_logits=True,
-                return_dict_in_generate=True,
-                **sampling,
-            )
+        chosen = _ChosenLogprobs(self.forbidden)
+        handle = self.model.register_forward_hook(chosen, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                result = self.model.generate(
+                    **inputs.model_kwargs(),
+                    max_new_tokens=params.max_tokens,
+                    suppress_tokens=self.forbidden or None,
+                    pad_token_id=self.pad_id,
+                    eos_token_id=sorted(self.eos_ids),
+                    return_dict_in_generate=True,
+                    **sampling,
+                )
+        finally:
+            handle.remove()
         new_tokens = result.sequences[:, inputs.prompt_width :]
-        logits = torch.stack(result.logits, dim=1)  # B×T×V raw logits, before any processor
-        logprobs = token_logprobs(logits, new_tokens, forbidden=self.forbidden)
+        logprobs = chosen.finish(new_tokens)
         completions = [self._completion(new_tokens[i], logprobs[i]) for i in range(len(repeated))]
         return [completions[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
