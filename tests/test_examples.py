@@ -72,14 +72,9 @@ def _train(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_small_cpu_example_trains_and_resumes_after_its_run_moves(tmp_path: Path, tiny_model_dir) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copy(EXAMPLES / "data" / "train.jsonl", data)
-    subprocess.run([sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)], check=True,
-                   capture_output=True, timeout=120)
     run = tmp_path / "run"
     done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
-                  f"data.train_files=[{data / 'train.jsonl'}]", f"data.cache_dir={tmp_path / 'cache'}",
+                  f"data.train_files=[{_example_data(tmp_path)}]", f"data.cache_dir={tmp_path / 'cache'}",
                   f"output_dir={run}", "trainer.progress_bar=false")
     assert done.returncode == 0, done.stderr[-4000:]
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -97,6 +92,42 @@ def test_the_small_cpu_example_trains_and_resumes_after_its_run_moves(tmp_path: 
     metrics = [json.loads(line) for line in (moved / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert not run.exists()
+
+
+def _example_data(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(EXAMPLES / "data" / "train.jsonl", data)
+    subprocess.run([sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)], check=True,
+                   capture_output=True, timeout=120)
+    return data / "train.jsonl"
+
+
+@pytest.mark.slow
+def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(tmp_path: Path, tiny_model_dir) -> None:
+    """32 prompts per step over 16 rows: a warning with the numbers; the progress bar names the stage
+    the step is in (the rollout, then each update's micro-batches), not only finished steps."""
+    done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
+                  f"data.train_files=[{_example_data(tmp_path)}]", f"data.cache_dir={tmp_path / 'cache'}",
+                  f"output_dir={tmp_path / 'run'}", "data.rollout_batch_size=32", "actor.global_batch_size=16",
+                  "trainer.max_steps=1")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert ("data.rollout_batch_size is 32 but the training data has 16 samples: each step repeats every "
+            "sample about 2 times (32 prompts × 4 responses = 128 per step)") in done.stderr
+    assert "step 1: rollout 32 prompts × 4" in done.stderr
+    assert "step 1: update 1/2, micro-batch 1/" in done.stderr and "step 1: update 2/2, micro-batch 1/" in done.stderr
+
+
+def test_a_start_that_fails_leaves_no_run_directory(tmp_path: Path, tiny_model_dir) -> None:
+    train = _example_data(tmp_path)
+    runs = tmp_path / "runs"
+    for bad in ([f"model.path={tmp_path / 'no-model'}"], [f"data.train_files=[{tmp_path / 'missing.jsonl'}]"],
+                ["rollout.n=0"]):
+        done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
+                      f"data.train_files=[{train}]", f"data.cache_dir={tmp_path / 'cache'}", *bad,
+                      f"output_dir={runs / 'first'}")
+        assert done.returncode != 0 and "Error: " in done.stderr and "Traceback" not in done.stderr, bad
+        assert not runs.exists(), (bad, sorted(runs.rglob("*")))
 
 
 def test_every_example_the_docs_name_exists() -> None:

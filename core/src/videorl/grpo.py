@@ -123,13 +123,17 @@ class Trajectory:
 
 
 class StageTimer:
-    """Wall time per stage of a step (``time/<stage>`` metrics)."""
+    """Wall time per stage of a step (``time/<stage>`` metrics); ``show`` (e.g. the progress bar's
+    :meth:`~videorl.train.metrics.ProgressBar.stage`) is told what the step is doing as it goes, so a
+    long step shows progress inside it."""
 
-    def __init__(self) -> None:
+    def __init__(self, show: Callable[[str], None] | None = None) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.show: Callable[[str], None] = show or (lambda _: None)
 
     @contextmanager
-    def __call__(self, stage: str) -> Iterator[None]:
+    def __call__(self, stage: str, detail: str = "") -> Iterator[None]:
+        self.show(f"{stage} {detail}".strip())
         start = time.perf_counter()
         try:
             yield
@@ -215,7 +219,7 @@ def rollout_groups(
     ``timer`` receives the generation time as ``rollout`` and the scoring time as ``reward``.
     """
     timer = timer or StageTimer()
-    with timer("rollout"):
+    with timer("rollout", f"{len(prompts)} prompts × {config.rollout.n}"):
         outputs = engine.generate([p.require_encoded() for p in prompts], sampling_params(config, seed=seed))
     return finish_groups(config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer)
 
@@ -338,10 +342,12 @@ def update(
                 old.update({id(t): logp[row] for row, t in enumerate(batch)})
     sums: dict[str, float] = defaultdict(float)
     actor.model.train()
-    for mini in minis:
+    for u, mini in enumerate(minis, start=1):
         counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in mini)), float(len(mini))])
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
-        for batch in _micro_batches(mini, budget, dist):
+        batches = _micro_batches(mini, budget, dist)
+        for j, batch in enumerate(batches, start=1):
+            timer.show(f"update {u}/{updates}, micro-batch {j}/{len(batches)}")
             logp, entropy, mask = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
             old_logp = torch.stack([old[id(t)] for t in batch]) if old else logp.detach()
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
@@ -606,7 +612,7 @@ def train(
     scorer = local_scorer(rewards, actor.backend)
     decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
     for step in range(start + 1, config.trainer.max_steps + 1):
-        timer = StageTimer()
+        timer = StageTimer(io.progress.stage if dist.rank == 0 and io.progress is not None else None)
         step_start = time.perf_counter()
         rollout = local_rollout(config, engine, scorer, actor.backend, encode, timer)
         kept, extra = collect_groups(config, step, prompts_per_rank, data, rollout, dist.rank)

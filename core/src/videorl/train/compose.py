@@ -8,6 +8,7 @@ the rollout engine. Everything is validated before the first rollout: every data
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from videorl.train.data import Prompt, PromptEncoder, TrainData
 
 CHECKPOINT_DIR = "checkpoints"
+log = logging.getLogger("videorl.train")
 
 
 @dataclass
@@ -336,12 +338,12 @@ def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
     return CheckpointManager(Path(config.output_dir) / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
 
 
-def open_checkpoints(config: TrainConfig, *, create: bool = True) -> tuple[CheckpointManager, Path | None]:
-    """The run's checkpoints (``output_dir`` created when ``create``) and the one to resume from; a run
-    directory that already holds checkpoints is only continued with ``trainer.resume``."""
+def open_checkpoints(config: TrainConfig) -> tuple[CheckpointManager, Path | None]:
+    """The run's checkpoints and the one to resume from; a run directory that already holds
+    checkpoints is only continued with ``trainer.resume``. Nothing is created here: ``output_dir``
+    appears with the run's first file, once the model, data and engine are ready, so a start that
+    fails leaves no empty run directory behind."""
     out = Path(config.output_dir)
-    if create:
-        out.mkdir(parents=True, exist_ok=True)
     checkpoints = checkpoint_manager(config)
     resume_from = checkpoints.resolve_resume(config.trainer.resume)
     if resume_from is None and checkpoints.latest() is not None:
@@ -357,6 +359,14 @@ def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEnc
     ``preprocessed_only`` mode every video must be in the cache)."""
     d = config.data
     samples = load_training_samples(config, rewards, d.train_files)
+    if 0 < len(samples) < d.rollout_batch_size:
+        log.warning(
+            "data.rollout_batch_size is %d but the training data has %d samples: each step repeats every "
+            "sample about %d times (%d prompts × %d responses = %d per step). Set data.rollout_batch_size "
+            "(and actor.global_batch_size) to at most %d for a step that sees each sample once.",
+            d.rollout_batch_size, len(samples), round(d.rollout_batch_size / len(samples)), d.rollout_batch_size,
+            config.rollout.n, d.rollout_batch_size * config.rollout.n, len(samples),
+        )
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
     encoder.check(samples + val_samples)
     if d.source_mode == "preprocessed_only":
@@ -383,7 +393,7 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
         )
     seed_everything(config.seed + dist.rank)
     out = Path(config.output_dir)
-    checkpoints, resume_from = open_checkpoints(config, create=dist.rank == 0)
+    checkpoints, resume_from = open_checkpoints(config)
 
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)

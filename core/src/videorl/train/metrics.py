@@ -338,7 +338,12 @@ class ProgressBar:
         postfix = {"reward": f"{reward:.3f}"} if reward is not None else {}
         postfix.update({k: f"{v:.3g}" for k, v in extra.items()})
         self._bar.set_postfix(postfix, refresh=False)
+        self._bar.set_description_str("step", refresh=False)
         self._bar.update(step - self._bar.n)
+
+    def stage(self, text: str) -> None:
+        """Show what the step under way is doing (``rollout 16 prompts × 8``, ``update 1/2, ...``)."""
+        self._bar.set_description_str(f"step {self._bar.n + 1}: {text} |", refresh=True)
 
     def close(self) -> None:
         self._bar.close()
