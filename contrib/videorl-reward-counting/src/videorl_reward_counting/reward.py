@@ -31,7 +31,7 @@ class CountingReward(TaskReward):
 
     name = "counting"
     truth_shape = "a whole count such as 3 (digits or a number word)"
-    truth_types = (str, int)
+    truth_types = (str, int, float)  # a number or its text; parse_count refuses 2.5
 
     def __init__(
         self,
