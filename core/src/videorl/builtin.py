@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 def register_rollout_engines(register: Register) -> None:
     register("hf", "videorl.rollout.hf:HFEngine", description="transformers generate (exact, simple)")
     register("vllm", "videorl.rollout.vllm:VLLMEngine", description="vLLM (CPU build or CUDA)")
-    register("vllm-async", "videorl.rollout.vllm_async:AsyncVLLMEngine", description="vLLM AsyncLLM, chunked prefill")
+    register(
+        "vllm-async",
+        "videorl.rollout.vllm_async:AsyncVLLMEngine",
+        description="vLLM AsyncLLM, chunked prefill",
+    )
+
 
 @hookimpl
 def register_commands(cli: click.Group) -> None:

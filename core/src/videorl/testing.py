@@ -227,7 +227,9 @@ def _check_row_scoring_fields(row: BenchmarkRow, name: str) -> None:
     """What scoring and the rewards read: a problem type, a ground truth, and for multiple choice
     the option texts with the answer as the letter of one of them."""
     where = f"{name}: row {row.id!r}"
-    assert isinstance(row.problem_type, str) and row.problem_type.strip(), f"{where}: problem_type {row.problem_type!r}"
+    assert isinstance(row.problem_type, str) and row.problem_type.strip(), (
+        f"{where}: problem_type {row.problem_type!r}"
+    )
     assert isinstance(row.problem, str) and row.problem.strip(), f"{where}: empty problem"
     assert row.answer is not None, f"{where}: no answer (ground truth)"
     if row.problem_type == "multiple_choice":
@@ -236,7 +238,9 @@ def _check_row_scoring_fields(row: BenchmarkRow, name: str) -> None:
             f"{where}: a multiple_choice row needs at least two option texts, got {row.options!r}"
         )
         letters = [chr(65 + i) for i in range(len(options))]
-        assert row.answer in letters, f"{where}: answer {row.answer!r} is not one of the option letters {letters}"
+        assert row.answer in letters, (
+            f"{where}: answer {row.answer!r} is not one of the option letters {letters}"
+        )
 
 
 def assert_benchmark_contract(
@@ -438,9 +442,7 @@ def assert_backend_contract(
     )
     padded = set(range(len(backend.tokenizer), model.get_output_embeddings().weight.shape[0]))
     allowed = sorted(padded - forbidden)
-    assert not allowed, (
-        f"{name}: forbidden_token_ids() misses padded-vocabulary ids {allowed[:8]}"
-    )
+    assert not allowed, f"{name}: forbidden_token_ids() misses padded-vocabulary ids {allowed[:8]}"
     batches = [[kind] for kind in data_types] + ([list(data_types)] if len(data_types) > 1 else [])
     for kinds in batches:
         where = f"{name}, batch {'+'.join(kinds)}"
