@@ -60,3 +60,26 @@ def test_distribution_builds_alone(tmp_path: Path, folder: str, dist: str, packa
         source = "\n".join(wheel.read(n).decode() for n in names if n.endswith(".py"))
         for other in {"videorl_rewards", "videorl_benchmarks", "videorl_models"} - {package}:
             assert f"import {other}" not in source and f"from {other}" not in source  # public API only
+
+
+@pytest.mark.parametrize("plugin", ["videorl-models-llava-onevision", "videorl-reward-counting"])
+def test_a_contrib_sdist_carries_its_build_backend_and_installs(tmp_path: Path, plugin: str) -> None:
+    """The contrib plugins build through _build_in_copy.py (backend-path): their sdist must ship it."""
+    import tarfile
+
+    source = tmp_path / plugin
+    shutil.copytree(ROOT / "contrib" / plugin, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    code = "import sys, _build_in_copy as b; print(b.build_sdist(sys.argv[1]))"
+    name = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=source, check=True,
+                          capture_output=True, text=True).stdout.split()[-1]  # fmt: skip
+    sdist = tmp_path / "dist" / name
+    with tarfile.open(sdist) as tar:
+        members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
+    assert {"_build_in_copy.py", "MANIFEST.in", "pyproject.toml"} <= members
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--target", str(tmp_path / "site"), str(sdist)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert list((tmp_path / "site").glob("videorl_*.dist-info"))
+    assert not [p for p in source.rglob("*") if p.name == "build" or p.suffix == ".egg-info"]
