@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,12 +331,14 @@ def test_io_flood_is_capped_and_the_scorer_survives(host: dict[str, Any]) -> Non
     assert out is not None and out.score == 0.0
 
 
-def test_refusal_without_isolation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_refusal_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the kernel offers no user namespaces (simulated: a bwrap that fails as bwrap fails there),
     the code reward refuses to run, naming the cause and the opt-in."""
     from videorl_rewards import sandbox
 
-    fake = tmp_path / "bwrap"
+    folder = Path(tempfile.mkdtemp(prefix="videorl-fake-bwrap-"))
+    folder.chmod(0o755)  # the sandbox user runs it when the scorer is root
+    fake = folder / "bwrap"
     fake.write_text(
         "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does "
         "not allow non-privileged user namespaces.' >&2\nexit 1\n"
@@ -350,6 +354,7 @@ def test_refusal_without_isolation(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
             CodeReward()
     finally:
         isolation.cache_clear()
+        shutil.rmtree(folder)
 
 
 def test_signals_do_not_reach_the_host() -> None:
@@ -362,3 +367,28 @@ def test_signals_do_not_reach_the_host() -> None:
     )
     out = reward(RewardInput(program, "code", "", extra={"tests": ["assert PIDS == [1, 2] and PPID == 1"]}))
     assert out is not None and out.score == pytest.approx(0.9), out
+
+
+def test_the_sandbox_dies_with_the_scorer(tmp_path: Path) -> None:
+    """A scorer killed mid-run (SIGKILL: no cleanup of its own) takes the whole sandbox with it."""
+    if not isolation().available:
+        pytest.skip("no isolated sandbox here; test_refusal_without_isolation ran instead")
+    mark = "vrldie" + secrets.token_hex(4)
+    program = (
+        f"open('/proc/self/comm', 'w').write({mark!r})\nimport os, time\n"
+        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)"
+    )
+    scorer = (
+        "import os, signal, threading, time\nfrom videorl_rewards.sandbox import Limits, run_python\n"
+        f"threading.Thread(target=run_python, args=({program!r}, ['pass']), "
+        "kwargs=dict(mode='assert', limits=Limits(seconds=30)), daemon=True).start()\n"
+        f"while len([p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{{p}}/comm').read().strip() == {mark!r}]) < 2:\n"
+        "    time.sleep(0.05)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    proc = subprocess.run([sys.executable, "-c", scorer], timeout=60)
+    assert proc.returncode == -9
+    deadline = time.monotonic() + 5.0
+    while _processes_named(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_named(mark) == []

@@ -120,29 +120,42 @@ def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
     if "seccomp" in fds:
         args += ["--seccomp", str(fds["seccomp"])]
     if os.geteuid() == 0:
-        args = _drop_root(bwrap, prefix) + args
+        args = _drop_root(prefix) + args
     return args
 
 
-def _drop_root(bwrap: str, prefix: str) -> list[str]:
-    """The stage that runs the sandbox's bwrap as ``SANDBOX_UID`` when the scorer is root (the kernel
-    does not apply RLIMIT_NPROC to root, nor its file permissions). An unprivileged bwrap cannot reach a
-    Python installed under a private directory (pyenv in ``/root``), so this stage, still root, shows
-    the installation through a tmpfs over the first private directory above it, in a mount namespace of
-    its own."""
-    stage = [bwrap, "--dev-bind", "/", "/", "--die-with-parent"]
-    parts = Path(prefix).parts
-    for i in range(2, len(parts)):
-        ancestor = str(Path(*parts[:i]))
-        if not os.stat(ancestor).st_mode & 0o001:  # others may not traverse it
-            stage += ["--perms", "0755", "--tmpfs", ancestor]
-            for j in range(i + 1, len(parts)):
-                stage += ["--perms", "0755", "--dir", str(Path(*parts[:j]))]
-            stage += ["--ro-bind", prefix, prefix]
-            break
-    setpriv = shutil.which("setpriv") or "setpriv"
+# Run by unshare(1) in a mount namespace of its own: a tmpfs over $2 (the private directory above the
+# Python installation $1), the installation bound read-only at its own path again (through the working
+# directory, which still is the original), then exec the rest of the arguments.
+_SHOW_PYTHON = (
+    'umask 022 && cd "$1" && mount -t tmpfs -o mode=0755 videorl "$2" && mkdir -p "$1" && '
+    'mount -c --bind /proc/self/cwd "$1" && mount -c -o remount,bind,ro "$1" && cd / && shift 2 && exec "$@"'
+)
+
+
+def _drop_root(prefix: str) -> list[str]:
+    """What runs the sandbox's bwrap as ``SANDBOX_UID`` when the scorer is root: the kernel applies
+    neither RLIMIT_NPROC nor file permissions to root. Every step execs the next, so bwrap stays the
+    scorer's child and dies with it (``--pdeathsig``: a change of user clears bwrap's own). An
+    unprivileged bwrap cannot reach a Python installed under a private directory (pyenv in ``/root``):
+    there, a root mount namespace first shows the installation alone (``_SHOW_PYTHON``)."""
     uid = str(SANDBOX_UID)
-    return [*stage, "--", setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+    drop = [shutil.which("setpriv") or "setpriv", "--reuid", uid, "--regid", uid, "--clear-groups"]
+    drop += ["--pdeathsig", "KILL", "--"]
+    parts = Path(prefix).parts
+    private = next(
+        (
+            str(Path(*parts[:i]))
+            for i in range(2, len(parts))
+            if not os.stat(Path(*parts[:i])).st_mode & 0o001
+        ),
+        None,
+    )
+    if private is None:
+        return drop
+    unshare = shutil.which("unshare") or "unshare"
+    show = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _SHOW_PYTHON, "sh"]
+    return [*show, prefix, private, *drop]
 
 
 def _memfd(name: str, data: bytes) -> int:
