@@ -178,3 +178,38 @@ def test_training_and_evaluation_share_each_familys_default_budget(tmp_path: Pat
     with pytest.raises(ConfigError, match=r"data: video_min_pixels \(4096\) must be positive and at most "
                                           r"video_max_pixels \(3136\) \(with data.video_max_pixels=3136;"):
         make_encoder(small, plugins.model_backends.create("qwen3_vl"), plugins)
+
+
+def test_run_takes_a_training_run_or_one_of_its_checkpoints(
+    colours: Path, tmp_path: Path, run_cli: Callable[..., CliResult]
+) -> None:
+    """``--model RUN`` evaluates the run's latest checkpoint (exported to OUT/model, as ``videorl
+    export`` would), not its base model; the same checkpoint again reuses the export."""
+    import torch
+    from safetensors.torch import load_file
+
+    from videorl.config import dump_config, load_config
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl_models.tiny import build_tiny
+
+    base = build_tiny("qwen2_5_vl", tmp_path / "base", seed=0)
+    trained = {k: v + 0.5 for k, v in load_file(str(base / "model.safetensors")).items()}
+    run = tmp_path / "train-run"
+    step = CheckpointManager(run / "checkpoints").save(3, model_state=trained)
+    config = load_config(None, [f"model.path={base}", f"data.train_files=[{tmp_path / 't.jsonl'}]", f"output_dir={run}"])
+    (run / "config.yaml").write_text(dump_config(config, run))
+
+    out = tmp_path / "eval"
+    args = ["--plugin", "colours_plugin", "eval", "run", "--benchmark", "colours", "--data-root", str(colours),
+            "--out", str(out), "--max-tokens", "2", "--quiet"]
+    result = run_cli(*args, "--model", str(run))
+    result.assert_success()
+    assert f"exported {step.resolve()} to {out / 'model'}" in result.output
+    exported = load_file(str(out / "model" / "model.safetensors"))
+    assert exported.keys() <= trained.keys()
+    for name, tensor in exported.items():
+        torch.testing.assert_close(tensor, trained[name], msg=name)
+    assert read_results(out)["settings"]["model"]["path"] == str((out / "model").resolve())
+    again = run_cli(*args, "--model", str(step))  # the checkpoint itself: the same export, reused
+    again.assert_success()
+    assert "exported" not in again.output

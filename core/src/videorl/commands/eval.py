@@ -165,6 +165,35 @@ def _engine_identity(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     return {"name": "hf", "dtype": dtype, "device": device}
 
 
+def _model_dir(model: Path, run_dir: Path) -> Path:
+    """``--model`` as a model directory. A training run (its latest undamaged checkpoint) or one of its
+    checkpoints is exported first, as ``videorl export`` does, to ``RUN/model``; a later call with the
+    same checkpoint reuses that export, and one with another checkpoint is refused for a run that
+    already has results (its predictions came from the first)."""
+    from videorl.commands.export import base_model_of, resolve_checkpoint
+    from videorl.train.checkpoint import EXPORT_MARKER, STATE_FILE, export_hf_model
+    from videorl.train.compose import CHECKPOINT_DIR
+    from videorl.train.metrics import CONFIG_FILE
+
+    if (model / "config.json").is_file() or not any(
+        (model / name).exists() for name in (CHECKPOINT_DIR, CONFIG_FILE, STATE_FILE)
+    ):
+        return model  # a model directory, or something the backend lookup explains
+    checkpoint = resolve_checkpoint(model).resolve()
+    target = run_dir / "model"
+    marker = target / EXPORT_MARKER
+    exported = json.loads(marker.read_text(encoding="utf-8")).get("source") if marker.is_file() else None
+    if exported == str(checkpoint):
+        return target
+    if exported is not None and (run_dir / "results.json").is_file():
+        raise VideorlError(
+            f"{run_dir} holds results of {exported}, not of {checkpoint}: evaluate it into another --out"
+        )
+    export_hf_model(checkpoint, base_model_of(checkpoint), target, overwrite=True)
+    click.echo(f"--model {model}: exported {checkpoint} to {target} (videorl export {checkpoint} {target})")
+    return target
+
+
 def _engine(plugins: Plugins, kind: str, backend: Any, model: Path, opts: dict[str, Any]) -> Any:
     """The rollout engine: HF generate, or vLLM's AsyncLLM (registered as ``vllm-async``)."""
     import torch
@@ -188,7 +217,8 @@ def _engine(plugins: Plugins, kind: str, backend: Any, model: Path, opts: dict[s
 
 @eval_group.command("run")
 @click.option("--model", required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="A checkpoint directory (its config.json chooses the model backend).")
+              help="A model directory (its config.json chooses the model backend), or a training run or one "
+              "of its checkpoints (exported to OUT/model first).")
 @click.option("--benchmark", "benchmarks", multiple=True, required=True, metavar="NAME[=DIR]",
               help="A registered benchmark (repeatable); =DIR gives its directory (relative to --data-root).")
 @click.option("--data-root", type=click.Path(path_type=Path, file_okay=False),
@@ -261,6 +291,7 @@ def run_command(
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise click.UsageError(f"a benchmark is given twice: {', '.join(names)}")
+        model = _model_dir(model, run_dir)
         backend = backend_for_model(model, plugins.model_backends)
         video, image = visual_params(backend, **{k: v for k, v in decode.items() if v is not None})
         cache = MediaCache(cache_dir or run_dir / "frame-cache", strict_params=False, threads=1)  # one decoder thread per loader
