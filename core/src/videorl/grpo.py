@@ -34,7 +34,7 @@ import torch
 
 from videorl import algo
 from videorl.alignment import check_response_tokens
-from videorl.model_inputs import response_logprobs
+from videorl.model_inputs import response_stats
 from videorl.rewards.types import RewardInput
 from videorl.rollout import Completion, SamplingParams
 from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_rng_state
@@ -283,22 +283,41 @@ def _forward(
     batch: Sequence[Trajectory],
     forbidden: Sequence[int],
     compute_dtype: torch.dtype | None = None,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token log-probs and entropies of the responses of ``batch`` (teacher-forced), and their mask.
 
-    With ``compute_dtype`` the forward runs under autocast in it (float32 master weights)."""
+    With ``compute_dtype`` the forward runs under autocast in it (float32 master weights). The LM
+    head runs on the response's positions only (``logits_to_keep``: a 21k-token video prompt's logits
+    would be 6.4 GB in bf16 at a 152k vocabulary, and are never used); log-softmax and entropy run in
+    chunks (:func:`~videorl.model_inputs.response_stats`), the entropy with a graph only when
+    ``entropy_grad`` (its coefficient is not 0)."""
     param = next(model.parameters())
     inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch])
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     mixed = compute_dtype is not None and compute_dtype != param.dtype
+    kwargs = inputs.model_kwargs()
+    if _takes_logits_to_keep(model):
+        kwargs["logits_to_keep"] = inputs.logits_to_keep
     with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
-        logits = model(**inputs.model_kwargs()).logits
-    logp = response_logprobs(logits, inputs, forbidden=forbidden)
-    width, rwidth = inputs.prompt_width, logp.shape[1]
-    step_logits = algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), list(forbidden))
-    entropy = algo.entropy_from_logits(step_logits)
+        logits = model(**kwargs).logits
+    logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
     assert inputs.response_mask is not None
     return logp, entropy, inputs.response_mask.to(logp.device)
+
+
+def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Per-response rows (each as long as its response) padded into a tensor shaped as ``like``."""
+    out = torch.zeros_like(like)
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row.to(out.device, out.dtype)
+    return out
 
 
 def _engine_logprob_gap(batch: Sequence[Trajectory], logp: torch.Tensor) -> tuple[float, int]:
@@ -339,7 +358,10 @@ def update(
         with timer("old_logprob"), torch.no_grad():
             for batch in _micro_batches(trajectories, budget, dist):
                 logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
-                old.update({id(t): logp[row] for row, t in enumerate(batch)})
+                old.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
+    # Before the micro-batch loop, not between an actor forward and its backward (where its
+    # activations would sit on top of the actor's).
+    ref: dict[int, torch.Tensor] = _reference_rows(actor, trajectories, forbidden, config, dist, timer) if cfg.use_kl_loss else {}
     sums: dict[str, float] = defaultdict(float)
     actor.model.train()
     for u, mini in enumerate(minis, start=1):
@@ -348,8 +370,10 @@ def update(
         batches = _micro_batches(mini, budget, dist)
         for j, batch in enumerate(batches, start=1):
             timer.show(f"update {u}/{updates}, micro-batch {j}/{len(batches)}")
-            logp, entropy, mask = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
-            old_logp = torch.stack([old[id(t)] for t in batch]) if old else logp.detach()
+            logp, entropy, mask = _forward(
+                actor.model, actor.backend, batch, forbidden, actor.compute_dtype, entropy_grad=cfg.entropy_coef > 0
+            )
+            old_logp = _rows([old[id(t)] for t in batch], logp) if old else logp.detach()
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
             pl = algo.policy_loss(
                 logp, old_logp, adv, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
@@ -359,9 +383,7 @@ def update(
             if cfg.entropy_coef > 0:
                 loss = loss - cfg.entropy_coef * (entropy * valid).sum() / tokens
             if cfg.use_kl_loss:
-                with timer("reference"), torch.no_grad():
-                    ref_logp = _reference_logprobs(actor, batch, forbidden, logp)
-                kl = algo.kl_k3(logp, ref_logp)
+                kl = algo.kl_k3(logp, _rows([ref[id(t)] for t in batch], logp))
                 loss = loss + cfg.kl_coef * (kl * valid).sum() / tokens
                 sums["actor/kl"] += float((kl.detach() * valid).sum())
             loss.backward()
@@ -390,21 +412,28 @@ def update(
     return out
 
 
-def _reference_logprobs(
-    actor: Actor, batch: Sequence[Trajectory], forbidden: Sequence[int], like: torch.Tensor
-) -> torch.Tensor:
-    """The reference model's per-token log-probs of ``batch``, shaped as ``like``: computed here by the
-    actor's own reference copy, or taken from the trajectories (computed by reference workers)."""
+def _reference_rows(
+    actor: Actor, trajectories: Sequence[Trajectory], forbidden: Sequence[int], config: TrainConfig, dist: Dist,
+    timer: StageTimer,
+) -> dict[int, torch.Tensor]:
+    """The reference model's per-token log-probs of each response (keyed by ``id`` of the trajectory,
+    each row as long as its response): computed here by the actor's own reference copy, packed as
+    the update packs (its forward is a collective under FSDP), or taken from the trajectories
+    (computed by reference workers)."""
+    out: dict[int, torch.Tensor] = {}
     if actor.reference is not None:
-        return _forward(actor.reference, actor.backend, batch, forbidden)[0]
-    out = torch.zeros_like(like)
-    for row, t in enumerate(batch):
+        with timer("reference"), torch.no_grad():
+            for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+                logp = _forward(actor.reference, actor.backend, batch, forbidden)[0]
+                out.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
+        return out
+    for t in trajectories:
         if t.ref_logprobs is None:
             raise RuntimeError(
                 f"sample {t.prompt.sample.id!r}: algorithm.use_kl_loss is on but neither a reference model "
                 "nor reference log-probs are available"
             )
-        out[row, : len(t.ref_logprobs)] = torch.tensor(t.ref_logprobs, dtype=out.dtype)
+        out[id(t)] = torch.tensor(t.ref_logprobs, dtype=torch.float32)
     return out
 
 

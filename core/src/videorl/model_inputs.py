@@ -25,6 +25,7 @@ __all__ = [
     "RolloutRequest",
     "collate_encoded",
     "response_logprobs",
+    "response_stats",
     "token_logprobs",
 ]
 
@@ -130,6 +131,14 @@ class ModelInputs:
         kwargs = {k: getattr(self, k) for k in self._MODEL_FIELDS if getattr(self, k) is not None}
         kwargs.update(self.extra)
         return kwargs
+
+    @property
+    def logits_to_keep(self) -> int:
+        """The last positions whose logits the response needs (the model's ``logits_to_keep``): the
+        response's ``R`` columns and the prompt's last; the prompt's other logits are never used."""
+        if self.response_mask is None:
+            raise ValueError("logits_to_keep: these inputs have no responses (collate with responses=...)")
+        return int(self.response_mask.shape[1]) + 1
 
     def prompt_ids(self, row: int) -> list[int]:
         """The unpadded prompt ids of ``row`` (what the rollout engine must see)."""
@@ -249,17 +258,83 @@ def token_logprobs(
     return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
 
 
+def _response_steps(logits: torch.Tensor, inputs: ModelInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits that predict each response token (``B×R×V``) and those tokens (``B×R``).
+
+    ``logits`` are those of the whole batch (``B×L×V``) or of its last ``inputs.logits_to_keep``
+    positions (the model's ``logits_to_keep``): either way the response's predictors are the
+    ``R + 1``-th last to the second last positions."""
+    if inputs.response_mask is None:
+        raise ValueError("response_logprobs: these inputs have no responses (collate with responses=...)")
+    width, rwidth = inputs.prompt_width, inputs.response_mask.shape[1]
+    if logits.shape[1] < rwidth + 1:
+        raise ValueError(f"response_logprobs: {logits.shape[1]} logit positions for {rwidth} response tokens")
+    step_logits = logits[:, -(rwidth + 1) : -1]
+    targets = inputs.input_ids[:, width : width + rwidth].to(step_logits.device)
+    return step_logits, targets
+
+
 def response_logprobs(
     logits: torch.Tensor, inputs: ModelInputs, *, forbidden: Iterable[int] = (), temperature: float = 1.0
 ) -> torch.Tensor:
     """Per-token log-probabilities (``B×R``) of the responses in ``inputs`` from a teacher-forced forward.
 
-    ``logits`` are the model's output for ``inputs`` (``B×L×V``); padded response positions hold
-    values to be ignored with ``inputs.response_mask``.
+    ``logits`` are the model's output for ``inputs``: all positions (``B×L×V``) or the last
+    ``inputs.logits_to_keep``; padded response positions hold values to be ignored with
+    ``inputs.response_mask``.
     """
-    if inputs.response_mask is None:
-        raise ValueError("response_logprobs: these inputs have no responses (collate with responses=...)")
-    width, rwidth = inputs.prompt_width, inputs.response_mask.shape[1]
-    step_logits = logits[:, width - 1 : width + rwidth - 1]
-    targets = inputs.input_ids[:, width : width + rwidth].to(step_logits.device)
+    step_logits, targets = _response_steps(logits, inputs)
     return token_logprobs(step_logits, targets, forbidden=forbidden, temperature=temperature)
+
+
+#: response positions whose float32 log-softmax is computed at once (a ``chunk × V`` temporary)
+STATS_CHUNK = 1024
+
+
+def response_stats(
+    logits: torch.Tensor,
+    inputs: ModelInputs,
+    *,
+    forbidden: Iterable[int] = (),
+    entropy_grad: bool = True,
+    chunk: int = STATS_CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities and entropies (both ``B×R``, float32) of the responses in ``inputs``,
+    with the values of :func:`response_logprobs` and :func:`videorl.algo.entropy_from_logits`.
+
+    The float32 softmax work runs ``chunk`` positions at a time, each chunk recomputed in the backward
+    pass (activation checkpointing) instead of kept: of the response's logits only the model's own
+    ``B×R×V`` output stays alive, not the five or so float32 copies a whole-tensor log-softmax and
+    entropy keep for the backward (2.5 GB each per 4,096-token row at a 152k vocabulary). Without
+    ``entropy_grad`` the entropy is computed without a graph (it is only logged).
+    """
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from videorl.algo import entropy_from_logits
+
+    step_logits, targets = _response_steps(logits, inputs)
+    vocab = step_logits.shape[-1]
+    banned = torch.tensor(sorted(i for i in set(forbidden) if i < vocab), dtype=torch.long, device=step_logits.device)
+
+    def scores(z: torch.Tensor) -> torch.Tensor:
+        z = z.float()
+        return z.index_fill(-1, banned, float("-inf")) if banned.numel() else z
+
+    def logp_of(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(scores(z), dim=-1).gather(-1, t.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy_of(z: torch.Tensor) -> torch.Tensor:
+        return entropy_from_logits(scores(z))
+
+    grad = torch.is_grad_enabled() and step_logits.requires_grad
+    logps, entropies = [], []
+    for start in range(0, step_logits.shape[1], chunk):
+        z, t = step_logits[:, start : start + chunk], targets[:, start : start + chunk]
+        logps.append(checkpoint(logp_of, z, t, use_reentrant=False) if grad else logp_of(z, t))
+        if grad and entropy_grad:
+            entropies.append(checkpoint(entropy_of, z, use_reentrant=False))
+        else:
+            with torch.no_grad():
+                entropies.append(entropy_of(z))
+    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1)
