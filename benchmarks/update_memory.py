@@ -90,6 +90,7 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
         logp = response_logprobs(logits, inputs, forbidden=forbidden)
         width, rwidth = inputs.prompt_width, logp.shape[1]
         entropy = algo.entropy_from_logits(algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden))
+        assert inputs.response_mask is not None
         mask = inputs.response_mask.float()
     else:
         logp, entropy, mask = _forward(model, backend, batch, forbidden)
