@@ -14,6 +14,7 @@ On a machine where the sandbox cannot isolate, only the refusal is checked (and 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -392,3 +393,30 @@ def test_the_sandbox_dies_with_the_scorer(tmp_path: Path) -> None:
     while _processes_named(mark) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_named(mark) == []
+
+
+def test_videorl_reward_survives_a_program_that_signals_its_parent(tmp_path: Path) -> None:
+    """The issue's report: ``pidfd_send_signal(pidfd_open(getppid()), SIGKILL)`` killed ``videorl reward
+    --workers 2`` (exit 137, every row lost). Now the signals reach nothing, and every row is scored
+    as its program deserves (right, untagged: 0.9)."""
+    if not isolation().available:
+        pytest.skip("no isolated sandbox here; test_refusal_without_isolation ran instead")
+    program = (
+        "import os, signal\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)\n"
+        "os.kill(os.getppid(), signal.SIGSTOP)\ndef add(a, b):\n    return a + b"
+    )
+    rows = tmp_path / "rows.jsonl"
+    row = {"problem": "add", "problem_type": "code", "tests": ["assert add(1, 2) == 3"], "response": program}
+    rows.write_text("".join(json.dumps({"id": f"r{i}", **row}) + "\n" for i in range(12)))
+    out = tmp_path / "out.jsonl"
+    videorl = Path(sys.executable).with_name("videorl")
+    proc = subprocess.run(
+        [str(videorl), "reward", "--input", str(rows), "--output", str(out), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in scored] == [f"r{i}" for i in range(12)]
+    assert all(r["scores"] == [pytest.approx(0.9)] for r in scored)
