@@ -94,6 +94,17 @@ def _bind_root_dirs() -> list[str]:
     return args
 
 
+def _interpreter() -> str:
+    """The real interpreter of the Python installation (a virtual environment's ``python`` may be a
+    copy, outside the installation that the sandbox shows)."""
+    prefix = os.path.realpath(sys.base_prefix)
+    for candidate in (sys.executable, getattr(sys, "_base_executable", sys.executable)):
+        real = os.path.realpath(candidate)
+        if real.startswith(prefix + os.sep):
+            return real
+    return os.path.realpath(sys.executable)
+
+
 def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
     prefix = os.path.realpath(sys.base_prefix)
     env = {"PATH": "/usr/bin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
@@ -199,7 +210,7 @@ def run_python(code: str, tests: list[str], *, mode: str, limits: Limits, isolat
                 program = _seccomp.program()
                 if program is not None:
                     fds["seccomp"] = _memfd("videorl-seccomp", program)
-                argv = [*_bwrap_args(bwrap, limits, fds), "--", os.path.realpath(sys.executable)]
+                argv = [*_bwrap_args(bwrap, limits, fds), "--", _interpreter()]
                 argv += ["-I", "-S", "-B", _INSIDE_HARNESS, str(fds["result_w"])]
                 popen.update(env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd="/")
             else:
