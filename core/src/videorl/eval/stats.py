@@ -1,0 +1,274 @@
+"""Confidence intervals and paired tests for benchmark scores, on the adapters' own aggregates.
+
+Every figure a benchmark reports (``overall``, its ``metrics`` and each category value: its *lines*,
+see :func:`summary_lines`) gets a 95% interval. The bootstrap resamples the benchmark's rows with
+replacement and recomputes the adapter's :meth:`~videorl.api.Benchmark.aggregate` on each resample, so
+a macro average (MVBench's mean of task accuracies, OVO-Bench's mean of categories) is resampled as the
+macro average it is, not as a plain mean. Where a line is a proportion of 0/1 row scores (an accuracy
+over all rows or over one category's rows) the analytic Wilson score interval is given as well and is
+the one shown.
+
+Two runs are compared on the row ids both scored: the same resampled rows are aggregated for both runs
+(a paired bootstrap) and the difference's interval taken; for accuracies McNemar's test on the
+discordant rows adds a p-value (exact binomial below :data:`MCNEMAR_EXACT_BELOW` discordant rows).
+
+Resampling is seeded per benchmark (the seed and the benchmark's name), so ``videorl eval score`` and
+``videorl eval compare`` give the same interval for the same rows, whichever other benchmarks they show.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from videorl.benchmark import BenchmarkRow
+from videorl.eval.aggregate import mean
+
+LEVEL = 0.95
+Z = 1.959963984540054  # the standard normal's 97.5% quantile
+DEFAULT_RESAMPLES = 1000
+DEFAULT_SEED = 0
+MCNEMAR_EXACT_BELOW = 25  # discordant rows: the exact binomial test below, chi-square (corrected) from here
+
+Aggregate = Callable[[list[BenchmarkRow], list[float]], Mapping[str, Any]]
+
+
+class ResampleError(ValueError):
+    """The adapter's aggregate failed on a resample of its rows."""
+
+
+def summary_lines(summary: Mapping[str, Any]) -> dict[str, float]:
+    """A summary's figures by label: ``overall (METRIC)``, each metric, ``KIND: VALUE`` per category."""
+    metric = summary.get("metric") or "score"
+    out = {f"overall ({metric})": float(summary["overall"])}
+    for name, value in (summary.get("metrics") or {}).items():
+        out[str(name)] = float(value)
+    for kind, values in (summary.get("categories") or {}).items():
+        for value, score in values.items():
+            out[f"{kind}: {value}"] = float(score)
+    return out
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A 95% interval and how it was made: ``bootstrap`` (percentile) or ``wilson``."""
+
+    low: float
+    high: float
+    method: str
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0.0 or self.high < 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"low": self.low, "high": self.high, "method": self.method}
+
+
+def wilson(successes: int, n: int, z: float = Z) -> Interval:
+    """The Wilson score interval of ``successes`` out of ``n``."""
+    if n <= 0:
+        raise ValueError("a proportion needs at least one row")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return Interval(max(0.0, centre - half), min(1.0, centre + half), "wilson")
+
+
+def percentile_interval(values: np.ndarray, level: float = LEVEL) -> Interval | None:
+    """The percentile interval of bootstrap replicates (NaN = the line was absent from a resample)."""
+    present = values[~np.isnan(values)]
+    if present.size == 0:
+        return None
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(present, [tail, 100 - tail])
+    return Interval(float(low), float(high), "bootstrap")
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """McNemar's test: ``b`` rows right in A only, ``c`` right in B only, and the two-sided p-value."""
+
+    b: int
+    c: int
+    p: float
+    method: str  # "exact" (binomial) or "chi2" (with continuity correction)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"b": self.b, "c": self.c, "p": self.p, "method": self.method}
+
+
+def mcnemar(b: int, c: int) -> McNemar:
+    """McNemar's two-sided test on the discordant counts ``b`` and ``c``."""
+    n = b + c
+    if n < MCNEMAR_EXACT_BELOW:
+        tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
+        return McNemar(b, c, min(1.0, 2 * tail), "exact")
+    statistic = (abs(b - c) - 1) ** 2 / n
+    return McNemar(b, c, math.erfc(math.sqrt(statistic / 2)), "chi2")
+
+
+def resample_indices(n: int, resamples: int, seed: int, name: str) -> np.ndarray:
+    """``resamples × n`` row indices drawn with replacement, seeded by ``seed`` and the benchmark ``name``."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+    return rng.integers(0, n, size=(resamples, n))
+
+
+def _binary(scores: Sequence[float]) -> bool:
+    return all(s in (0.0, 1.0) for s in scores)
+
+
+def _replicates(aggregate: Aggregate, rows: Sequence[BenchmarkRow], scores: Sequence[float],
+                indices: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each line's value on each resample (NaN where a resample lacks it, e.g. a category not drawn)."""
+    out = {label: np.full(len(indices), np.nan) for label in labels}
+    for r, idx in enumerate(indices):
+        try:
+            lines = summary_lines(aggregate([rows[i] for i in idx], [scores[i] for i in idx]))
+        except Exception as exc:  # an adapter that cannot aggregate a resample: say so, never guess
+            raise ResampleError(
+                f"its aggregate failed on a bootstrap resample of its rows ({type(exc).__name__}: {exc})"
+            ) from exc
+        for label in labels:
+            if label in lines:
+                out[label][r] = lines[label]
+    return out
+
+
+def _row_labels(row: BenchmarkRow, kind: str) -> list[str]:
+    value = row.categories.get(kind)
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _proportion_rows(label: str, rows: Sequence[BenchmarkRow], scores: Sequence[float]) -> list[float]:
+    """The scores of the rows a line is about: all rows, or one category's rows."""
+    kind, sep, value = label.partition(": ")
+    if sep and not label.startswith("overall"):
+        picked = [s for row, s in zip(rows, scores, strict=True) if value in _row_labels(row, kind)]
+        if picked:
+            return picked
+    return list(scores)
+
+
+@dataclass
+class BenchmarkStats:
+    """One run's lines on one benchmark with their intervals, and the overall's bootstrap replicates."""
+
+    values: dict[str, float]
+    intervals: dict[str, Interval]
+    bootstrap: dict[str, Interval]
+    resamples: int
+    seed: int
+    n: int
+    overall: np.ndarray = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For ``results.json``: level, resamples, seed and each line's interval (and its bootstrap)."""
+        return {
+            "level": LEVEL,
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "n": self.n,
+            "lines": {
+                label: {**iv.as_dict(), **({"bootstrap": [self.bootstrap[label].low, self.bootstrap[label].high]}
+                                          if iv.method != "bootstrap" and label in self.bootstrap else {})}
+                for label, iv in self.intervals.items()
+            },
+        }
+
+
+def benchmark_stats(
+    name: str,
+    aggregate: Aggregate,
+    rows: Sequence[BenchmarkRow],
+    scores: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> BenchmarkStats:
+    """Each line's value and 95% interval: Wilson where the line is a proportion of 0/1 scores, else
+    the bootstrap percentile interval of the adapter's aggregate over resampled rows."""
+    if not rows:
+        raise ValueError(f"{name}: no rows to resample")
+    values = summary_lines(aggregate(list(rows), list(scores)))
+    reps = _replicates(aggregate, rows, scores, resample_indices(len(rows), resamples, seed, name), list(values))
+    boot = {label: iv for label, r in reps.items() if (iv := percentile_interval(r)) is not None}
+    intervals = dict(boot)
+    if _binary(scores):
+        for label, value in values.items():
+            picked = _proportion_rows(label, rows, scores)
+            if math.isclose(value, mean(picked), rel_tol=0, abs_tol=1e-12):
+                intervals[label] = wilson(round(sum(picked)), len(picked))
+    overall = next(iter(values))
+    return BenchmarkStats(values, intervals, boot, resamples, seed, len(rows), reps[overall])
+
+
+@dataclass
+class PairedStats:
+    """Run B against run A on the rows both scored: differences (B - A) with paired-bootstrap intervals."""
+
+    deltas: dict[str, float]
+    intervals: dict[str, Interval]
+    n: int
+    only_a: list[str]
+    only_b: list[str]
+    disagree: list[tuple[str, float, float]]  # (id, score in A, score in B)
+    mcnemar: McNemar | None
+    overall: np.ndarray = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "deltas": self.deltas,
+            "intervals": {label: iv.as_dict() for label, iv in self.intervals.items()},
+            "only_in_base": self.only_a,
+            "only_in_run": self.only_b,
+            "disagree": [{"id": i, "base": a, "run": b} for i, a, b in self.disagree],
+            "mcnemar": None if self.mcnemar is None else self.mcnemar.as_dict(),
+        }
+
+
+def paired_stats(
+    name: str,
+    aggregate: Aggregate,
+    rows: Sequence[BenchmarkRow],
+    scores_a: Mapping[str, float],
+    scores_b: Mapping[str, float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> PairedStats:
+    """Compare two runs' per-row scores (by id) on ``rows``: rows scored by one run only are listed,
+    not used; the rest are resampled together and aggregated for both runs."""
+    only_a = [r.id for r in rows if r.id in scores_a and r.id not in scores_b]
+    only_b = [r.id for r in rows if r.id in scores_b and r.id not in scores_a]
+    common = [r for r in rows if r.id in scores_a and r.id in scores_b]
+    if not common:
+        raise ValueError(f"{name}: the two runs scored no row in common")
+    a = [float(scores_a[r.id]) for r in common]
+    b = [float(scores_b[r.id]) for r in common]
+    values_a = summary_lines(aggregate(common, a))
+    values_b = summary_lines(aggregate(common, b))
+    labels = [label for label in values_a if label in values_b]
+    deltas = {label: values_b[label] - values_a[label] for label in labels}
+    indices = resample_indices(len(common), resamples, seed, name)
+    reps_a = _replicates(aggregate, common, a, indices, labels)
+    reps_b = _replicates(aggregate, common, b, indices, labels)
+    intervals = {
+        label: iv for label in labels if (iv := percentile_interval(reps_b[label] - reps_a[label])) is not None
+    }
+    disagree = [(r.id, x, y) for r, x, y in zip(common, a, b, strict=True) if x != y]
+    test = None
+    if _binary(a) and _binary(b):
+        test = mcnemar(sum(1 for _, x, y in disagree if x > y), sum(1 for _, x, y in disagree if y > x))
+    overall = labels[0]
+    return PairedStats(deltas, intervals, len(common), only_a, only_b, disagree, test,
+                       reps_b[overall] - reps_a[overall])
