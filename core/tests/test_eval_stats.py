@@ -27,7 +27,9 @@ def accuracy(rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
 def task_macro(rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
     """MVBench's rule: the mean of the per-task accuracies, the pooled accuracy as a further metric."""
     return benchmark_summary(
-        macro_mean(group_means(rows, scores, "task")), breakdown(rows, scores), metrics={"pooled": mean(scores)}
+        macro_mean(group_means(rows, scores, "task")),
+        breakdown(rows, scores),
+        metrics={"pooled": mean(scores)},
     )
 
 
@@ -37,7 +39,10 @@ def _rows(n: int, **categories: str) -> list[BenchmarkRow]:
 
 def test_wilson_against_textbook_values() -> None:
     # 7/10: the Wilson 95% interval is [0.3968, 0.8922]; 0/10: [0, 0.2775]; 2/2: [1 / (1 + z²/2), 1]
-    assert (wilson(7, 10).low, wilson(7, 10).high) == (pytest.approx(0.3968, abs=1e-4), pytest.approx(0.8922, abs=1e-4))
+    assert (wilson(7, 10).low, wilson(7, 10).high) == (
+        pytest.approx(0.3968, abs=1e-4),
+        pytest.approx(0.8922, abs=1e-4),
+    )
     assert (wilson(0, 10).low, wilson(0, 10).high) == (0.0, pytest.approx(0.2775, abs=1e-4))
     assert wilson(2, 2).low == pytest.approx(1 / (1 + 1.959964**2 / 2), abs=1e-6)
     assert wilson(2, 2).high == 1.0
@@ -97,7 +102,18 @@ def test_a_two_point_gain_on_100_rows_is_not_significant() -> None:
     assert not interval.excludes_zero
     assert paired.mcnemar is not None and (paired.mcnemar.b, paired.mcnemar.c) == (4, 6)
     assert paired.mcnemar.p == pytest.approx(0.75390625)
-    assert [d[0] for d in paired.disagree] == ["r0", "r1", "r2", "r3", "r50", "r51", "r52", "r53", "r54", "r55"]
+    assert [d[0] for d in paired.disagree] == [
+        "r0",
+        "r1",
+        "r2",
+        "r3",
+        "r50",
+        "r51",
+        "r52",
+        "r53",
+        "r54",
+        "r55",
+    ]
     assert paired.disagree[0] == ("r0", 1.0, 0.0) and paired.n == 100
 
 
@@ -135,7 +151,9 @@ def test_macro_average_is_resampled_as_the_adapters_aggregate() -> None:
     record = stats.as_dict()
     assert (record["resamples"], record["seed"], record["level"], record["n"]) == (2000, 0, 0.95, 10)
     assert record["lines"]["overall (accuracy)"] == {"low": 0.0, "high": 0.5, "method": "bootstrap"}
-    assert record["lines"]["pooled"]["method"] == "wilson" and len(record["lines"]["pooled"]["bootstrap"]) == 2
+    assert (
+        record["lines"]["pooled"]["method"] == "wilson" and len(record["lines"]["pooled"]["bootstrap"]) == 2
+    )
 
 
 def test_resampling_is_seeded_per_benchmark() -> None:

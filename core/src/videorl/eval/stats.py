@@ -124,8 +124,13 @@ def _binary(scores: Sequence[float]) -> bool:
     return all(s in (0.0, 1.0) for s in scores)
 
 
-def _replicates(aggregate: Aggregate, rows: Sequence[BenchmarkRow], scores: Sequence[float],
-                indices: np.ndarray, labels: Sequence[str]) -> dict[str, np.ndarray]:
+def _replicates(
+    aggregate: Aggregate,
+    rows: Sequence[BenchmarkRow],
+    scores: Sequence[float],
+    indices: np.ndarray,
+    labels: Sequence[str],
+) -> dict[str, np.ndarray]:
     """Each line's value on each resample (NaN where a resample lacks it, e.g. a category not drawn)."""
     out = {label: np.full(len(indices), np.nan) for label in labels}
     for r, idx in enumerate(indices):
@@ -178,8 +183,14 @@ class BenchmarkStats:
             "seed": self.seed,
             "n": self.n,
             "lines": {
-                label: {**iv.as_dict(), **({"bootstrap": [self.bootstrap[label].low, self.bootstrap[label].high]}
-                                          if iv.method != "bootstrap" and label in self.bootstrap else {})}
+                label: {
+                    **iv.as_dict(),
+                    **(
+                        {"bootstrap": [self.bootstrap[label].low, self.bootstrap[label].high]}
+                        if iv.method != "bootstrap" and label in self.bootstrap
+                        else {}
+                    ),
+                }
                 for label, iv in self.intervals.items()
             },
         }
@@ -199,7 +210,9 @@ def benchmark_stats(
     if not rows:
         raise ValueError(f"{name}: no rows to resample")
     values = summary_lines(aggregate(list(rows), list(scores)))
-    reps = _replicates(aggregate, rows, scores, resample_indices(len(rows), resamples, seed, name), list(values))
+    reps = _replicates(
+        aggregate, rows, scores, resample_indices(len(rows), resamples, seed, name), list(values)
+    )
     boot = {label: iv for label, r in reps.items() if (iv := percentile_interval(r)) is not None}
     intervals = dict(boot)
     if _binary(scores):
@@ -263,12 +276,15 @@ def paired_stats(
     reps_a = _replicates(aggregate, common, a, indices, labels)
     reps_b = _replicates(aggregate, common, b, indices, labels)
     intervals = {
-        label: iv for label in labels if (iv := percentile_interval(reps_b[label] - reps_a[label])) is not None
+        label: iv
+        for label in labels
+        if (iv := percentile_interval(reps_b[label] - reps_a[label])) is not None
     }
     disagree = [(r.id, x, y) for r, x, y in zip(common, a, b, strict=True) if x != y]
     test = None
     if _binary(a) and _binary(b):
         test = mcnemar(sum(1 for _, x, y in disagree if x > y), sum(1 for _, x, y in disagree if y > x))
     overall = labels[0]
-    return PairedStats(deltas, intervals, len(common), only_a, only_b, disagree, test,
-                       reps_b[overall] - reps_a[overall])
+    return PairedStats(
+        deltas, intervals, len(common), only_a, only_b, disagree, test, reps_b[overall] - reps_a[overall]
+    )
