@@ -210,6 +210,16 @@ class RolloutConfig:
         factory=dict,
         help="Keyword options passed to the engine (e.g. gpu_memory_utilization, tensor_parallel_size).",
     )
+    parity_check: Literal["first_step", "warn", "off"] = option(
+        "first_step",
+        "Compare the engine's log-probs with the actor's per modality on the first batch (and after a "
+        "resume): first_step stops the run beyond the tolerance, warn logs and continues, off skips it.",
+    )
+    parity_tolerance: float | None = option(
+        None,
+        "Per-token log-prob tolerance of the parity checks (the mean limit scales with it); null: the "
+        "default of model.dtype (docs/models.md).",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -223,6 +233,8 @@ class RolloutConfig:
             problems.append(("top_k", "must be -1 (off) or >= 1"))
         if self.max_response_length < 1:
             problems.append(("max_response_length", "must be >= 1"))
+        if self.parity_tolerance is not None and not self.parity_tolerance > 0:
+            problems.append(("parity_tolerance", "must be > 0 (or null: the default of model.dtype)"))
         threshold = self.mix_policy_accuracy_threshold
         if threshold is not None:
             if not 0 <= threshold <= 1:

@@ -35,6 +35,7 @@ import torch
 from videorl import algo
 from videorl.alignment import check_response_tokens
 from videorl.model_inputs import response_stats
+from videorl.parity import first_step_check, modality_gaps
 from videorl.rewards.types import RewardInput
 from videorl.rollout import Completion, SamplingParams
 from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_rng_state
@@ -320,18 +321,6 @@ def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _engine_logprob_gap(batch: Sequence[Trajectory], logp: torch.Tensor) -> tuple[float, int]:
-    """Sum and count of |actor - engine| per-token log-prob gaps (offline responses have none)."""
-    total, count = 0.0, 0
-    for row, t in enumerate(batch):
-        engine = t.completion.logprobs
-        if engine and not math.isnan(engine[0]):
-            actor_lp = logp[row, : len(engine)].detach().cpu()
-            total += float((actor_lp - torch.tensor(engine)).abs().sum())
-            count += len(engine)
-    return total, count
-
-
 def update(
     config: TrainConfig, actor: Actor, trajectories: Sequence[Trajectory], dist: Dist, timer: StageTimer
 ) -> dict[str, float]:
@@ -391,9 +380,11 @@ def update(
             sums["actor/clip_fraction"] += float(pl.clip_fraction) * float(valid.sum())
             sums["actor/entropy"] += float((entropy.detach() * valid).sum())
             sums["tokens"] += float(valid.sum())
-            gap, gap_tokens = _engine_logprob_gap(batch, logp)
-            sums["gap"] += gap
-            sums["gap_tokens"] += gap_tokens
+            for kind, gap in modality_gaps(batch, logp).items():  # |actor - engine| per modality
+                sums[f"gap/{kind}"] += gap.total
+                sums[f"gap_tokens/{kind}"] += gap.count
+                sums["gap"] += gap.total
+                sums["gap_tokens"] += gap.count
         sums["actor/grad_norm"] += _clip_and_step(actor, config.optim.grad_clip) / updates
     tokens_all = max(sums["tokens"], 1.0)
     out = {
@@ -409,6 +400,9 @@ def update(
         out["actor/kl"] = sums["actor/kl"] / tokens_all
     if sums["gap_tokens"]:
         out["rollout/logprob_diff"] = sums["gap"] / sums["gap_tokens"]
+    for kind in ("video", "image", "text"):
+        if sums[f"gap_tokens/{kind}"]:
+            out[f"rollout/logprob_diff/{kind}"] = sums[f"gap/{kind}"] / sums[f"gap_tokens/{kind}"]
     return out
 
 
@@ -646,6 +640,9 @@ def train(
         rollout = local_rollout(config, engine, scorer, actor.backend, encode, timer)
         kept, extra = collect_groups(config, step, prompts_per_rank, data, rollout, dist.rank)
         flat = assign_advantages(config, kept)
+        if step == start + 1 and config.rollout.parity_check != "off":  # before any update, after a resume too
+            with timer("parity_check"):
+                extra.update(first_step_check(config, actor, flat, dist))
         set_learning_rate(actor.optimizer, config, step)
         if not engine_shares_actor:
             sleep_engine(engine)

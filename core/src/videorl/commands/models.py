@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from videorl.commands.models_check import check_command
 from videorl.plugins import Plugins
 
 
@@ -33,6 +34,9 @@ def _describe(plugins: Plugins) -> list[dict[str, Any]]:
 @click.group("models")
 def models_group() -> None:
     """Model backends: list them, build tiny random checkpoints."""
+
+
+models_group.add_command(check_command)
 
 
 @models_group.command("list")

@@ -156,6 +156,19 @@ class QwenVLBackend:
         )
         return model
 
+    def rope_positions(self, inputs: ModelInputs) -> torch.Tensor:
+        """The 3-D positions (``3×B×L``) the rollout engine computes for ``inputs``: the original rule,
+        which :meth:`prepare_model` installs (``videorl models check`` compares the two)."""
+        from videorl_models.rope import mrope_positions
+
+        tokens_per_second = self.config.get("vision_config", {}).get("tokens_per_second")
+        return mrope_positions(
+            inputs.input_ids, inputs.mm_token_type_ids, inputs.image_grid_thw, inputs.video_grid_thw,
+            inputs.attention_mask, inputs.second_per_grid_ts, merge_size=self.merge_size,
+            tokens_per_second=tokens_per_second if self.uses_second_per_grid_ts else None,
+            split_frames=self.timestamped_frames,
+        )[0]
+
     @cached_property
     def token_ids(self) -> dict[str, int]:
         """Placeholder and marker ids; the tokenizer and ``config.json`` must agree on them."""

@@ -1,0 +1,761 @@
+"""Parity between the trainer and the rollout engine: do both sides see the same prompt and video?
+
+Two users: ``videorl models check MODEL`` builds probe samples (videos of several lengths, rates and
+a clip range, an image, text, two videos in one prompt), runs them through the trainer's path
+(``backend.encode`` → ``backend.collate`` → the teacher-forced forward) and through the rollout
+engine the run would use (:func:`videorl.train.compose.make_engine`), and compares per sample:
+
+- ``prompt_ids``: the ids the engine reports having used against the framework's tokenisation;
+- ``placeholders``: the visual placeholder spans of the prompt, and the media items the engine request
+  carries for them;
+- ``grids``: the trainer's visual grids against those the checkpoint's processor builds from the engine
+  request (its frames and processor settings);
+- ``frame_metadata``: the frame indices, source fps, frame count and duration the trainer used against
+  what the engine request carries (a missing ``fps`` makes the engine assume one);
+- ``positions``: the rotary positions the training forward uses (read at the language model's input)
+  against the rule the engine computes (``backend.rope_positions``, where the backend defines one);
+- ``greedy``: the engine's greedy continuation against the trainer's argmax on the same prefix;
+- ``logprobs``: per-token log-probs of one seeded response: the engine's against the teacher-forced
+  trainer's (temperature 1, forbidden ids masked, as in training).
+
+The other user is the training loop's first-step check (``rollout.parity_check``):
+:func:`first_step_check` compares, per modality, the engine's log-probs of the real batch with the
+actor's and stops the run (or warns) beyond the tolerance. The comparisons here are pure functions of
+lists and tensors, so they are tested without a model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from videorl.errors import AlignmentError, DataError, VideorlError
+
+if TYPE_CHECKING:
+    import torch
+
+    from videorl.backend import ModelBackend, PromptInput, VisualBudget
+    from videorl.config import TrainConfig
+    from videorl.grpo import Actor, Dist, Trajectory
+    from videorl.model_inputs import EncodedPrompt, ModelInputs
+    from videorl.rollout import RolloutEngine
+
+__all__ = [
+    "TOLERANCES",
+    "CheckResult",
+    "ParityError",
+    "ParityReport",
+    "Tolerance",
+    "first_step_check",
+    "probe_prompts",
+    "run_check",
+    "tolerance_for",
+]
+
+log = logging.getLogger("videorl.parity")
+
+PASS, FAIL, NA = "PASS", "FAIL", "n/a"
+CHECKS = ("prompt_ids", "placeholders", "grids", "frame_metadata", "positions", "greedy", "logprobs")
+
+
+class ParityError(VideorlError):
+    """The rollout engine and the trainer disagree beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far engine and trainer log-probs may differ: ``token`` per token (``models check``),
+    ``mean`` over a modality's tokens (the training run's first-step check)."""
+
+    token: float
+    mean: float
+
+
+#: Defaults per compute dtype, from measurements on the tiny models on CPU (docs/models.md): the
+#: largest differences seen at the pinned versions, times about 10 (fp32) or 4 (bf16, fp16). A
+#: swapped rotary rule moves fp32 log-probs by ~1e-3 on a tiny model, far more on a real one.
+TOLERANCES: dict[str, Tolerance] = {
+    "float32": Tolerance(token=1e-4, mean=1e-5),
+    "bfloat16": Tolerance(token=0.1, mean=0.02),
+    "float16": Tolerance(token=0.05, mean=0.01),
+}
+
+
+def tolerance_for(dtype: str, token: float | None = None) -> Tolerance:
+    """The tolerance of ``dtype``; ``token`` (a user's value) replaces both limits' scale."""
+    base = TOLERANCES[dtype]
+    if token is None:
+        return base
+    return Tolerance(token=token, mean=token * base.mean / base.token)
+
+
+@dataclass
+class CheckResult:
+    """One check of one probe sample: its status, the first differing position and both sides' values."""
+
+    sample: str
+    check: str
+    status: str  # PASS, FAIL or n/a
+    position: int | None = None
+    trainer: Any = None
+    engine: Any = None
+    cause: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+
+@dataclass
+class ParityReport:
+    """The results of ``videorl models check`` (or of a run's first-step check)."""
+
+    model: str
+    engine: str
+    dtype: str
+    tolerance: Tolerance
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.failed for r in self.results)
+
+    def add(self, result: CheckResult) -> None:
+        self.results.append(result)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "engine": self.engine, "dtype": self.dtype, "ok": self.ok,
+            "tolerance": asdict(self.tolerance), "results": [asdict(r) for r in self.results],
+        }
+
+    def table(self) -> str:
+        """A fixed-width PASS/FAIL table, one row per sample and check, then a summary line."""
+        header = ("sample", "check", "result", "position", "trainer", "engine", "likely cause")
+        rows = [
+            (r.sample, r.check, r.status, "" if r.position is None else str(r.position),
+             _short(r.trainer), _short(r.engine), r.cause)
+            for r in self.results
+        ]
+        widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+        widths[-1] = 0  # the cause is last and not padded
+        lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths)).rstrip()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        failed = sum(r.failed for r in self.results)
+        lines.append(
+            f"{self.model} with the {self.engine} engine in {self.dtype} (log-prob tolerance "
+            f"{self.tolerance.token:g} per token): "
+            + ("PASS" if not failed else f"FAIL ({failed} of {len(self.results)} checks)")
+        )
+        return "\n".join(lines)
+
+
+def _short(value: Any, limit: int = 36) -> str:
+    if value is None:
+        return ""
+    text = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- pure comparisons ---------------------------------------------------------------------------
+
+
+def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """The first index where ``a`` and ``b`` differ (the shorter length if one is a prefix); None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare_ids(sample: str, trainer: Sequence[int], engine: Sequence[int]) -> CheckResult:
+    """``prompt_ids``: the engine's prompt ids against the framework's tokenisation."""
+    pos = first_difference(list(trainer), list(engine))
+    if pos is None:
+        return CheckResult(sample, "prompt_ids", PASS, trainer=f"{len(trainer)} ids", engine=f"{len(engine)} ids")
+    return CheckResult(
+        sample, "prompt_ids", FAIL, pos, list(trainer[pos : pos + 4]), list(engine[pos : pos + 4]),
+        _ids_cause(len(trainer), len(engine)),
+    )
+
+
+def _ids_cause(trainer_len: int, engine_len: int) -> str:
+    if trainer_len != engine_len:
+        return (f"the engine expanded the visual placeholders to {engine_len - trainer_len:+d} tokens: it "
+                "resized or resampled the frames, or built other timestamps (fps missing on the engine side?)")
+    return "same length, other ids: the engine rendered other timestamps or tokens (its processor or version)"
+
+
+_PROMPT_MISMATCH = re.compile(
+    r"\((\d+) vs (\d+) tokens, first difference at position (\d+): (\[[^\]]*\]) vs (\[[^\]]*\])\)"
+)
+
+
+def ids_result_from_error(sample: str, error: AlignmentError) -> CheckResult:
+    """``prompt_ids`` from the engine's own check (:func:`videorl.alignment.check_same_prompt`)."""
+    match = _PROMPT_MISMATCH.search(str(error))
+    if match is None:
+        return CheckResult(sample, "prompt_ids", FAIL, cause=str(error))
+    got, want, pos, engine, trainer = match.groups()
+    return CheckResult(sample, "prompt_ids", FAIL, int(pos), trainer, engine, _ids_cause(int(want), int(got)))
+
+
+def visual_spans(types: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(type, start, length)`` of each run of non-zero ``types`` (``mm_token_type_ids``: 1 image, 2 video)."""
+    spans: list[tuple[int, int, int]] = []
+    for i, t in enumerate(types):
+        if t and spans and spans[-1][0] == t and spans[-1][1] + spans[-1][2] == i:
+            spans[-1] = (t, spans[-1][1], spans[-1][2] + 1)
+        elif t:
+            spans.append((t, i, 1))
+    return spans
+
+
+def compare_items(sample: str, expected: dict[str, int], request: dict[str, int], spans: str) -> CheckResult:
+    """``placeholders``: the media items per modality that the sample has and the engine request carries."""
+    for kind in sorted(set(expected) | set(request)):
+        if expected.get(kind, 0) != request.get(kind, 0):
+            return CheckResult(
+                sample, "placeholders", FAIL, trainer=f"{expected.get(kind, 0)} {kind}(s)",
+                engine=f"{request.get(kind, 0)} {kind}(s)",
+                cause=f"the engine request carries another number of {kind}s than the prompt has placeholders",
+            )
+    return CheckResult(sample, "placeholders", PASS, trainer=spans, engine=_count_text(request))
+
+
+def _count_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}(s)" for k, n in sorted(counts.items()) if n) or "no media"
+
+
+def compare_grids(sample: str, trainer: Sequence[Any], engine: Sequence[Any] | None, why: str = "") -> CheckResult:
+    """``grids``: the trainer's visual grids against the engine's (None: the engine's are unknown)."""
+    if engine is None:
+        return CheckResult(sample, "grids", NA, trainer=list(trainer), cause=why)
+    pos = first_difference(list(trainer), list(engine))
+    if pos is None:
+        return CheckResult(sample, "grids", PASS, trainer=list(trainer), engine=list(engine))
+    return CheckResult(
+        sample, "grids", FAIL, pos, trainer[pos] if pos < len(trainer) else None,
+        engine[pos] if pos < len(engine) else None,
+        "the engine's processor resized or resampled the frames (do_resize / do_sample_frames not off on "
+        "the engine side)",
+    )
+
+
+#: the frame metadata keys the engine's processor reads (transformers' VideoMetadata names)
+METADATA_KEYS = ("fps", "frames_indices", "total_num_frames", "duration")
+
+
+def compare_frame_metadata(
+    sample: str, trainer: Sequence[dict[str, Any]], engine: Sequence[dict[str, Any] | None]
+) -> CheckResult:
+    """``frame_metadata``: per video, what the trainer used against what the engine request carries.
+
+    ``engine`` holds one dict per video, or None for a video sent without metadata."""
+    if not trainer:
+        return CheckResult(sample, "frame_metadata", NA, cause="no video")
+    if all(e is None for e in engine):
+        return CheckResult(sample, "frame_metadata", NA, cause="the backend sends frames without metadata")
+    for video, (mine, theirs) in enumerate(zip(trainer, engine)):
+        theirs = theirs or {}
+        for key in METADATA_KEYS:
+            if key not in mine:
+                continue
+            if key not in theirs:
+                return CheckResult(
+                    sample, "frame_metadata", FAIL, video, f"{key}={_short(mine[key])}", "missing",
+                    f"{key} missing on the engine side (video {video}): the engine assumes its default "
+                    + ("and builds other timestamps and time positions" if key == "fps" else "value"),
+                )
+            if _differs(mine[key], theirs[key]):
+                return CheckResult(
+                    sample, "frame_metadata", FAIL, video, f"{key}={_short(mine[key])}",
+                    f"{key}={_short(theirs[key])}", f"{key} differs between trainer and engine (video {video})",
+                )
+    first = trainer[0]
+    return CheckResult(
+        sample, "frame_metadata", PASS,
+        trainer=f"{len(first['frames_indices'])} frames @ {first['fps']:g} fps",
+        engine="same" if len(trainer) == 1 else f"same for {len(trainer)} videos",
+    )
+
+
+def _differs(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return not math.isclose(float(a), float(b), rel_tol=1e-6)
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return [int(x) for x in a] != [int(x) for x in b]
+    return bool(a != b)
+
+
+def compare_positions(
+    sample: str, trainer: torch.Tensor | None, engine: torch.Tensor | None, spans: Sequence[tuple[int, int, int]],
+    why: str = "",
+) -> CheckResult:
+    """``positions``: the training forward's rotary positions (``A×L``, axes first) against the
+    engine's rule; ``spans`` (:func:`visual_spans`) locate the first difference."""
+    if trainer is None or engine is None:
+        return CheckResult(sample, "positions", NA, cause=why)
+    if trainer.shape != engine.shape:
+        return CheckResult(sample, "positions", FAIL, trainer=tuple(trainer.shape), engine=tuple(engine.shape),
+                           cause="the positions have other shapes")
+    differs = (trainer != engine).any(dim=0).nonzero()
+    if not len(differs):
+        return CheckResult(sample, "positions", PASS, trainer=f"{trainer.shape[-1]} positions", engine="same")
+    pos = int(differs[0])
+    before = [s for s in spans if s[1] + s[2] <= pos]
+    where = "inside a visual item"
+    if before and not any(s[1] <= pos < s[1] + s[2] for s in spans):
+        where = "after the " + ("video" if before[-1][0] == 2 else "image")
+    return CheckResult(
+        sample, "positions", FAIL, pos, trainer[:, pos].tolist(), engine[:, pos].tolist(),
+        f"rope positions {where} differ: the model uses transformers' rule, the engine the original "
+        "(the backend's prepare_model must install the engine's rule)",
+    )
+
+
+def compare_greedy(
+    sample: str, engine_tokens: Sequence[int], trainer_tokens: Sequence[int], margins: Sequence[float], tolerance: float
+) -> CheckResult:
+    """``greedy``: the engine's greedy tokens against the trainer's argmax given the same prefix.
+
+    ``margins[i]`` is the trainer's log-prob of its own choice minus that of the engine's token at
+    ``i``; a difference within ``tolerance`` is a near tie that rounding may decide either way."""
+    for i, (e, t) in enumerate(zip(engine_tokens, trainer_tokens)):
+        if e != t:
+            if margins[i] <= tolerance:
+                return CheckResult(sample, "greedy", PASS, i, t, e, f"a near tie ({margins[i]:.2g}) decided otherwise")
+            return CheckResult(
+                sample, "greedy", FAIL, i, t, e,
+                f"the trainer prefers its token by {margins[i]:.3g} in log-prob: the two forwards differ",
+            )
+    return CheckResult(sample, "greedy", PASS, trainer=list(trainer_tokens), engine=list(engine_tokens))
+
+
+def compare_logprobs(
+    sample: str, engine: Sequence[float], trainer: Sequence[float], tolerance: float, cause: str = ""
+) -> CheckResult:
+    """``logprobs``: per-token log-probs of the same response; FAIL at the first beyond ``tolerance``."""
+    diffs = [abs(a - b) for a, b in zip(engine, trainer)]
+    worst = max(diffs, default=0.0)
+    for i, d in enumerate(diffs):
+        if not d <= tolerance:  # NaN fails
+            return CheckResult(
+                sample, "logprobs", FAIL, i, float(trainer[i]), float(engine[i]),
+                cause or (f"max |diff| {worst:.3g} > {tolerance:g}: "
+                          + ("the prompt's forward differs (visual features, positions or weights)" if i == 0
+                             else "the forward diverges during the response (kernels, dtype, KV cache)")),
+            )
+    return CheckResult(sample, "logprobs", PASS, trainer=f"max |diff| {worst:.2g}", engine=f"{len(diffs)} tokens")
+
+
+def logprob_cause(results: Sequence[CheckResult]) -> str:
+    """The likely cause of a log-prob failure, from the sample's failed structural checks."""
+    for r in results:
+        if r.failed and r.check in ("positions", "frame_metadata", "grids"):
+            return f"follows from the {r.check} failure: {r.cause}"
+    return ""
+
+
+# --- probe samples ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VideoProbe:
+    """A synthetic source video: its rate, length and size, and an optional time range."""
+
+    fps: float
+    seconds: float
+    width: int
+    height: int
+    start: float | None = None
+    end: float | None = None
+
+
+#: (name, videos, with an image): videos of several lengths and rates, a clip range, two in one prompt
+PROBES: tuple[tuple[str, tuple[VideoProbe, ...], bool], ...] = (
+    ("video-30fps-4s", (VideoProbe(30.0, 4.0, 224, 168),), False),
+    ("video-10fps-1.7s", (VideoProbe(10.0, 1.7, 168, 112),), False),
+    ("video-clip-2-6s", (VideoProbe(24.0, 12.0, 224, 168, start=2.0, end=6.0),), False),
+    ("image", (), True),
+    ("text", (), False),
+    ("two-videos", (VideoProbe(30.0, 4.0, 224, 168), VideoProbe(25.0, 4.0, 168, 224)), False),
+)
+
+
+def probe_video(probe: VideoProbe, backend: ModelBackend, budget: VisualBudget, seed: int) -> tuple[Any, Any]:
+    """Random frames of ``probe`` sampled and sized as the data path would with ``budget``."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from videorl.media import VideoMetadata
+    from videorl.media.sampling import nearest_frames, num_frames
+    from videorl.media.sizing import fit_to_budget
+
+    params = dataclasses.replace(
+        budget.video_params(backend.factor, backend.temporal_patch_size), start=probe.start, end=probe.end
+    )
+    total = round(probe.fps * probe.seconds)
+    first = 0 if probe.start is None else round(probe.start * probe.fps)
+    stop = total if probe.end is None else min(total, round(probe.end * probe.fps))
+    duration = (stop - first) / probe.fps
+    count = num_frames(stop - first, duration, params)
+    indices = [first + int(i) for i in nearest_frames(np.arange(stop - first), count)]
+    max_pixels = params.max_pixels
+    if params.total_pixels is not None:
+        max_pixels = max(params.min_pixels, min(max_pixels, params.total_pixels * params.temporal_patch_size // count))
+    height, width = fit_to_budget(probe.height, probe.width, factor=backend.factor,
+                                  min_pixels=params.min_pixels, max_pixels=max_pixels)
+    gen = torch.Generator().manual_seed(seed)
+    frames = torch.randint(0, 256, (count, 3, height, width), dtype=torch.uint8, generator=gen)
+    extra = {} if probe.start is None else {"clip": [probe.start, probe.end]}
+    meta = VideoMetadata(
+        source_fps=probe.fps, total_frames=total, duration=duration, frame_indices=tuple(indices),
+        timestamps=tuple(i / probe.fps for i in indices), source_width=probe.width, source_height=probe.height,
+        width=width, height=height, extra=extra,
+    )
+    return frames, meta
+
+
+def probe_prompts(backend: ModelBackend, budget: VisualBudget) -> list[PromptInput]:
+    """The probe samples of :data:`PROBES`, with frames and images sized by ``budget``."""
+    import torch
+
+    from videorl.backend import PromptInput
+    from videorl.media.sizing import fit_to_budget
+
+    prompts = []
+    for seed, (name, videos, with_image) in enumerate(PROBES):
+        clips = [probe_video(v, backend, budget, seed * 10 + i) for i, v in enumerate(videos)]
+        images = []
+        if with_image:
+            h, w = fit_to_budget(168, 224, factor=backend.factor, min_pixels=budget.image_min_pixels,
+                                 max_pixels=budget.image_max_pixels)
+            images.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                                        generator=torch.Generator().manual_seed(seed)))
+        text = "What happens in the video? Answer with one letter." if clips else (
+            "What colour is the square?" if images else "Which direction does the object move?")
+        prompts.append(PromptInput(name, text, videos=clips, images=images))
+    return prompts
+
+
+# --- the two sides ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainerSide:
+    """The trainer's view of one teacher-forced response: log-probs, argmax tokens and their margin
+    over the response's own tokens, and the rotary positions the language model received."""
+
+    logprobs: list[float]
+    argmax: list[int]
+    margins: list[float]
+    positions: torch.Tensor | None  # A×L of the row (axes first); None: the model takes 1-D positions
+
+
+def teacher_forced(
+    model: Any, backend: ModelBackend, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]],
+    compute_dtype: torch.dtype | None,
+) -> tuple[list[TrainerSide], ModelInputs]:
+    """The training forward (``backend.collate`` with responses, autocast in ``compute_dtype`` over the
+    stored weights, forbidden ids masked) of ``encoded`` with ``responses``."""
+    import torch
+
+    from videorl.model_inputs import response_logprobs
+
+    param = next(model.parameters())
+    inputs = backend.collate(encoded, responses).to(device=param.device, dtype=param.dtype)
+    seen: list[Any] = []
+    language_model = getattr(getattr(model, "model", model), "language_model", None)
+    handle = None
+    if language_model is not None:
+        handle = language_model.register_forward_pre_hook(
+            lambda _m, _a, kwargs: seen.append(kwargs.get("position_ids")), with_kwargs=True
+        )
+    mixed = compute_dtype is not None and compute_dtype != param.dtype
+    try:
+        with torch.no_grad(), torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
+            logits = model(**inputs.model_kwargs()).logits
+    finally:
+        if handle is not None:
+            handle.remove()
+    forbidden = sorted(backend.forbidden_token_ids())
+    chosen = response_logprobs(logits, inputs, forbidden=forbidden).float().cpu()
+    rwidth = chosen.shape[1]
+    steps = logits[:, -(rwidth + 1) : -1].float()
+    if forbidden:
+        steps[..., [i for i in forbidden if i < steps.shape[-1]]] = float("-inf")
+    best = torch.log_softmax(steps, dim=-1).max(dim=-1)
+    positions = seen[0] if seen and isinstance(seen[0], torch.Tensor) and seen[0].dim() == 3 else None
+    if positions is not None and positions.shape[0] == 4:  # Qwen3: text positions first, then the 3 axes
+        positions = positions[1:]
+    out = []
+    assert inputs.response_mask is not None
+    for row, response in enumerate(responses):
+        n = len(response)
+        keep = inputs.attention_mask[row].bool().cpu()
+        out.append(TrainerSide(
+            logprobs=chosen[row, :n].tolist(),
+            argmax=[int(t) for t in best.indices[row, :n].tolist()],
+            margins=(best.values[row, :n].cpu() - chosen[row, :n]).tolist(),
+            positions=None if positions is None else positions[:, row].cpu()[:, keep],
+        ))
+    return out, inputs
+
+
+def engine_rope(backend: ModelBackend, inputs: ModelInputs) -> torch.Tensor | None:
+    """The engine's rotary positions of ``inputs`` (``3×B×L``) from the backend's optional
+    ``rope_positions``; None for a backend without 3-D positions."""
+    rule = getattr(backend, "rope_positions", None)
+    return None if rule is None else rule(inputs.to(device="cpu"))
+
+
+def request_grids(backend: ModelBackend, request: Any) -> tuple[list[Any] | None, str]:
+    """The grids the checkpoint's processor builds from an engine request (its frames, metadata and
+    processor settings), as an engine that runs the HF processor does; ``(None, why)`` when unknown."""
+    data = request.multi_modal_data
+    if not data:
+        return [], ""
+    grids: list[Any] = []
+    try:
+        from transformers.video_utils import VideoMetadata as HFVideoMetadata
+
+        processor = backend.processor
+        kwargs = dict(request.mm_processor_kwargs)
+        if data.get("image"):
+            out = processor.image_processor(images=list(data["image"]), return_tensors="pt", **kwargs)
+            if "image_grid_thw" not in out:
+                return None, "the processor reports no image grids"
+            grids += [tuple(int(x) for x in g) for g in out["image_grid_thw"].tolist()]
+        if data.get("video"):
+            items = [v if isinstance(v, tuple) else (v, None) for v in data["video"]]
+            names = set(HFVideoMetadata.__dataclass_fields__)
+            metas = [None if m is None else HFVideoMetadata(**{k: v for k, v in m.items() if k in names})
+                     for _, m in items]
+            extra = {"video_metadata": metas} if any(m is not None for m in metas) else {}
+            out = processor.video_processor(videos=[f for f, _ in items], return_tensors="pt", **kwargs, **extra)
+            if "video_grid_thw" not in out:
+                return None, "the processor reports no video grids"
+            grids += [tuple(int(x) for x in g) for g in out["video_grid_thw"].tolist()]
+    except Exception as exc:  # any processor's failure only makes the grids unknown; the ids still tell
+        return None, f"the checkpoint's processor could not process the engine request: {exc}"
+    return grids, ""
+
+
+def request_metadata(request: Any) -> list[dict[str, Any] | None]:
+    """The frame metadata an engine request carries for each video (None: frames without metadata)."""
+    return [v[1] if isinstance(v, tuple) else None for v in request.multi_modal_data.get("video", [])]
+
+
+# --- models check -------------------------------------------------------------------------------
+
+
+def _encode_failure(sample: str, error: Exception) -> CheckResult:
+    """A sample the trainer's path rejects: the check its message concerns, with that message."""
+    text = str(error)
+    if isinstance(error, DataError):
+        return CheckResult(sample, "encode", NA, cause=f"the backend does not take this sample: {text}")
+    if "grid" in text:
+        return CheckResult(sample, "grids", FAIL, cause=text)
+    if "placeholder" in text:
+        return CheckResult(sample, "placeholders", FAIL, cause=text)
+    return CheckResult(sample, "prompt_ids", FAIL, cause=text)
+
+
+def run_check(
+    backend: ModelBackend,
+    engine: RolloutEngine,
+    model: Any,
+    *,
+    engine_name: str,
+    dtype: str,
+    tolerance: Tolerance,
+    prompts: Sequence[PromptInput],
+    compute_dtype: torch.dtype | None = None,
+    model_name: str = "",
+    greedy_tokens: int = 4,
+    response_tokens: int = 8,
+    seed: int = 0,
+) -> ParityReport:
+    """Compare the trainer's path (``model``, the stored weights, autocast in ``compute_dtype``) with
+    ``engine`` on ``prompts``; the engine receives what training sends it (``backend.rollout_request``
+    for engines other than ``hf``, which generates from ``backend.collate``)."""
+    from videorl.rollout import SamplingParams
+
+    report = ParityReport(model_name or str(getattr(backend, "path", "")), engine_name, dtype, tolerance)
+    uses_requests = engine_name != "hf"
+    greedy = SamplingParams(n=1, temperature=0.0, max_tokens=greedy_tokens)
+    sampled = SamplingParams(n=1, temperature=1.0, max_tokens=response_tokens, seed=seed)
+    kept: list[tuple[EncodedPrompt, list[float], list[int]]] = []
+    for prompt in prompts:
+        sample = prompt.sample_id
+        try:
+            encoded = backend.encode(prompt)
+        except (AlignmentError, DataError) as exc:
+            report.add(_encode_failure(sample, exc))
+            continue
+        results = _structure(backend, encoded, sample, uses_requests)
+        try:
+            [[g]] = engine.generate([encoded], greedy)
+            [[s]] = engine.generate([encoded], sampled)
+            results.insert(0, compare_ids(sample, encoded.prompt_ids, backend.collate([encoded]).prompt_ids(0)))
+        except AlignmentError as exc:
+            results.insert(0, ids_result_from_error(sample, exc))
+            report.results += results
+            continue
+        (tg, ts), inputs = teacher_forced(model, backend, [encoded, encoded], [g.token_ids, s.token_ids], compute_dtype)
+        spans = visual_spans(encoded.mm_token_type_ids or [])
+        reference = engine_rope(backend, inputs)
+        results.append(compare_positions(
+            sample, tg.positions, None if reference is None else reference[:, 0][:, inputs.attention_mask[0].bool()],
+            spans, "the model takes 1-D positions" if tg.positions is None else "the backend defines no rope_positions",
+        ))
+        results.append(compare_greedy(sample, g.token_ids, tg.argmax, tg.margins, tolerance.token))
+        results.append(compare_logprobs(sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results)))
+        report.results += results
+        kept.append((encoded, s.logprobs, s.token_ids))
+    if len(kept) > 1:
+        report.add(_mixed_batch(backend, engine, model, kept, compute_dtype, tolerance, greedy))
+    return report
+
+
+def _structure(backend: ModelBackend, encoded: EncodedPrompt, sample: str, uses_requests: bool) -> list[CheckResult]:
+    """The checks of what the engine receives: placeholders, grids, frame metadata."""
+    prompt = encoded.prompt
+    grids = [*encoded.image_grid_thw, *encoded.video_grid_thw]
+    spans = visual_spans(encoded.mm_token_type_ids or [])
+    span_text = f"{len(spans)} span(s), {sum(s[2] for s in spans)} tokens" if spans else _count_text(
+        {"video": len(prompt.videos), "image": len(prompt.images)})
+    expected = {"video": len(prompt.videos), "image": len(prompt.images)}
+    if not uses_requests:
+        why = "the hf engine generates from the trainer's own inputs"
+        return [
+            CheckResult(sample, "placeholders", PASS, trainer=span_text, engine="same inputs"),
+            CheckResult(sample, "grids", PASS if grids else NA, trainer=grids or None, engine="same inputs"),
+            CheckResult(sample, "frame_metadata", NA, cause=why if prompt.videos else "no video"),
+        ]
+    request = backend.rollout_request(encoded)
+    carried = {k: len(v) for k, v in request.multi_modal_data.items()}
+    engine_grids, why = request_grids(backend, request)
+    trainer_meta = [meta.to_hf_dict() for _, meta in prompt.videos]
+    return [
+        compare_items(sample, expected, carried, span_text),
+        compare_grids(sample, grids, engine_grids, why) if grids or engine_grids else
+        CheckResult(sample, "grids", NA, cause="no media"),
+        compare_frame_metadata(sample, trainer_meta, request_metadata(request)),
+    ]
+
+
+def _mixed_batch(
+    backend: ModelBackend, engine: RolloutEngine, model: Any, kept: Sequence[tuple[EncodedPrompt, list[float], list[int]]],
+    compute_dtype: torch.dtype | None, tolerance: Tolerance, greedy: Any,
+) -> CheckResult:
+    """All probes in one left-padded batch on both sides: the trainer's log-probs equal the
+    single-sample ones, and the engine's greedy tokens too."""
+    encoded = [k[0] for k in kept]
+    try:
+        sides, _ = teacher_forced(model, backend, encoded, [k[2] for k in kept], compute_dtype)
+    except DataError as exc:
+        return CheckResult("mixed-batch", "logprobs", NA, cause=f"the backend does not batch these samples: {exc}")
+    for (enc, engine_lp, _), side in zip(kept, sides):
+        result = compare_logprobs(enc.sample_id, engine_lp, side.logprobs, tolerance.token)
+        if result.failed:
+            result.sample, result.cause = f"mixed-batch:{enc.sample_id}", "batching (left padding) changes the " + (
+                "trainer's log-probs: " + result.cause)
+            return result
+    return CheckResult("mixed-batch", "logprobs", PASS, trainer=f"{len(kept)} samples in one batch", engine="same")
+
+
+# --- the training run's first-step check --------------------------------------------------------
+
+
+@dataclass
+class ModalityGap:
+    """|engine − actor| log-prob statistics of one modality's sampled tokens, and its worst token."""
+
+    total: float = 0.0
+    count: int = 0
+    worst: float = 0.0
+    where: str = ""
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+
+def modality_gaps(batch: Sequence[Trajectory], logp: torch.Tensor) -> dict[str, ModalityGap]:
+    """Per modality of the prompts (video, image, text): the engine-vs-actor gaps of ``batch``'s
+    sampled tokens (``logp``: the actor's, ``B×R``); offline responses carry no engine log-probs."""
+    import torch
+
+    gaps: dict[str, ModalityGap] = {}
+    for row, t in enumerate(batch):
+        engine = t.completion.logprobs
+        if not engine or math.isnan(engine[0]):
+            continue
+        diff = (logp[row, : len(engine)].detach().float().cpu() - torch.tensor(engine)).abs()
+        gap = gaps.setdefault(t.prompt.require_encoded().prompt.data_type, ModalityGap())
+        gap.total += float(diff.sum())
+        gap.count += len(engine)
+        j = int(diff.argmax())
+        if float(diff[j]) > gap.worst:
+            gap.worst = float(diff[j])
+            gap.where = (f"sample {t.prompt.sample.id!r} token {j}: engine {engine[j]:.5g}, "
+                         f"actor {float(logp[row, j].detach()):.5g}")
+    return gaps
+
+
+def first_step_check(
+    config: TrainConfig, actor: Actor, trajectories: Sequence[Trajectory], dist: Dist
+) -> dict[str, float]:
+    """``rollout.parity_check``: the engine's log-probs of this first batch against the actor's, per
+    modality (before any update). Beyond the tolerance of ``model.dtype`` (or
+    ``rollout.parity_tolerance``): :class:`ParityError` with the table (``first_step``), or a warning
+    (``warn``). Every rank runs it (the forwards are collectives under FSDP) and decides alike."""
+    import torch
+
+    from videorl.grpo import _forward, _micro_batches
+
+    forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
+    gaps: dict[str, ModalityGap] = {}
+    with torch.no_grad():
+        for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+            logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
+            for kind, gap in modality_gaps(batch, logp).items():
+                mine = gaps.setdefault(kind, ModalityGap())
+                mine.total, mine.count = mine.total + gap.total, mine.count + gap.count
+                if gap.worst > mine.worst:
+                    mine.worst, mine.where = gap.worst, gap.where
+    kinds = ("video", "image", "text")
+    sums = dist.all_reduce(torch.tensor([v for k in kinds for v in (gaps.get(k, ModalityGap()).total,
+                                                                       float(gaps.get(k, ModalityGap()).count))]))
+    worst = dist.all_reduce(torch.tensor([gaps.get(k, ModalityGap()).worst for k in kinds]), op="max")
+    tolerance = tolerance_for(config.model.dtype, config.rollout.parity_tolerance)
+    report = ParityReport(config.model.path, config.rollout.engine, config.model.dtype, tolerance)
+    metrics: dict[str, float] = {}
+    for i, kind in enumerate(kinds):
+        total, count = float(sums[2 * i]), int(sums[2 * i + 1])
+        if not count:
+            continue
+        mean = total / count
+        metrics[f"parity/logprob_diff/{kind}"] = mean
+        report.add(CheckResult(
+            kind, "logprobs (mean)", PASS if mean <= tolerance.mean else FAIL, trainer=f"mean {mean:.3g}",
+            engine=f"max {float(worst[i]):.3g} ({count} tokens)",
+            cause="" if mean <= tolerance.mean else (gaps[kind].where if kind in gaps else "on another rank"),
+        ))
+    if not report.ok:
+        command = (f"videorl models check {config.model.path} --engine {config.rollout.engine} --config CONFIG")
+        text = (f"the rollout engine's log-probs differ from the actor's on the first batch (mean tolerance "
+                f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table()}\nInvestigate with `{command}`; "
+                "set rollout.parity_check=warn to train anyway, or rollout.parity_tolerance to another limit.")
+        if config.rollout.parity_check == "first_step":
+            raise ParityError(text)
+        log.warning("%s", text)
+    return metrics
