@@ -208,32 +208,29 @@ def _snapshot(*roots: Path) -> dict[str, tuple[Any, ...]]:
     return seen
 
 
-def _processes_named(name: str) -> list[int]:
-    found = []
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _live_processes() -> Iterator[tuple[int, str, int]]:
+    """``(pid, name, uid)`` of every process that is not a zombie (a container's init may never reap
+    the exited processes it inherits; they hold nothing but their pid)."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
-                    found.append(int(entry))
+                if _state(int(entry)) != "Z":
+                    name = Path(f"/proc/{entry}/comm").read_text().strip()
+                    yield int(entry), name, os.stat(f"/proc/{entry}").st_uid
             except OSError:
                 pass
-    return found
+
+
+def _processes_named(name: str) -> list[int]:
+    return [pid for pid, comm, _ in _live_processes() if comm == name]
 
 
 def _sandbox_user_processes() -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == SANDBOX_UID:
-                    found.add(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return {pid for pid, _, uid in _live_processes() if uid == SANDBOX_UID}
 
 
 @pytest.fixture(scope="module")
