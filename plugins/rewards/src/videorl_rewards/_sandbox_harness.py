@@ -90,6 +90,13 @@ class _CappedOutput(io.StringIO):
         return super().write(text)
 
 
+def _lower(kind: int, value: int) -> None:
+    """Set soft and hard limit to ``value``, or keep a hard limit that is lower already."""
+    hard = resource.getrlimit(kind)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(kind, (value, value))
+
+
 def main() -> None:
     config = json.load(sys.stdin)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -98,14 +105,13 @@ def main() -> None:
     os.close(devnull)
     result = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     limits = config["limits"]
-    cpu = int(limits["cpu_seconds"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"],) * 2)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"],) * 2)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    _lower(resource.RLIMIT_CPU, int(limits["cpu_seconds"]))
+    _lower(resource.RLIMIT_AS, limits["memory_bytes"])
+    _lower(resource.RLIMIT_FSIZE, limits["file_bytes"])
+    _lower(resource.RLIMIT_CORE, 0)
+    _lower(resource.RLIMIT_NOFILE, 256)
     if limits.get("processes"):  # counted per user namespace, so only where the sandbox has its own
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
+        _lower(resource.RLIMIT_NPROC, limits["processes"])
     sys.stdin = io.StringIO("")
     code = compile(config["code"], "<answer>", "exec")
     tests = config["tests"]
