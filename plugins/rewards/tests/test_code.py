@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,3 +166,19 @@ def test_a_code_row_with_tests_needs_no_answer(run_cli: Any, tmp_path: Path) -> 
     assert "rows.jsonl:2: missing field ground_truth or answer or solution" in result.stderr + result.output
     (scored,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert scored["id"] == "c1" and scored["scores"] == [pytest.approx(0.9)]  # untagged: no format credit
+
+
+def test_a_scorer_with_lower_hard_limits_still_runs_programs() -> None:
+    """rlimits are only ever lowered: a hard limit under the sandbox's own (100 open files) is kept."""
+    script = (
+        "from videorl_rewards.sandbox import Limits, run_python\n"
+        "code = 'import resource\\nprint(resource.getrlimit(resource.RLIMIT_NOFILE)[1])'\n"
+        "print(run_python(code, [''], mode='io', limits=Limits()).reports[0]['output'], end='')"
+    )
+    done = subprocess.run(
+        ["prlimit", "--nofile=100:100", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout == "100\n", done.stderr
