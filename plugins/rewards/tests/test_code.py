@@ -182,3 +182,8 @@ def test_a_scorer_with_lower_hard_limits_still_runs_programs() -> None:
         timeout=120,
     )
     assert done.returncode == 0 and done.stdout == "100\n", done.stderr
+
+
+def test_a_sandbox_that_cannot_start_says_why() -> None:
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"did not start.*MemoryError"):
+        run_python("print(1)", [""], mode="io", limits=Limits(memory_mb=1))

@@ -1,8 +1,8 @@
 """Runs untrusted Python for the code reward: ``python -I -B _sandbox_harness.py RESULT_FD``.
 
 Started by :mod:`videorl_rewards.sandbox` (inside bubblewrap when isolated). Reads
-``{"code", "tests", "mode", "audit_hook", "limits"}`` as JSON on stdin, points stdin, stdout and stderr at
-``/dev/null``, lowers its own resource limits, installs (with ``audit_hook``, the unisolated fallback
+``{"code", "tests", "mode", "audit_hook", "limits"}`` as JSON on stdin, points stdin, stdout and (once it
+is set up) stderr at ``/dev/null``, lowers its own resource limits, installs (with ``audit_hook``, the unisolated fallback
 only) an audit hook that refuses processes, signals, sockets, native-code loading and writes outside the
 working directory, then runs the code and reports one JSON line per test on ``RESULT_FD``, then
 ``{"done": true}``:
@@ -100,9 +100,8 @@ def _lower(kind: int, value: int) -> None:
 def main() -> None:
     config = json.load(sys.stdin)
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # the config is not the program's to read; its own output is captured per test
+    for fd in (0, 1):  # the config is not the program's to read; its own output is captured per test
         os.dup2(devnull, fd)
-    os.close(devnull)
     result = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     limits = config["limits"]
     _lower(resource.RLIMIT_CPU, int(limits["cpu_seconds"]))
@@ -117,6 +116,8 @@ def main() -> None:
     tests = config["tests"]
     if config.get("audit_hook"):
         _install_hook(os.getcwd())
+    os.dup2(devnull, 2)  # until here, stderr is the parent's: it reports a harness that failed to start
+    os.close(devnull)
     result.write('{"ready": true}\n')  # the parent tells a sandbox that never started from bad code
     if config["mode"] == "assert":
         namespace: dict[str, object] = {"__name__": "__solution__"}

@@ -234,7 +234,9 @@ def run_python(code: str, tests: list[str], *, mode: str, limits: Limits, isolat
             result, started, returncode = _collect(proc, fds, limits, code_tests=len(tests))
             if not started:
                 stderr.seek(0)
-                message = stderr.read(4000).decode("utf-8", "replace").strip()
+                message = (
+                    stderr.read().decode("utf-8", "replace").strip()[-2000:]
+                )  # a traceback ends with its cause
                 raise SandboxUnavailable(
                     f"the code sandbox did not start (exit code {returncode})"
                     + (f": {message}" if message else "")
