@@ -185,5 +185,5 @@ def test_a_scorer_with_lower_hard_limits_still_runs_programs() -> None:
 
 
 def test_a_sandbox_that_cannot_start_says_why() -> None:
-    with pytest.raises(sandbox.SandboxUnavailable, match=r"did not start.*MemoryError"):
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"(?s)did not start.*MemoryError"):
         run_python("print(1)", [""], mode="io", limits=Limits(memory_mb=1))
