@@ -18,6 +18,7 @@ from videorl.eval import (
     scores_path,
     to_markdown,
 )
+from videorl.eval.results import read_scores
 from videorl.eval.scoring import BenchmarkResult
 
 
@@ -74,29 +75,44 @@ RUN_B = {
 
 
 def test_compare_results_rows_and_deltas() -> None:
-    rows = compare_results(RUN_A, RUN_B)
-    table = [(r.benchmark, r.label, r.a, r.b) for r in rows]
+    rows = compare_results([RUN_A, RUN_B])
+    table = [(r.benchmark, r.label, r.values, r.deltas) for r in rows]
     assert table == [
-        ("mvbench", "overall (accuracy)", 0.5, 0.6),
-        ("mvbench", "task: a", 0.4, 0.5),
-        ("mvbench", "task: b", 0.6, None),
-        ("mvbench", "task: c", None, 0.9),
-        ("charades-sta", "overall (mIoU)", 0.3, 0.4),
-        ("charades-sta", "R@0.5", 0.2, 0.35),
-        ("mlvu", "overall (M-Avg)", 0.7, None),
-        ("vsi-bench", "overall (8-task mean)", None, 0.2),
-        ("average", "overall (2 benchmarks in both runs)", pytest.approx(0.4), pytest.approx(0.5)),
-    ]
-    assert rows[0].delta == pytest.approx(0.1)
-    assert rows[2].delta is None
+        ("mvbench", "overall (accuracy)", (0.5, 0.6), (pytest.approx(0.1),)),
+        ("mvbench", "task: a", (0.4, 0.5), (pytest.approx(0.1),)),
+        ("mvbench", "task: b", (0.6, None), (None,)),
+        ("mvbench", "task: c", (None, 0.9), (None,)),
+        ("charades-sta", "overall (mIoU)", (0.3, 0.4), (pytest.approx(0.1),)),
+        ("charades-sta", "R@0.5", (0.2, 0.35), (pytest.approx(0.15),)),
+        ("mlvu", "overall (M-Avg)", (0.7, None), (None,)),
+        ("vsi-bench", "overall (8-task mean)", (None, 0.2), (None,)),
+        ("average", "overall (2 benchmarks in both runs)", (pytest.approx(0.4), pytest.approx(0.5)),
+         (pytest.approx(0.1),)),
+    ]  # fmt: skip
+    assert all(
+        r.intervals == (None, None) and r.delta_intervals == (None,) for r in rows
+    )  # no per-row scores
+    with pytest.raises(ValueError, match="a base and at least one more run"):
+        compare_results([RUN_A])
+
+
+def test_compare_several_runs_against_the_base() -> None:
+    run_c = {"benchmarks": {"mvbench": {"overall": 0.45, "metric": "accuracy", "categories": {}}}}
+    rows = compare_results([RUN_A, RUN_B, run_c])
+    assert (rows[0].values, rows[0].deltas) == ((0.5, 0.6, 0.45), (pytest.approx(0.1), pytest.approx(-0.05)))
+    assert rows[-1].label == "overall (1 benchmarks in all runs)"
+    text = format_table(rows, ["base", "rl-100", "rl-200"])
+    assert text.splitlines()[0].split() == ["benchmark", "line", "base", "rl-100", "rl-200", "delta", "rl-100",
+                                            "delta", "rl-200"]  # fmt: skip
+    assert text.splitlines()[2].split()[-5:] == ["50.00", "60.00", "45.00", "+10.00", "-5.00"]
 
 
 def test_text_and_markdown_tables() -> None:
-    rows = compare_results(RUN_A, RUN_B)
-    text = format_table(rows, "base", "rl")
+    rows = compare_results([RUN_A, RUN_B])
+    text = format_table(rows, ["base", "rl"])
     assert text.splitlines()[0].split() == ["benchmark", "line", "base", "rl", "delta"]
     assert "mvbench       overall (accuracy)" in text and "50.00  60.00  +10.00" in text
-    md = to_markdown(rows, "base", "rl")
+    md = to_markdown(rows, ["base", "rl"])
     assert md.splitlines()[:3] == [
         "| benchmark | line | base | rl | delta |",
         "|---|---|---:|---:|---:|",
@@ -108,8 +124,17 @@ def test_text_and_markdown_tables() -> None:
 def test_png_bar_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "cmp.png"
-    plot_comparison(compare_results(RUN_A, RUN_B), out, "base", "rl")
+    plot_comparison(compare_results([RUN_A, RUN_B]), out, ["base", "rl"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_read_scores(tmp_path: Path) -> None:
+    record_result(tmp_path, _result("mvbench", 0.5, {}))
+    assert read_scores(tmp_path, "mvbench") == {"1": 1.0, "2": 0.0}
+    assert read_scores(tmp_path, "lvbench") is None
+    scores_path(tmp_path, "mvbench").write_text('{"id": "1", "score": 1.0}\n{"id": "2"}\n')
+    with pytest.raises(DataError, match=r"mvbench/scores.jsonl:2: expected \{"):
+        read_scores(tmp_path, "mvbench")
 
 
 def test_importing_eval_does_not_import_matplotlib() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from videorl.errors import VideorlError
+from videorl.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from videorl.plugins import Plugins
 
 _SHOW_FAILED = 20
@@ -24,15 +25,26 @@ def eval_group() -> None:
 
 
 def _summary_text(name: str, summary: dict[str, Any]) -> str:
+    intervals = (summary.get("intervals") or {}).get("lines", {})
+
+    def ci(label: str) -> str:  # the 95% interval, where the summary has one (videorl eval score)
+        iv = intervals.get(label)
+        return f"  [{100 * iv['low']:.2f}, {100 * iv['high']:.2f}] {iv['method']}" if iv else ""
+
+    metric = summary.get("metric") or "score"
     lines = [
-        f"{name}: {summary.get('metric', 'score')} {100 * summary['overall']:.2f} "
-        f"(n={summary['n']}, failed={summary['n_failed']})"
+        f"{name}: {metric} {100 * summary['overall']:.2f} "
+        f"(n={summary['n']}, failed={summary['n_failed']}){ci(f'overall ({metric})')}"
     ]
     for metric, value in (summary.get("metrics") or {}).items():
-        lines.append(f"  {metric}: {100 * value:.2f}")
+        lines.append(f"  {metric}: {100 * value:.2f}{ci(metric)}")
     for kind, values in summary.get("categories", {}).items():
         lines.append(f"  {kind}:")
-        lines += [f"    {value}: {100 * score:.2f}" for value, score in values.items()]
+        lines += [f"    {value}: {100 * score:.2f}{ci(f'{kind}: {value}')}" for value, score in values.items()]
+    if intervals:
+        head = summary["intervals"]
+        lines.append(f"  (95% intervals: {head['resamples']} bootstrap resamples of the rows, seed {head['seed']}; "
+                     "wilson: the score interval of a proportion)")
     failed = summary.get("failed", [])
     if failed:
         lines.append(f"failed ({len(failed)}, counted as wrong):")
@@ -40,6 +52,13 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
         if len(failed) > _SHOW_FAILED:
             lines.append(f"  ... and {len(failed) - _SHOW_FAILED} more (--json lists all)")
     return "\n".join(lines)
+
+
+_RESAMPLES = click.option(
+    "--resamples", type=click.IntRange(min=0), default=DEFAULT_RESAMPLES, show_default=True,
+    help="Bootstrap resamples of the rows for the 95% intervals (0: no intervals).",
+)
+_SEED = click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed of the resampling.")
 
 
 @eval_group.command("score")
@@ -63,6 +82,8 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Also write the summary JSON here.")
+@_RESAMPLES
+@_SEED
 @click.pass_obj
 def score_command(
     plugins: Plugins,
@@ -72,13 +93,17 @@ def score_command(
     run_dir: Path | None,
     as_json: bool,
     output: Path | None,
+    resamples: int,
+    seed: int,
 ) -> None:
-    """Rescore saved predictions with a benchmark's official metric (no model needed).
+    """Rescore saved predictions with a benchmark's official metric (no model needed), with 95%
+    intervals of every figure (bootstrap over rows of the official aggregate; Wilson for accuracies).
 
     A row without a prediction, or whose prediction failed, counts as wrong and is listed.
     """
     from videorl.atomic import atomic_write_text
     from videorl.eval import predictions_path, read_predictions, record_result, score_predictions
+    from videorl.eval.stats import ResampleError, benchmark_stats
 
     try:
         canonical = plugins.benchmarks.canonical(name)
@@ -89,6 +114,13 @@ def score_command(
             predictions = predictions_path(run_dir, canonical)
         rows = benchmark.load(data_root)
         result = score_predictions(benchmark, rows, read_predictions(predictions))
+        if resamples and rows:
+            try:
+                stats = benchmark_stats(canonical, benchmark.aggregate, rows, [r.score for r in result.rows],
+                                        resamples=resamples, seed=seed)
+                result.summary["intervals"] = stats.as_dict()
+            except ResampleError as exc:
+                click.echo(f"warning: no intervals for {canonical}: {exc}", err=True)
         if run_dir is not None:
             record_result(run_dir, result)
         text = json.dumps(result.summary, indent=2, ensure_ascii=False)
@@ -106,30 +138,101 @@ def score_command(
 
 
 @eval_group.command("compare")
-@click.argument("run_a", type=click.Path(path_type=Path, file_okay=False))
-@click.argument("run_b", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("base", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False))
+@click.option("--data-root", "data_roots", multiple=True, metavar="NAME=DIR",
+              help="A benchmark's directory, where results.json does not record it (repeatable).")
 @click.option("--markdown", type=click.Path(path_type=Path, dir_okay=False), help="Write the table as Markdown.")
 @click.option("--png", type=click.Path(path_type=Path, dir_okay=False), help="Write a bar chart (needs matplotlib).")
-def compare_command(run_a: Path, run_b: Path, markdown: Path | None, png: Path | None) -> None:
-    """Per-benchmark and per-category table of two runs and their deltas (B - A, in points)."""
+@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write every interval, test and disagreeing row as JSON.")
+@_RESAMPLES
+@_SEED
+@click.pass_obj
+def compare_command(
+    plugins: Plugins,
+    base: Path,
+    runs: tuple[Path, ...],
+    data_roots: tuple[str, ...],
+    markdown: Path | None,
+    png: Path | None,
+    json_out: Path | None,
+    resamples: int,
+    seed: int,
+) -> None:
+    """Per-benchmark and per-category table of a BASE run and RUNS: each value with its 95% interval,
+    each run's difference from BASE (in points) with its paired interval (* when it excludes 0), McNemar's
+    test for accuracies, the rows where two runs disagree and the rows one run scored alone.
+
+    Intervals need each run's NAME/scores.jsonl and the benchmark's rows: its adapter and data root (from
+    results.json, or --data-root NAME=DIR).
+    """
     from videorl.atomic import atomic_write_text
     from videorl.eval import compare_results, format_table, plot_comparison, read_results, to_markdown
+    from videorl.eval.compare import notes
 
+    dirs = [base, *runs]
+    names = [d.name or str(d) for d in dirs]
+    if len(set(names)) != len(names):
+        names = [str(d) for d in dirs]
+    roots = {}
+    for spec in data_roots:
+        name, sep, directory = spec.partition("=")
+        if not sep or not name or not directory:
+            raise click.UsageError(f"--data-root {spec!r}: expected NAME=DIR")
+        roots[name] = Path(directory).expanduser()
     try:
-        rows = compare_results(read_results(run_a), read_results(run_b))
+        results = [read_results(d) for d in dirs]
+        stats = _comparison_stats(plugins, dirs, results, roots, resamples, seed) if resamples else {}
+        rows = compare_results(results, stats)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
-    name_a, name_b = run_a.name or str(run_a), run_b.name or str(run_b)
-    if name_a == name_b:
-        name_a, name_b = str(run_a), str(run_b)
-    click.echo(format_table(rows, name_a, name_b))
+    click.echo(format_table(rows, names, notes(names, stats)))
     if markdown is not None:
-        atomic_write_text(markdown, to_markdown(rows, name_a, name_b))
+        atomic_write_text(markdown, to_markdown(rows, names, notes(names, stats, limit=None)))
+    if json_out is not None:
+        report = {"runs": [str(d) for d in dirs], "benchmarks": {k: v.as_dict() for k, v in stats.items()}}
+        atomic_write_text(json_out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if png is not None:
         try:
-            plot_comparison(rows, png, name_a, name_b)
+            plot_comparison(rows, png, names)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from exc
+
+
+def _comparison_stats(
+    plugins: Plugins, dirs: list[Path], results: list[dict[str, Any]], roots: dict[str, Path], resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Each benchmark's intervals and paired tests; one that lacks what they need gets a note instead."""
+    from videorl.eval.compare import BenchmarkComparison, benchmark_comparison
+    from videorl.eval.results import read_scores
+
+    out: dict[str, Any] = {}
+    names = list(dict.fromkeys(n for r in results for n in r["benchmarks"]))
+    for name in names:
+        recorded = [r.get("settings", {}).get("benchmarks", {}).get(name, {}).get("data_root") for r in results]
+        root = roots.get(name) or next((Path(p) for p in recorded if p), None)
+        scores = [read_scores(d, name) if name in r["benchmarks"] else None for d, r in zip(dirs, results, strict=True)]
+        why = None
+        if all(s is None for s in scores):
+            why = f"no run has {name}/scores.jsonl (rescore with videorl eval score --run)"
+        elif root is None:
+            why = f"results.json records no data root: give --data-root {name}=DIR"
+        else:
+            try:
+                benchmark = plugins.benchmarks.create(plugins.benchmarks.canonical(name))
+                rows = benchmark.load(root)
+            except VideorlError as exc:
+                why = f"{exc} (give --data-root {name}=DIR)"
+        if why is not None:
+            out[name] = BenchmarkComparison([None] * len(dirs), [None] * (len(dirs) - 1), notes=[f"no intervals: {why}"])
+            continue
+        out[name] = benchmark_comparison(benchmark, rows, scores, resamples=resamples, seed=seed)
+        for d, s in zip(dirs, scores, strict=True):
+            if s is None and name in results[dirs.index(d)]["benchmarks"]:
+                out[name].notes.append(f"no intervals for {d}: it has no {name}/scores.jsonl")
+    return out
 
 
 def _benchmark_dirs(specs: tuple[str, ...], data_root: Path | None) -> list[tuple[str, Path]]:

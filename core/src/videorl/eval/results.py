@@ -72,6 +72,28 @@ def read_results(run_dir: Path | str) -> dict[str, Any]:
     return data
 
 
+def read_scores(run_dir: Path | str, name: str) -> dict[str, float] | None:
+    """The per-row scores in ``RUN/NAME/scores.jsonl`` by id; ``None`` when the run has no such file."""
+    path = scores_path(run_dir, name)
+    if not path.is_file():
+        return None
+    out: dict[str, float] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            score = record["score"]
+            if isinstance(score, bool) or not isinstance(score, (int, float)):
+                raise TypeError
+            out[str(record["id"])] = float(score)
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise DataError(
+                f"{path}:{number}: expected {{\"id\", \"score\": number, ...}} (rescore with videorl eval score --run)"
+            ) from exc
+    return out
+
+
 def record_result(
     run_dir: Path | str, result: BenchmarkResult, settings: Mapping[str, Any] | None = None
 ) -> Path:

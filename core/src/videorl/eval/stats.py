@@ -165,15 +165,23 @@ def _proportion_rows(label: str, rows: Sequence[BenchmarkRow], scores: Sequence[
 
 @dataclass
 class BenchmarkStats:
-    """One run's lines on one benchmark with their intervals, and the overall's bootstrap replicates."""
+    """One run's lines on one benchmark with their intervals, and each line's bootstrap replicates."""
 
     values: dict[str, float]
     intervals: dict[str, Interval]
     bootstrap: dict[str, Interval]
     resamples: int
     seed: int
-    n: int
-    overall: np.ndarray = field(repr=False)
+    ids: tuple[str, ...]  # the rows resampled, in order
+    replicates: dict[str, np.ndarray] = field(repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def overall(self) -> np.ndarray:
+        return self.replicates[next(iter(self.values))]
 
     def as_dict(self) -> dict[str, Any]:
         """For ``results.json``: level, resamples, seed and each line's interval (and its bootstrap)."""
@@ -220,8 +228,7 @@ def benchmark_stats(
             picked = _proportion_rows(label, rows, scores)
             if math.isclose(value, mean(picked), rel_tol=0, abs_tol=1e-12):
                 intervals[label] = wilson(round(sum(picked)), len(picked))
-    overall = next(iter(values))
-    return BenchmarkStats(values, intervals, boot, resamples, seed, len(rows), reps[overall])
+    return BenchmarkStats(values, intervals, boot, resamples, seed, tuple(r.id for r in rows), reps)
 
 
 @dataclass
@@ -258,9 +265,13 @@ def paired_stats(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    known: tuple[BenchmarkStats | None, BenchmarkStats | None] = (None, None),
 ) -> PairedStats:
     """Compare two runs' per-row scores (by id) on ``rows``: rows scored by one run only are listed,
-    not used; the rest are resampled together and aggregated for both runs."""
+    not used; the rest are resampled together and aggregated for both runs.
+
+    ``known``: the runs' own :func:`benchmark_stats`; where one was made on exactly the shared rows (the
+    usual case) its replicates are these resamples already and are reused instead of recomputed."""
     only_a = [r.id for r in rows if r.id in scores_a and r.id not in scores_b]
     only_b = [r.id for r in rows if r.id in scores_b and r.id not in scores_a]
     common = [r for r in rows if r.id in scores_a and r.id in scores_b]
@@ -273,8 +284,15 @@ def paired_stats(
     labels = [label for label in values_a if label in values_b]
     deltas = {label: values_b[label] - values_a[label] for label in labels}
     indices = resample_indices(len(common), resamples, seed, name)
-    reps_a = _replicates(aggregate, common, a, indices, labels)
-    reps_b = _replicates(aggregate, common, b, indices, labels)
+    ids = tuple(r.id for r in common)
+
+    def replicates(scores: list[float], stats: BenchmarkStats | None) -> dict[str, np.ndarray]:
+        same = stats is not None and (stats.ids, stats.resamples, stats.seed) == (ids, resamples, seed)
+        if stats is not None and same and all(label in stats.replicates for label in labels):
+            return stats.replicates
+        return _replicates(aggregate, common, scores, indices, labels)
+
+    reps_a, reps_b = replicates(a, known[0]), replicates(b, known[1])
     intervals = {
         label: iv
         for label in labels
