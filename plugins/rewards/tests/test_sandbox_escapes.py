@@ -172,7 +172,11 @@ ATTACKS: dict[str, str] = {
     ),
     "new_user_namespace": (
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "ESCAPED = libc.unshare(0x10000000) == 0 or libc.unshare(0x00020000) == 0"
+        "ESCAPED = libc.unshare(0x10000000) == 0 or libc.unshare(0x00020000) == 0\n"
+        "if os.uname().machine == 'x86_64':  # a raw clone(CLONE_NEWUSER | SIGCHLD): the child leaves at once\n"
+        "    pid = libc.syscall(56, 0x10000011, 0, 0, 0, 0)\n"
+        "    if pid == 0:\n        os._exit(0)\n"
+        "    ESCAPED = ESCAPED or pid > 0"
     ),
     "kernel_tunables": "open('/proc/sys/kernel/core_pattern', 'w').write('|/bin/sh')\nESCAPED = True",
     "shell_out": (

@@ -6,7 +6,8 @@ are the usual ways to attack the kernel or a neighbour (``ptrace``, ``process_vm
 kexec loading, file handles, ``kcmp``, ``personality``) fail with ``EPERM``; ``socket`` for any family
 but ``AF_UNIX`` fails with ``EAFNOSUPPORT`` (the network namespace has no interfaces, but not every
 family is namespaced, e.g. ``AF_VSOCK``); ``clone3`` fails with ``ENOSYS`` so that libc falls back to
-``clone``, whose namespace flags the user namespace without capabilities refuses. A system call of
+``clone``, which fails with ``EPERM`` when asked for a user namespace (the only kind a process without
+capabilities may create; bubblewrap's ``--disable-userns`` refuses it too). A system call of
 another ABI (32-bit ``int 0x80``, x32) kills the process, since its numbers differ.
 
 Only x86-64 and AArch64 are described; elsewhere :func:`program` is ``None`` and the sandbox runs with
@@ -23,12 +24,14 @@ import struct
 _LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 _JGE = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+_JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K
 _RET = 0x06  # BPF_RET | BPF_K
 _ALLOW = 0x7FFF0000
 _KILL_PROCESS = 0x80000000
 _ERRNO = 0x00050000
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data
 _X32_BIT = 0x40000000
+_CLONE_NEWUSER = 0x10000000
 
 _DENIED = (
     "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "unshare",
@@ -51,7 +54,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             finit_module=313, delete_module=176, reboot=169, swapon=167, swapoff=168,
             open_by_handle_at=304, name_to_handle_at=303, acct=163, quotactl=179, syslog=103, kcmp=312,
             fanotify_init=300, personality=135, fsopen=430, fsconfig=431, fsmount=432, move_mount=429,
-            open_tree=428, mount_setattr=442, socket=41, clone3=435,
+            open_tree=428, mount_setattr=442, socket=41, clone3=435, clone=56,
         ),
     ),
     "aarch64": (
@@ -64,7 +67,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             finit_module=273, delete_module=106, reboot=142, swapon=224, swapoff=225,
             open_by_handle_at=265, name_to_handle_at=264, acct=89, quotactl=60, syslog=116, kcmp=272,
             fanotify_init=262, personality=92, fsopen=430, fsconfig=431, fsmount=432, move_mount=429,
-            open_tree=428, mount_setattr=442, socket=198, clone3=435,
+            open_tree=428, mount_setattr=442, socket=198, clone3=435, clone=220,
         ),
     ),
 }  # fmt: skip
@@ -91,6 +94,13 @@ def program(machine: str | None = None) -> bytes | None:
     for name in _DENIED:
         ops += [_op(_JEQ, numbers[name], 0, 1), _op(_RET, _ERRNO | errno.EPERM)]
     ops += [_op(_JEQ, numbers["clone3"], 0, 1), _op(_RET, _ERRNO | errno.ENOSYS)]
+    ops += [
+        _op(_JEQ, numbers["clone"], 0, 3),
+        _op(_LD_ABS, _ARG0),  # the flags (the first argument on both ABIs)
+        _op(_JSET, _CLONE_NEWUSER, 0, 1),
+        _op(_RET, _ERRNO | errno.EPERM),
+        _op(_LD_ABS, _NR),
+    ]
     ops += [
         _op(_JEQ, numbers["socket"], 0, 3),
         _op(_LD_ABS, _ARG0),  # the family
