@@ -124,7 +124,8 @@ def test_without_isolation_the_reward_refuses_unless_told_loudly(caplog: pytest.
     with pytest.raises(ConfigError, match=r"cannot isolate.*bubblewrap.*unsafe_no_isolation: true"):
         CodeReward()
     with pytest.raises(ConfigError, match="unsafe_no_isolation must be true or false"):
-        CodeReward(unsafe_no_isolation="yes")
+        not_a_bool: Any = "yes"  # as a YAML config could give it
+        CodeReward(unsafe_no_isolation=not_a_bool)
     with caplog.at_level(logging.WARNING, logger="videorl.rewards"):
         reward = CodeReward(unsafe_no_isolation=True, timeout=2.0)
     assert "UNSAFE" in caplog.text and not reward.isolated
