@@ -129,19 +129,32 @@ class ParityReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "engine": self.engine, "dtype": self.dtype, "ok": self.ok,
-            "tolerance": asdict(self.tolerance), "results": [asdict(r) for r in self.results],
+            "model": self.model,
+            "engine": self.engine,
+            "dtype": self.dtype,
+            "ok": self.ok,
+            "tolerance": asdict(self.tolerance),
+            "results": [asdict(r) for r in self.results],
         }
 
     def table(self) -> str:
         """A fixed-width PASS/FAIL table, one row per sample and check, then a summary line."""
         header = ("sample", "check", "result", "position", "trainer", "engine", "likely cause")
         rows = [
-            (r.sample, r.check, r.status, "" if r.position is None else str(r.position),
-             _short(r.trainer), _short(r.engine), r.cause)
+            (
+                r.sample,
+                r.check,
+                r.status,
+                "" if r.position is None else str(r.position),
+                _short(r.trainer),
+                _short(r.engine),
+                r.cause,
+            )
             for r in self.results
         ]
-        widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+        widths = [
+            max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)
+        ]
         widths[-1] = 0  # the cause is last and not padded
         lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths)).rstrip()]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
@@ -176,17 +189,26 @@ def compare_ids(sample: str, trainer: Sequence[int], engine: Sequence[int]) -> C
     """``prompt_ids``: the engine's prompt ids against the framework's tokenisation."""
     pos = first_difference(list(trainer), list(engine))
     if pos is None:
-        return CheckResult(sample, "prompt_ids", PASS, trainer=f"{len(trainer)} ids", engine=f"{len(engine)} ids")
+        return CheckResult(
+            sample, "prompt_ids", PASS, trainer=f"{len(trainer)} ids", engine=f"{len(engine)} ids"
+        )
     return CheckResult(
-        sample, "prompt_ids", FAIL, pos, list(trainer[pos : pos + 4]), list(engine[pos : pos + 4]),
+        sample,
+        "prompt_ids",
+        FAIL,
+        pos,
+        list(trainer[pos : pos + 4]),
+        list(engine[pos : pos + 4]),
         _ids_cause(len(trainer), len(engine)),
     )
 
 
 def _ids_cause(trainer_len: int, engine_len: int) -> str:
     if trainer_len != engine_len:
-        return (f"the engine expanded the visual placeholders to {engine_len - trainer_len:+d} tokens: it "
-                "resized or resampled the frames, or built other timestamps (fps missing on the engine side?)")
+        return (
+            f"the engine expanded the visual placeholders to {engine_len - trainer_len:+d} tokens: it "
+            "resized or resampled the frames, or built other timestamps (fps missing on the engine side?)"
+        )
     return "same length, other ids: the engine rendered other timestamps or tokens (its processor or version)"
 
 
@@ -220,7 +242,10 @@ def compare_items(sample: str, expected: dict[str, int], request: dict[str, int]
     for kind in sorted(set(expected) | set(request)):
         if expected.get(kind, 0) != request.get(kind, 0):
             return CheckResult(
-                sample, "placeholders", FAIL, trainer=f"{expected.get(kind, 0)} {kind}(s)",
+                sample,
+                "placeholders",
+                FAIL,
+                trainer=f"{expected.get(kind, 0)} {kind}(s)",
                 engine=f"{request.get(kind, 0)} {kind}(s)",
                 cause=f"the engine request carries another number of {kind}s than the prompt has placeholders",
             )
@@ -231,7 +256,9 @@ def _count_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}(s)" for k, n in sorted(counts.items()) if n) or "no media"
 
 
-def compare_grids(sample: str, trainer: Sequence[Any], engine: Sequence[Any] | None, why: str = "") -> CheckResult:
+def compare_grids(
+    sample: str, trainer: Sequence[Any], engine: Sequence[Any] | None, why: str = ""
+) -> CheckResult:
     """``grids``: the trainer's visual grids against the engine's (None: the engine's are unknown)."""
     if engine is None:
         return CheckResult(sample, "grids", NA, trainer=list(trainer), cause=why)
@@ -239,7 +266,11 @@ def compare_grids(sample: str, trainer: Sequence[Any], engine: Sequence[Any] | N
     if pos is None:
         return CheckResult(sample, "grids", PASS, trainer=list(trainer), engine=list(engine))
     return CheckResult(
-        sample, "grids", FAIL, pos, trainer[pos] if pos < len(trainer) else None,
+        sample,
+        "grids",
+        FAIL,
+        pos,
+        trainer[pos] if pos < len(trainer) else None,
         engine[pos] if pos < len(engine) else None,
         "the engine's processor resized or resampled the frames (do_resize / do_sample_frames not off on "
         "the engine side)",
@@ -267,18 +298,30 @@ def compare_frame_metadata(
                 continue
             if key not in theirs:
                 return CheckResult(
-                    sample, "frame_metadata", FAIL, video, f"{key}={_short(mine[key])}", "missing",
+                    sample,
+                    "frame_metadata",
+                    FAIL,
+                    video,
+                    f"{key}={_short(mine[key])}",
+                    "missing",
                     f"{key} missing on the engine side (video {video}): the engine assumes its default "
                     + ("and builds other timestamps and time positions" if key == "fps" else "value"),
                 )
             if _differs(mine[key], theirs[key]):
                 return CheckResult(
-                    sample, "frame_metadata", FAIL, video, f"{key}={_short(mine[key])}",
-                    f"{key}={_short(theirs[key])}", f"{key} differs between trainer and engine (video {video})",
+                    sample,
+                    "frame_metadata",
+                    FAIL,
+                    video,
+                    f"{key}={_short(mine[key])}",
+                    f"{key}={_short(theirs[key])}",
+                    f"{key} differs between trainer and engine (video {video})",
                 )
     first = trainer[0]
     return CheckResult(
-        sample, "frame_metadata", PASS,
+        sample,
+        "frame_metadata",
+        PASS,
         trainer=f"{len(first['frames_indices'])} frames @ {first['fps']:g} fps",
         engine="same" if len(trainer) == 1 else f"same for {len(trainer)} videos",
     )
@@ -293,7 +336,10 @@ def _differs(a: Any, b: Any) -> bool:
 
 
 def compare_positions(
-    sample: str, trainer: torch.Tensor | None, engine: torch.Tensor | None, spans: Sequence[tuple[int, int, int]],
+    sample: str,
+    trainer: torch.Tensor | None,
+    engine: torch.Tensor | None,
+    spans: Sequence[tuple[int, int, int]],
     why: str = "",
 ) -> CheckResult:
     """``positions``: the training forward's rotary positions (``A×L``, axes first) against the
@@ -301,8 +347,14 @@ def compare_positions(
     if trainer is None or engine is None:
         return CheckResult(sample, "positions", NA, cause=why)
     if trainer.shape != engine.shape:
-        return CheckResult(sample, "positions", FAIL, trainer=tuple(trainer.shape), engine=tuple(engine.shape),
-                           cause="the positions have other shapes")
+        return CheckResult(
+            sample,
+            "positions",
+            FAIL,
+            trainer=tuple(trainer.shape),
+            engine=tuple(engine.shape),
+            cause="the positions have other shapes",
+        )
     differs = (trainer != engine).any(dim=0).nonzero()
     if not len(differs):
         return CheckResult(sample, "positions", PASS, trainer=f"{trainer.shape[-1]} positions", engine="same")
@@ -312,14 +364,23 @@ def compare_positions(
     if before and not any(s[1] <= pos < s[1] + s[2] for s in spans):
         where = "after the " + ("video" if before[-1][0] == 2 else "image")
     return CheckResult(
-        sample, "positions", FAIL, pos, trainer[:, pos].tolist(), engine[:, pos].tolist(),
+        sample,
+        "positions",
+        FAIL,
+        pos,
+        trainer[:, pos].tolist(),
+        engine[:, pos].tolist(),
         f"rope positions {where} differ: the model uses transformers' rule, the engine the original "
         "(the backend's prepare_model must install the engine's rule)",
     )
 
 
 def compare_greedy(
-    sample: str, engine_tokens: Sequence[int], trainer_tokens: Sequence[int], margins: Sequence[float], tolerance: float
+    sample: str,
+    engine_tokens: Sequence[int],
+    trainer_tokens: Sequence[int],
+    margins: Sequence[float],
+    tolerance: float,
 ) -> CheckResult:
     """``greedy``: the engine's greedy tokens against the trainer's argmax given the same prefix.
 
@@ -328,9 +389,16 @@ def compare_greedy(
     for i, (e, t) in enumerate(zip(engine_tokens, trainer_tokens)):
         if e != t:
             if margins[i] <= tolerance:
-                return CheckResult(sample, "greedy", PASS, i, t, e, f"a near tie ({margins[i]:.2g}) decided otherwise")
+                return CheckResult(
+                    sample, "greedy", PASS, i, t, e, f"a near tie ({margins[i]:.2g}) decided otherwise"
+                )
             return CheckResult(
-                sample, "greedy", FAIL, i, t, e,
+                sample,
+                "greedy",
+                FAIL,
+                i,
+                t,
+                e,
                 f"the trainer prefers its token by {margins[i]:.3g} in log-prob: the two forwards differ",
             )
     return CheckResult(sample, "greedy", PASS, trainer=list(trainer_tokens), engine=list(engine_tokens))
@@ -345,12 +413,25 @@ def compare_logprobs(
     for i, d in enumerate(diffs):
         if not d <= tolerance:  # NaN fails
             return CheckResult(
-                sample, "logprobs", FAIL, i, float(trainer[i]), float(engine[i]),
-                cause or (f"max |diff| {worst:.3g} > {tolerance:g}: "
-                          + ("the prompt's forward differs (visual features, positions or weights)" if i == 0
-                             else "the forward diverges during the response (kernels, dtype, KV cache)")),
+                sample,
+                "logprobs",
+                FAIL,
+                i,
+                float(trainer[i]),
+                float(engine[i]),
+                cause
+                or (
+                    f"max |diff| {worst:.3g} > {tolerance:g}: "
+                    + (
+                        "the prompt's forward differs (visual features, positions or weights)"
+                        if i == 0
+                        else "the forward diverges during the response (kernels, dtype, KV cache)"
+                    )
+                ),
             )
-    return CheckResult(sample, "logprobs", PASS, trainer=f"max |diff| {worst:.2g}", engine=f"{len(diffs)} tokens")
+    return CheckResult(
+        sample, "logprobs", PASS, trainer=f"max |diff| {worst:.2g}", engine=f"{len(diffs)} tokens"
+    )
 
 
 def logprob_cause(results: Sequence[CheckResult]) -> str:
@@ -381,6 +462,8 @@ PROBES: tuple[tuple[str, tuple[VideoProbe, ...], bool], ...] = (
     ("video-30fps-4s", (VideoProbe(30.0, 4.0, 224, 168),), False),
     ("video-10fps-1.7s", (VideoProbe(10.0, 1.7, 168, 112),), False),
     ("video-clip-2-6s", (VideoProbe(24.0, 12.0, 224, 168, start=2.0, end=6.0),), False),
+    # long and small: the time axis outgrows the spatial ones (where rotary rules part)
+    ("video-long-lowres", (VideoProbe(30.0, 16.0, 56, 56),), False),
     ("image", (), True),
     ("text", (), False),
     ("two-videos", (VideoProbe(30.0, 4.0, 224, 168), VideoProbe(25.0, 4.0, 168, 224)), False),
@@ -409,16 +492,26 @@ def probe_video(probe: VideoProbe, backend: ModelBackend, budget: VisualBudget, 
     indices = [first + int(i) for i in nearest_frames(np.arange(stop - first), count)]
     max_pixels = params.max_pixels
     if params.total_pixels is not None:
-        max_pixels = max(params.min_pixels, min(max_pixels, params.total_pixels * params.temporal_patch_size // count))
-    height, width = fit_to_budget(probe.height, probe.width, factor=backend.factor,
-                                  min_pixels=params.min_pixels, max_pixels=max_pixels)
+        max_pixels = max(
+            params.min_pixels, min(max_pixels, params.total_pixels * params.temporal_patch_size // count)
+        )
+    height, width = fit_to_budget(
+        probe.height, probe.width, factor=backend.factor, min_pixels=params.min_pixels, max_pixels=max_pixels
+    )
     gen = torch.Generator().manual_seed(seed)
     frames = torch.randint(0, 256, (count, 3, height, width), dtype=torch.uint8, generator=gen)
     extra = {} if probe.start is None else {"clip": [probe.start, probe.end]}
     meta = VideoMetadata(
-        source_fps=probe.fps, total_frames=total, duration=duration, frame_indices=tuple(indices),
-        timestamps=tuple(i / probe.fps for i in indices), source_width=probe.width, source_height=probe.height,
-        width=width, height=height, extra=extra,
+        source_fps=probe.fps,
+        total_frames=total,
+        duration=duration,
+        frame_indices=tuple(indices),
+        timestamps=tuple(i / probe.fps for i in indices),
+        source_width=probe.width,
+        source_height=probe.height,
+        width=width,
+        height=height,
+        extra=extra,
     )
     return frames, meta
 
@@ -435,12 +528,23 @@ def probe_prompts(backend: ModelBackend, budget: VisualBudget) -> list[PromptInp
         clips = [probe_video(v, backend, budget, seed * 10 + i) for i, v in enumerate(videos)]
         images = []
         if with_image:
-            h, w = fit_to_budget(168, 224, factor=backend.factor, min_pixels=budget.image_min_pixels,
-                                 max_pixels=budget.image_max_pixels)
-            images.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
-                                        generator=torch.Generator().manual_seed(seed)))
-        text = "What happens in the video? Answer with one letter." if clips else (
-            "What colour is the square?" if images else "Which direction does the object move?")
+            h, w = fit_to_budget(
+                168,
+                224,
+                factor=backend.factor,
+                min_pixels=budget.image_min_pixels,
+                max_pixels=budget.image_max_pixels,
+            )
+            images.append(
+                torch.randint(
+                    0, 256, (3, h, w), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+                )
+            )
+        text = (
+            "What happens in the video? Answer with one letter."
+            if clips
+            else ("What colour is the square?" if images else "Which direction does the object move?")
+        )
         prompts.append(PromptInput(name, text, videos=clips, images=images))
     return prompts
 
@@ -460,7 +564,10 @@ class TrainerSide:
 
 
 def teacher_forced(
-    model: Any, backend: ModelBackend, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]],
+    model: Any,
+    backend: ModelBackend,
+    encoded: Sequence[EncodedPrompt],
+    responses: Sequence[Sequence[int]],
     compute_dtype: torch.dtype | None,
 ) -> tuple[list[TrainerSide], ModelInputs]:
     """The training forward (``backend.collate`` with responses, autocast in ``compute_dtype`` over the
@@ -500,12 +607,14 @@ def teacher_forced(
     for row, response in enumerate(responses):
         n = len(response)
         keep = inputs.attention_mask[row].bool().cpu()
-        out.append(TrainerSide(
-            logprobs=chosen[row, :n].tolist(),
-            argmax=[int(t) for t in best.indices[row, :n].tolist()],
-            margins=(best.values[row, :n].cpu() - chosen[row, :n]).tolist(),
-            positions=None if positions is None else positions[:, row].cpu()[:, keep],
-        ))
+        out.append(
+            TrainerSide(
+                logprobs=chosen[row, :n].tolist(),
+                argmax=[int(t) for t in best.indices[row, :n].tolist()],
+                margins=(best.values[row, :n].cpu() - chosen[row, :n]).tolist(),
+                positions=None if positions is None else positions[:, row].cpu()[:, keep],
+            )
+        )
     return out, inputs
 
 
@@ -529,17 +638,22 @@ def request_grids(backend: ModelBackend, request: Any) -> tuple[list[Any] | None
         processor = backend.processor
         kwargs = dict(request.mm_processor_kwargs)
         if data.get("image"):
-            out = processor.image_processor(images=list(data["image"]), return_tensors="pt", **kwargs)
+            image_kwargs = {k: v for k, v in kwargs.items() if k != "do_sample_frames"}  # a video setting
+            out = processor.image_processor(images=list(data["image"]), return_tensors="pt", **image_kwargs)
             if "image_grid_thw" not in out:
                 return None, "the processor reports no image grids"
             grids += [tuple(int(x) for x in g) for g in out["image_grid_thw"].tolist()]
         if data.get("video"):
             items = [v if isinstance(v, tuple) else (v, None) for v in data["video"]]
             names = set(HFVideoMetadata.__dataclass_fields__)
-            metas = [None if m is None else HFVideoMetadata(**{k: v for k, v in m.items() if k in names})
-                     for _, m in items]
+            metas = [
+                None if m is None else HFVideoMetadata(**{k: v for k, v in m.items() if k in names})
+                for _, m in items
+            ]
             extra = {"video_metadata": metas} if any(m is not None for m in metas) else {}
-            out = processor.video_processor(videos=[f for f, _ in items], return_tensors="pt", **kwargs, **extra)
+            out = processor.video_processor(
+                videos=[f for f, _ in items], return_tensors="pt", **kwargs, **extra
+            )
             if "video_grid_thw" not in out:
                 return None, "the processor reports no video grids"
             grids += [tuple(int(x) for x in g) for g in out["video_grid_thw"].tolist()]
@@ -604,20 +718,45 @@ def run_check(
         try:
             [[g]] = engine.generate([encoded], greedy)
             [[s]] = engine.generate([encoded], sampled)
-            results.insert(0, compare_ids(sample, encoded.prompt_ids, backend.collate([encoded]).prompt_ids(0)))
+            results.insert(
+                0, compare_ids(sample, encoded.prompt_ids, backend.collate([encoded]).prompt_ids(0))
+            )
         except AlignmentError as exc:
             results.insert(0, ids_result_from_error(sample, exc))
             report.results += results
             continue
-        (tg, ts), inputs = teacher_forced(model, backend, [encoded, encoded], [g.token_ids, s.token_ids], compute_dtype)
+        except Exception as exc:  # the engine rejected the request: that is the finding
+            results.insert(
+                0,
+                CheckResult(
+                    sample,
+                    "engine",
+                    FAIL,
+                    cause=f"the engine failed on this request: {type(exc).__name__}: {exc}",
+                ),
+            )
+            report.results += results
+            continue
+        (tg, ts), inputs = teacher_forced(
+            model, backend, [encoded, encoded], [g.token_ids, s.token_ids], compute_dtype
+        )
         spans = visual_spans(encoded.mm_token_type_ids or [])
         reference = engine_rope(backend, inputs)
-        results.append(compare_positions(
-            sample, tg.positions, None if reference is None else reference[:, 0][:, inputs.attention_mask[0].bool()],
-            spans, "the model takes 1-D positions" if tg.positions is None else "the backend defines no rope_positions",
-        ))
+        results.append(
+            compare_positions(
+                sample,
+                tg.positions,
+                None if reference is None else reference[:, 0][:, inputs.attention_mask[0].bool()],
+                spans,
+                "the language model received no 3-D positions"
+                if tg.positions is None
+                else "the backend defines no rope_positions",
+            )
+        )
         results.append(compare_greedy(sample, g.token_ids, tg.argmax, tg.margins, tolerance.token))
-        results.append(compare_logprobs(sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results)))
+        results.append(
+            compare_logprobs(sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results))
+        )
         report.results += results
         kept.append((encoded, s.logprobs, s.token_ids))
     if len(kept) > 1:
@@ -625,13 +764,18 @@ def run_check(
     return report
 
 
-def _structure(backend: ModelBackend, encoded: EncodedPrompt, sample: str, uses_requests: bool) -> list[CheckResult]:
+def _structure(
+    backend: ModelBackend, encoded: EncodedPrompt, sample: str, uses_requests: bool
+) -> list[CheckResult]:
     """The checks of what the engine receives: placeholders, grids, frame metadata."""
     prompt = encoded.prompt
     grids = [*encoded.image_grid_thw, *encoded.video_grid_thw]
     spans = visual_spans(encoded.mm_token_type_ids or [])
-    span_text = f"{len(spans)} span(s), {sum(s[2] for s in spans)} tokens" if spans else _count_text(
-        {"video": len(prompt.videos), "image": len(prompt.images)})
+    span_text = (
+        f"{len(spans)} span(s), {sum(s[2] for s in spans)} tokens"
+        if spans
+        else _count_text({"video": len(prompt.videos), "image": len(prompt.images)})
+    )
     expected = {"video": len(prompt.videos), "image": len(prompt.images)}
     if not uses_requests:
         why = "the hf engine generates from the trainer's own inputs"
@@ -646,15 +790,21 @@ def _structure(backend: ModelBackend, encoded: EncodedPrompt, sample: str, uses_
     trainer_meta = [meta.to_hf_dict() for _, meta in prompt.videos]
     return [
         compare_items(sample, expected, carried, span_text),
-        compare_grids(sample, grids, engine_grids, why) if grids or engine_grids else
-        CheckResult(sample, "grids", NA, cause="no media"),
+        compare_grids(sample, grids, engine_grids, why)
+        if grids or engine_grids
+        else CheckResult(sample, "grids", NA, cause="no media"),
         compare_frame_metadata(sample, trainer_meta, request_metadata(request)),
     ]
 
 
 def _mixed_batch(
-    backend: ModelBackend, engine: RolloutEngine, model: Any, kept: Sequence[tuple[EncodedPrompt, list[float], list[int]]],
-    compute_dtype: torch.dtype | None, tolerance: Tolerance, greedy: Any,
+    backend: ModelBackend,
+    engine: RolloutEngine,
+    model: Any,
+    kept: Sequence[tuple[EncodedPrompt, list[float], list[int]]],
+    compute_dtype: torch.dtype | None,
+    tolerance: Tolerance,
+    greedy: Any,
 ) -> CheckResult:
     """All probes in one left-padded batch on both sides: the trainer's log-probs equal the
     single-sample ones, and the engine's greedy tokens too."""
@@ -662,14 +812,20 @@ def _mixed_batch(
     try:
         sides, _ = teacher_forced(model, backend, encoded, [k[2] for k in kept], compute_dtype)
     except DataError as exc:
-        return CheckResult("mixed-batch", "logprobs", NA, cause=f"the backend does not batch these samples: {exc}")
+        return CheckResult(
+            "mixed-batch", "logprobs", NA, cause=f"the backend does not batch these samples: {exc}"
+        )
     for (enc, engine_lp, _), side in zip(kept, sides):
         result = compare_logprobs(enc.sample_id, engine_lp, side.logprobs, tolerance.token)
         if result.failed:
-            result.sample, result.cause = f"mixed-batch:{enc.sample_id}", "batching (left padding) changes the " + (
-                "trainer's log-probs: " + result.cause)
+            result.sample, result.cause = (
+                f"mixed-batch:{enc.sample_id}",
+                "batching (left padding) changes the " + ("trainer's log-probs: " + result.cause),
+            )
             return result
-    return CheckResult("mixed-batch", "logprobs", PASS, trainer=f"{len(kept)} samples in one batch", engine="same")
+    return CheckResult(
+        "mixed-batch", "logprobs", PASS, trainer=f"{len(kept)} samples in one batch", engine="same"
+    )
 
 
 # --- the training run's first-step check --------------------------------------------------------
@@ -706,8 +862,10 @@ def modality_gaps(batch: Sequence[Trajectory], logp: torch.Tensor) -> dict[str, 
         j = int(diff.argmax())
         if float(diff[j]) > gap.worst:
             gap.worst = float(diff[j])
-            gap.where = (f"sample {t.prompt.sample.id!r} token {j}: engine {engine[j]:.5g}, "
-                         f"actor {float(logp[row, j].detach()):.5g}")
+            gap.where = (
+                f"sample {t.prompt.sample.id!r} token {j}: engine {engine[j]:.5g}, "
+                f"actor {float(logp[row, j].detach()):.5g}"
+            )
     return gaps
 
 
@@ -733,8 +891,15 @@ def first_step_check(
                 if gap.worst > mine.worst:
                     mine.worst, mine.where = gap.worst, gap.where
     kinds = ("video", "image", "text")
-    sums = dist.all_reduce(torch.tensor([v for k in kinds for v in (gaps.get(k, ModalityGap()).total,
-                                                                       float(gaps.get(k, ModalityGap()).count))]))
+    sums = dist.all_reduce(
+        torch.tensor(
+            [
+                v
+                for k in kinds
+                for v in (gaps.get(k, ModalityGap()).total, float(gaps.get(k, ModalityGap()).count))
+            ]
+        )
+    )
     worst = dist.all_reduce(torch.tensor([gaps.get(k, ModalityGap()).worst for k in kinds]), op="max")
     tolerance = tolerance_for(config.model.dtype, config.rollout.parity_tolerance)
     report = ParityReport(config.model.path, config.rollout.engine, config.model.dtype, tolerance)
@@ -745,16 +910,25 @@ def first_step_check(
             continue
         mean = total / count
         metrics[f"parity/logprob_diff/{kind}"] = mean
-        report.add(CheckResult(
-            kind, "logprobs (mean)", PASS if mean <= tolerance.mean else FAIL, trainer=f"mean {mean:.3g}",
-            engine=f"max {float(worst[i]):.3g} ({count} tokens)",
-            cause="" if mean <= tolerance.mean else (gaps[kind].where if kind in gaps else "on another rank"),
-        ))
+        report.add(
+            CheckResult(
+                kind,
+                "logprobs (mean)",
+                PASS if mean <= tolerance.mean else FAIL,
+                trainer=f"mean {mean:.3g}",
+                engine=f"max {float(worst[i]):.3g} ({count} tokens)",
+                cause=""
+                if mean <= tolerance.mean
+                else (gaps[kind].where if kind in gaps else "on another rank"),
+            )
+        )
     if not report.ok:
-        command = (f"videorl models check {config.model.path} --engine {config.rollout.engine} --config CONFIG")
-        text = (f"the rollout engine's log-probs differ from the actor's on the first batch (mean tolerance "
-                f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table()}\nInvestigate with `{command}`; "
-                "set rollout.parity_check=warn to train anyway, or rollout.parity_tolerance to another limit.")
+        command = f"videorl models check {config.model.path} --engine {config.rollout.engine} --config CONFIG"
+        text = (
+            f"the rollout engine's log-probs differ from the actor's on the first batch (mean tolerance "
+            f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table()}\nInvestigate with `{command}`; "
+            "set rollout.parity_check=warn to train anyway, or rollout.parity_tolerance to another limit."
+        )
         if config.rollout.parity_check == "first_step":
             raise ParityError(text)
         log.warning("%s", text)

@@ -13,17 +13,37 @@ from videorl.plugins import Plugins
 
 @click.command("check")
 @click.argument("model", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--engine", default=None, help="Rollout engine to compare (vllm, hf, ...); default: the config's, else vllm.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A training config: its budgets, dtype, engine and engine options are used.")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
-              help="Compute dtype of both sides; default: the config's model.dtype, else float32.")
-@click.option("--tolerance", type=float, default=None, help="Per-token log-prob tolerance; default: the dtype's.")
+@click.option(
+    "--engine",
+    default=None,
+    help="Rollout engine to compare (vllm, hf, ...); default: the config's, else vllm.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A training config: its budgets, dtype, engine and engine options are used.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    default=None,
+    help="Compute dtype of both sides; default: the config's model.dtype, else float32.",
+)
+@click.option(
+    "--tolerance", type=float, default=None, help="Per-token log-prob tolerance; default: the dtype's."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
 def check_command(
-    plugins: Plugins, model: Path, engine: str | None, config_path: Path | None, dtype: str | None,
-    tolerance: float | None, as_json: bool,
+    plugins: Plugins,
+    model: Path,
+    engine: str | None,
+    config_path: Path | None,
+    dtype: str | None,
+    tolerance: float | None,
+    as_json: bool,
 ) -> None:
     """Run probe samples (videos, an image, text, two videos) through the trainer's path and the rollout
     engine and compare ids, placeholders, grids, frame metadata, positions, greedy tokens and log-probs.
@@ -41,11 +61,16 @@ def check_command(
 
     config = load_config(config_path, [f"model.path={model}"]) if config_path is not None else None
     family = config.model.family if config is not None else None
-    backend = (plugins.model_backends.create(family, path=model) if family
-               else backend_for_model(model, plugins.model_backends))
+    backend = (
+        plugins.model_backends.create(family, path=model)
+        if family
+        else backend_for_model(model, plugins.model_backends)
+    )
     budget = config.data.visual_budget(backend.budget) if config is not None else backend.budget
     dtype = dtype or (config.model.dtype if config is not None else "float32")
-    name = plugins.rollout_engines.canonical(engine or (config.rollout.engine if config is not None else "vllm"))
+    name = plugins.rollout_engines.canonical(
+        engine or (config.rollout.engine if config is not None else "vllm")
+    )
     prompts = probe_prompts(backend, budget)
     lengths = []
     for prompt in prompts:
@@ -53,17 +78,35 @@ def check_command(
             lengths.append(backend.prompt_length(prompt))
     device = local_device()
     rollout = make_engine(
-        plugins, name, backend, model_path=str(model), dtype=dtype, seed=0,
+        plugins,
+        name,
+        backend,
+        model_path=str(model),
+        dtype=dtype,
+        seed=0,
         options=config.rollout.engine_options if config is not None else None,
-        max_model_len=max([1024, *(n + 64 for n in lengths)]), device=device,
+        max_model_len=max([1024, *(n + 64 for n in lengths)]),
+        device=device,
     )
     try:
-        trainer = backend.load_model(dtype=torch.float32, device=device)  # float32 masters, autocast as the actor
+        trainer = backend.load_model(
+            dtype=torch.float32, device=device
+        )  # float32 masters, autocast as the actor
         report = run_check(
-            backend, rollout, trainer, engine_name=name, dtype=dtype, prompts=prompts,
-            tolerance=tolerance_for(dtype, tolerance if tolerance is not None else (
-                config.rollout.parity_tolerance if config is not None else None)),
-            compute_dtype=getattr(torch, dtype), model_name=str(model),
+            backend,
+            rollout,
+            trainer,
+            engine_name=name,
+            dtype=dtype,
+            prompts=prompts,
+            tolerance=tolerance_for(
+                dtype,
+                tolerance
+                if tolerance is not None
+                else (config.rollout.parity_tolerance if config is not None else None),
+            ),
+            compute_dtype=getattr(torch, dtype),
+            model_name=str(model),
         )
     finally:
         rollout.close()

@@ -161,6 +161,8 @@ class QwenVLBackend:
         which :meth:`prepare_model` installs (``videorl models check`` compares the two)."""
         from videorl_models.rope import mrope_positions
 
+        if inputs.mm_token_type_ids is None:
+            raise ValueError("rope_positions: these inputs lack mm_token_type_ids (collate them with this backend)")
         tokens_per_second = self.config.get("vision_config", {}).get("tokens_per_second")
         return mrope_positions(
             inputs.input_ids, inputs.mm_token_type_ids, inputs.image_grid_thw, inputs.video_grid_thw,

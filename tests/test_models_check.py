@@ -1,0 +1,291 @@
+"""``videorl models check`` on tiny models: every family passes with both engines at the pinned versions,
+and each deliberately broken fixture fails the check it breaks, with its cause; the training run's
+first-step check stops (or warns about) a mismatched engine."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from videorl.commands.models import models_group
+from videorl.parity import ParityError, probe_prompts, run_check, tolerance_for
+from videorl.plugins import load_plugins
+from videorl.train.compose import make_engine
+
+MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+
+
+def _check(model: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        models_group, ["check", str(model), *args], obj=load_plugins(), catch_exceptions=False
+    )
+    return result.exit_code, result.stdout
+
+
+def _rows(report: Any, status: str) -> list[Any]:
+    return [r for r in report.results if r.status == status]
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_every_qwen_model_type_passes_with_the_hf_engine(
+    model_type: str, tiny_model_dir: Callable[[str], Path]
+) -> None:
+    code, out = _check(tiny_model_dir(model_type), "--engine", "hf", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"], out
+    checks = {(r["sample"], r["check"]): r for r in report["results"]}
+    assert checks[("two-videos", "logprobs")]["status"] == "PASS"
+    assert checks[("video-long-lowres", "positions")]["status"] == "PASS"  # 3-D positions were compared
+    assert checks[("mixed-batch", "logprobs")]["status"] == "PASS"
+    assert report["tolerance"] == {"token": 1e-4, "mean": 1e-5}  # float32 without --config
+
+
+def _hf_report(backend: Any, dtype: str = "float32") -> Any:
+    """``run_check`` of ``backend`` against the hf engine (each loads the model through the backend)."""
+    import torch
+
+    engine = make_engine(load_plugins(), "hf", backend, model_path=str(backend.path), dtype=dtype, seed=0)
+    return run_check(
+        backend,
+        engine,
+        backend.load_model(dtype=torch.float32),
+        engine_name="hf",
+        dtype=dtype,
+        tolerance=tolerance_for(dtype),
+        prompts=probe_prompts(backend, backend.budget),
+        compute_dtype=getattr(torch, dtype),
+    )
+
+
+def test_a_backend_with_transformers_rotary_rule_fails_the_positions_check(
+    tiny_model_dir: Callable[[str], Path],
+) -> None:
+    from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
+
+    class SwappedRope(Qwen2_5VLBackend):
+        def prepare_model(self, model: Any) -> Any:
+            return model  # keeps transformers' get_rope_index: text resumes at start + max(h, w)
+
+    report = _hf_report(SwappedRope(tiny_model_dir("qwen2_5_vl")))
+    failed = {(r.sample, r.check): r for r in _rows(report, "FAIL")}
+    # the long clip, and the 2-6 s range (transformers' sampled_fps counts the whole 12 s video: 3 s per
+    # temporal patch on both sides); where the spatial extent is the larger the two rules agree
+    assert set(failed) == {("video-long-lowres", "positions"), ("video-clip-2-6s", "positions")}, (
+        report.table()
+    )
+    row = failed[("video-long-lowres", "positions")]
+    # 16 temporal patches of 2×2 merged tokens, 2 tokens/s at 1 s per patch: the video's last time
+    # position is start + 30, so text resumes at start + 31; transformers resumes at start + 2
+    assert row.engine[0] - row.trainer[0] == 29
+    assert "rope positions after the video differ" in row.cause and "transformers' rule" in row.cause
+    assert not report.ok and "FAIL (2 of" in report.table()
+
+
+def test_a_processor_that_resizes_again_fails_the_grids_check(tiny_model_dir: Callable[[str], Path]) -> None:
+    from videorl_models.qwen2_vl import Qwen2VLBackend
+
+    class Resizing(Qwen2VLBackend):
+        def _processor_kwargs(self) -> dict[str, Any]:  # resizes to at most 2×3 patches again
+            return {
+                "do_resize": True,
+                "size": {"shortest_edge": 3136, "longest_edge": 6 * 28 * 28},
+                "do_sample_frames": False,
+            }
+
+    report = _hf_report(Resizing(tiny_model_dir("qwen2_vl")))
+    failed = {r.sample: r for r in _rows(report, "FAIL")}
+    # every video larger than the new budget: all but the long 56×56 one (already within it)
+    assert set(failed) == {"video-30fps-4s", "video-10fps-1.7s", "video-clip-2-6s", "two-videos"}, (
+        report.table()
+    )
+    for row in failed.values():
+        assert row.check == "grids"
+        assert "the processor resized or resampled the frames" in row.cause
+
+
+def test_a_chat_template_that_drops_the_video_placeholder_fails_the_placeholders_check(
+    tiny_model_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    from videorl.backend import backend_for_model
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir("qwen3_vl"), model)
+    template = (model / "chat_template.jinja").read_text()
+    broken = template.replace("<|vision_start|><|video_pad|><|vision_end|>", "")
+    assert broken != template
+    (model / "chat_template.jinja").write_text(broken)
+    report = _hf_report(backend_for_model(model, load_plugins().model_backends))
+    failed = {r.sample: r for r in _rows(report, "FAIL")}
+    assert set(failed) == {
+        "video-30fps-4s",
+        "video-10fps-1.7s",
+        "video-clip-2-6s",
+        "video-long-lowres",
+        "two-videos",
+    }, report.table()
+    assert all(r.check == "placeholders" for r in failed.values())
+    assert (
+        "0 video placeholder(s)" in failed["two-videos"].cause and "2 video(s)" in failed["two-videos"].cause
+    )
+    assert "chat template does not render every media item" in failed["two-videos"].cause
+
+
+# --- with vLLM (CPU build): in subprocesses, vLLM changes process-wide settings -----------------------
+
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
+
+NO_FPS = """
+import sys
+from videorl.commands import models_check
+from videorl_models.qwen3_vl import Qwen3VLBackend
+
+class NoFps(Qwen3VLBackend):
+    def rollout_request(self, encoded):
+        request = super().rollout_request(encoded)
+        for i, (frames, meta) in enumerate(request.multi_modal_data.get("video", [])):
+            request.multi_modal_data["video"][i] = (frames, {k: v for k, v in meta.items() if k != "fps"})
+        return request
+
+import videorl.backend
+videorl.backend.backend_for_model = lambda path, registry, **kw: NoFps(path)
+from videorl.cli import main
+sys.exit(main(["models", "check", sys.argv[1], "--engine", "vllm", "--json"]))
+"""
+
+
+def _vllm_check(model: Path, *args: str, script: str | None = None) -> tuple[int, dict[str, Any]]:
+    command = (
+        [sys.executable, "-c", script, str(model)]
+        if script
+        else [
+            sys.executable,
+            "-m",
+            "videorl.cli",
+            "models",
+            "check",
+            str(model),
+            "--engine",
+            "vllm",
+            "--json",
+            *args,
+        ]
+    )
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, env={**os.environ, **VLLM_ENV}
+    )
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(done.stdout[-2000:] + done.stderr[-4000:]) from None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_vl"])
+def test_vllm_engine_passes_in_float32(model_type: str, tiny_model_dir: Callable[[str], Path]) -> None:
+    pytest.importorskip("vllm")
+    code, report = _vllm_check(tiny_model_dir(model_type))
+    assert code == 0 and report["ok"], report
+    statuses = {(r["sample"], r["check"]): r["status"] for r in report["results"]}
+    assert statuses[("two-videos", "frame_metadata")] == "PASS"
+    assert statuses[("video-clip-2-6s", "grids")] == "PASS"  # the processor rebuilt the engine's grids
+
+
+@pytest.mark.slow
+def test_an_engine_request_without_fps_fails_with_its_cause(tiny_model_dir: Callable[[str], Path]) -> None:
+    pytest.importorskip("vllm")
+    code, report = _vllm_check(tiny_model_dir("qwen3_vl"), script=NO_FPS)
+    assert code == 1 and not report["ok"]
+    failed = {(r["sample"], r["check"]): r for r in report["results"] if r["status"] == "FAIL"}
+    meta = failed[("video-30fps-4s", "frame_metadata")]
+    assert meta["trainer"] == "fps=30" and meta["engine"] == "missing"
+    assert meta["cause"].startswith("fps missing on the engine side")
+    # vLLM then assumes another rate: other timestamps in the prompt, so other prompt ids
+    ids = failed.get(("video-30fps-4s", "prompt_ids")) or failed.get(("video-30fps-4s", "engine"))
+    assert ids is not None, failed
+    assert not any(sample in ("text", "image") for sample, _ in failed)
+
+
+# --- the training run's first-step check --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    from videorl import demo
+
+    out = tmp_path_factory.mktemp("task")
+    model, train, val = demo.prepare(out, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
+    return out, model, train, val
+
+
+def _mismatched_training(task: Any, run: Path, *extra: str) -> Any:
+    """A training run whose engine generates with another model (seed 1) than the actor (seed 0)."""
+    from videorl import demo
+    from videorl.backend import backend_for_model
+    from videorl.config import load_config
+    from videorl.rollout.hf import HFEngine
+    from videorl.train.compose import build_training
+    from videorl_models.tiny import build_tiny
+
+    out, model, train, val = task
+    overrides = [
+        *demo.demo_overrides(out, model, train, val, steps=2, seed=3, engine="hf"),
+        f"output_dir={run}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=2",
+        "trainer.progress_bar=false",
+        "trainer.val_every=0",
+        "model.dtype=float32",
+        *extra,
+    ]
+    training = build_training(load_config(None, overrides), load_plugins())
+    other = backend_for_model(
+        build_tiny("qwen2_5_vl", run.parent / "other", seed=1, width=128), load_plugins().model_backends
+    )
+    training.engine = HFEngine(training.actor.backend, other.load_model(), owns_model=True)
+    training.engine_shares_actor = False
+    return training
+
+
+def test_training_with_a_mismatched_engine_stops_at_step_1_with_the_table(task: Any, tmp_path: Path) -> None:
+    training = _mismatched_training(task, tmp_path / "run")
+    before = {k: v.clone() for k, v in training.actor.model.state_dict().items()}
+    steps: list[int] = []
+    with pytest.raises(ParityError) as err:
+        training.run(on_step=lambda step, m: steps.append(step))
+    text = str(err.value)
+    assert steps == []
+    assert re.search(r"video +logprobs \(mean\) +FAIL", text), text
+    assert "videorl models check" in text and "rollout.parity_check=warn" in text
+    after = training.actor.model.state_dict()
+    assert all((before[k] == after[k]).all() for k in before)  # stopped before any update
+
+
+def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
+    task: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from videorl.train.metrics import read_metrics
+
+    training = _mismatched_training(task, tmp_path / "run", "rollout.parity_check=warn")
+    with caplog.at_level(logging.WARNING, logger="videorl.parity"):
+        assert training.run() == 2
+    assert re.search(r"video +logprobs \(mean\) +FAIL", caplog.text)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert rows[0]["parity/logprob_diff/video"] > 0.02  # another model's log-probs
+    assert rows[0]["rollout/logprob_diff/video"] == pytest.approx(
+        rows[0]["parity/logprob_diff/video"], rel=1e-4
+    )
+    assert "parity/logprob_diff/video" not in rows[1]  # checked on the first step only
+    assert rows[1]["rollout/logprob_diff/video"] < 1e-5  # the engine got the actor's weights after step 1
