@@ -112,12 +112,15 @@ ATTACKS: dict[str, str] = {
     ),
     "environment_secrets": "ESCAPED = SECRET in repr(dict(os.environ)) or SECRET in open('/proc/1/environ').read()",
     "home_directory": (
-        "found = ''\nfor d in ('{home}', os.path.expanduser('~'), '/root', '/home'):\n"
-        "    for base, _, files in os.walk(d):\n"
+        "def holds_secret(folder):\n"
+        "    for base, _, files in os.walk(folder):\n"
         "        for f in files:\n"
-        "            try:\n                found += open(os.path.join(base, f)).read()\n"
+        "            try:\n"
+        "                if SECRET in open(os.path.join(base, f), errors='replace').read(2**20):\n"
+        "                    return True\n"
         "            except OSError:\n                pass\n"
-        "ESCAPED = SECRET in found"
+        "    return False\n"
+        "ESCAPED = any(holds_secret(d) for d in ('{home}', '{fresh_home}', os.path.expanduser('~'), '/root', '/home'))"
     ),
     "write_run_directory": (
         "ESCAPED = False\nfor p in ('{run}/checkpoints/owned', '../../../{run}/owned', '/work/owned', '/owned'):\n"
@@ -297,11 +300,14 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
-def test_escape_attempt(name: str, host: dict[str, Any]) -> None:
+def test_escape_attempt(name: str, host: dict[str, Any], fresh_home: Path) -> None:
+    # the scorer's $HOME during the call is this test's own (the workspace's conftest): a secret there too
+    (fresh_home / ".netrc").write_text(f"machine hub password {SECRET}\n")
     values = {k: host[k] for k in ("victim", "run", "home", "host_shm", "scorer")}
     values.update(sibling=host["sibling"].pid, port=host["tcp"].getsockname()[1], abstract=MARK)
+    values.update(fresh_home=fresh_home)
     program = PRELUDE.format(mark=MARK, secret=SECRET) + ATTACKS[name].format(**values)
-    roots = (host["victim"], host["run"], host["home"])
+    roots = (host["victim"], host["run"], host["home"], fresh_home)
     before, shm_before = _snapshot(*roots), sorted(os.listdir("/dev/shm"))
     sandboxed_before = _sandbox_user_processes()
     start = time.monotonic()
