@@ -46,7 +46,8 @@ _INSIDE_HARNESS = "/.videorl/harness.py"
 
 
 class SandboxUnavailable(RuntimeError):
-    """The isolated sandbox cannot run on this machine (no bubblewrap, no user namespaces)."""
+    """The sandbox did not start, which is not the program's fault: no bubblewrap, no user namespaces,
+    or limits too tight for Python to start (the message says which)."""
 
 
 @dataclass(frozen=True)
