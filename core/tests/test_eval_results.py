@@ -24,9 +24,10 @@ from videorl.eval.scoring import BenchmarkResult
 
 def _result(name: str, overall: float, categories: dict[str, dict[str, float]]) -> BenchmarkResult:
     rows = [RowResult("1", 1.0, "A"), RowResult("2", 0.0, None, failed="missing prediction")]
+    failed = [{"id": "2", "reason": "missing prediction"}]
     summary = {"overall": overall, "metric": "accuracy", "categories": categories, "n": 2, "n_failed": 1,
-               "failed": [{"id": "2", "reason": "missing prediction"}]}  # fmt: skip
-    return BenchmarkResult(name, summary, rows, summary["failed"])
+               "failed": failed}  # fmt: skip
+    return BenchmarkResult(name, summary, rows, failed)
 
 
 def test_record_result_layout(tmp_path: Path) -> None:

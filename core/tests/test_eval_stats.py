@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from videorl.benchmark import BenchmarkRow
@@ -188,3 +189,58 @@ def test_an_aggregate_that_cannot_take_a_resample_is_an_error_not_a_guess() -> N
 
     with pytest.raises(ResampleError, match=r"failed on a bootstrap resample .*KeyError"):
         benchmark_stats("x", groups_of_two, _rows(5), [1.0] * 5, resamples=10)
+
+
+def _all_right(rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    """VideoMathQA's multi-binary rule: a question counts when all its rows are right."""
+    groups: dict[Any, list[float]] = {}
+    for row, score in zip(rows, scores, strict=True):
+        groups.setdefault(row.extra["question"], []).append(score)
+    return benchmark_summary(mean(float(all(s == 1.0 for s in g)) for g in groups.values()), {})
+
+
+def test_grouped_rows_are_resampled_as_whole_groups() -> None:
+    """20 questions of 3 rows; 6 questions all right, the other 14 two of three right: overall 6/20 = 0.3.
+
+    Resampling whole questions, a resample's overall is Bin(20, 0.3) / 20, whose 2.5% and 97.5%
+    quantiles are 2 and 10 (P(X ≤ 1) = .008, P(X ≤ 2) = .035; P(X ≤ 9) = .952, P(X ≤ 10) = .983):
+    [0.10, 0.50]. Resampling rows instead cuts questions apart (a question missing its wrong row counts
+    as right) and moves the interval up, off the figure itself."""
+    rows = [BenchmarkRow(f"q{q}#{k}", "?", "A", extra={"question": q}) for q in range(20) for k in range(3)]
+    scores = [1.0 if q < 6 or k < 2 else 0.0 for q in range(20) for k in range(3)]
+    grouped = benchmark_stats("vmqa", _all_right, rows, scores, resamples=2000, group="question")
+    assert grouped.values["overall (accuracy)"] == pytest.approx(0.3)
+    interval = grouped.intervals["overall (accuracy)"]
+    assert (interval.low, interval.high) == (pytest.approx(0.10, abs=0.011), pytest.approx(0.50, abs=0.011))
+    by_row = benchmark_stats("vmqa", _all_right, rows, scores, resamples=2000).intervals["overall (accuracy)"]
+    assert by_row.low > 0.3  # the biased interval the groups avoid
+    assert grouped.as_dict()["group"] == "question"
+
+
+def test_a_group_drawn_twice_is_two_groups() -> None:
+    from videorl.eval.stats import Units
+
+    rows = [BenchmarkRow(f"{g}-{k}", "?", "A", extra={"group": g}) for g in (0, 1) for k in range(2)]
+    units = Units(rows, "group")
+    assert units.members == [[0, 1], [2, 3]] and not units.independent
+    drawn, scores = units.draw(np.array([1, 1, 0]), [1.0, 0.0, 0.5, 0.25])
+    # int values: the second copy of group 1 becomes 1 + 1 × (2 × max|value| + 1) = 4
+    assert [r.extra["group"] for r in drawn] == [1, 1, 4, 4, 0, 0]
+    assert [r.id for r in drawn] == ["1-0", "1-1", "1-0", "1-1", "0-0", "0-1"]
+    assert scores == [0.5, 0.25, 0.5, 0.25, 1.0, 0.0]
+    named = Units([BenchmarkRow("a", "?", "A", extra={"question": "x"})], "question")
+    assert [r.extra["question"] for r in named.draw(np.array([0, 0]), [1.0])[0]] == ["x", "x#1"]
+    assert rows[2].extra["group"] == 1  # the rows themselves are not changed
+
+
+def test_grouped_rows_get_no_wilson_and_no_mcnemar() -> None:
+    """Rows of one group are not independent draws: a proportion's Wilson interval and McNemar's test
+    would be too narrow, so only the (group) bootstrap is given."""
+    rows = [BenchmarkRow(f"q{q}#{k}", "?", "A", extra={"question": q}) for q in range(10) for k in range(2)]
+    a = {r.id: 1.0 for r in rows}
+    b = {**a, "q0#0": 0.0}
+    stats = benchmark_stats("g", accuracy, rows, [1.0] * 20, resamples=100, group="question")
+    assert stats.intervals["overall (accuracy)"].method == "bootstrap"
+    paired = paired_stats("g", accuracy, rows, a, b, resamples=100, group="question")
+    assert paired.mcnemar is None and paired.disagree == [("q0#0", 1.0, 0.0)]
+    assert paired_stats("g", accuracy, rows, a, b, resamples=100).mcnemar is not None

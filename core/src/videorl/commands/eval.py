@@ -103,7 +103,7 @@ def score_command(
     """
     from videorl.atomic import atomic_write_text
     from videorl.eval import predictions_path, read_predictions, record_result, score_predictions
-    from videorl.eval.stats import ResampleError, benchmark_stats
+    from videorl.eval.stats import ResampleError, benchmark_stats, resample_group
 
     try:
         canonical = plugins.benchmarks.canonical(name)
@@ -116,8 +116,9 @@ def score_command(
         result = score_predictions(benchmark, rows, read_predictions(predictions))
         if resamples and rows:
             try:
-                stats = benchmark_stats(canonical, benchmark.aggregate, rows, [r.score for r in result.rows],
-                                        resamples=resamples, seed=seed)
+                scores = [r.score for r in result.rows]
+                stats = benchmark_stats(canonical, benchmark.aggregate, rows, scores, resamples=resamples,
+                                        seed=seed, group=resample_group(benchmark))
                 result.summary["intervals"] = stats.as_dict()
             except ResampleError as exc:
                 click.echo(f"warning: no intervals for {canonical}: {exc}", err=True)

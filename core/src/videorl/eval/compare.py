@@ -29,6 +29,7 @@ from videorl.eval.stats import (
     benchmark_stats,
     paired_stats,
     percentile_interval,
+    resample_group,
     summary_lines,
 )
 
@@ -92,6 +93,7 @@ def benchmark_comparison(
     """Intervals and paired tests for one benchmark from each run's per-row ``scores`` (by id; ``None``
     for a run without them). Rows are those of ``rows`` that a run scored; ids not in ``rows`` are noted."""
     name = benchmark.name
+    group = resample_group(benchmark)
     known = {r.id for r in rows}
     out = BenchmarkComparison([], [], [[i for i in s or {} if i not in known] for s in scores])
     for run_scores in scores:
@@ -108,6 +110,7 @@ def benchmark_comparison(
                     [float(run_scores[r.id]) for r in mine],
                     resamples=resamples,
                     seed=seed,
+                    group=group,
                 )
                 if mine
                 else None
@@ -131,6 +134,7 @@ def benchmark_comparison(
                     run_scores,
                     resamples=resamples,
                     seed=seed,
+                    group=group,
                     known=(out.runs[0], out.runs[run]),
                 )
             )

@@ -12,6 +12,11 @@ Two runs are compared on the row ids both scored: the same resampled rows are ag
 (a paired bootstrap) and the difference's interval taken; for accuracies McNemar's test on the
 discordant rows adds a p-value (exact binomial below :data:`MCNEMAR_EXACT_BELOW` discordant rows).
 
+An adapter whose aggregate scores some rows together (a group of questions scored as one) names the
+field of ``row.extra`` holding the group in a ``resample_group`` attribute: whole groups are resampled
+then (a cluster bootstrap), not rows, and no Wilson interval or McNemar test is given (its rows are not
+independent). Without it a resample would cut groups apart and bias the figure.
+
 Resampling is seeded per benchmark (the seed and the benchmark's name), so ``videorl eval score`` and
 ``videorl eval compare`` give the same interval for the same rows, whichever other benchmarks they show.
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,16 @@ Aggregate = Callable[[list[BenchmarkRow], list[float]], Mapping[str, Any]]
 
 class ResampleError(ValueError):
     """The adapter's aggregate failed on a resample of its rows."""
+
+
+def resample_group(benchmark: object) -> str | None:
+    """The adapter's ``resample_group`` (the ``row.extra`` field grouping rows scored together), if any."""
+    group = getattr(benchmark, "resample_group", None)
+    if group is not None and not isinstance(group, str):
+        raise TypeError(
+            f"{type(benchmark).__name__}.resample_group must be a field name (str), got {group!r}"
+        )
+    return group
 
 
 def summary_lines(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -124,18 +139,75 @@ def _binary(scores: Sequence[float]) -> bool:
     return all(s in (0.0, 1.0) for s in scores)
 
 
+class Units:
+    """The resampling units of some rows: each row alone, or (``group``: a field of ``row.extra``) the
+    rows sharing its value, which an adapter scores together (Video-MME v2's groups of four, VideoMathQA's
+    binary sub-questions). A unit drawn twice is given a fresh group value the second time, so that the
+    adapter sees two groups, not one of double size."""
+
+    def __init__(self, rows: Sequence[BenchmarkRow], group: str | None = None) -> None:
+        self.rows, self.group = list(rows), group
+        members: dict[Any, list[int]] = {}
+        self.members: list[list[int]] = []
+        for i, row in enumerate(self.rows):
+            if group is None or group not in row.extra:
+                self.members.append([i])
+            elif row.extra[group] in members:
+                members[row.extra[group]].append(i)
+            else:
+                members[row.extra[group]] = [i]
+                self.members.append(members[row.extra[group]])
+        ints = [
+            abs(row.extra[group]) for row in self.rows if group in row.extra and _is_int(row.extra[group])
+        ]
+        self._stride = 2 * max(ints, default=0) + 1  # int values v + k × stride never collide
+        self._grouped = group is not None and any(group in row.extra for row in self.rows)
+
+    @property
+    def independent(self) -> bool:
+        """Whether every unit is one row (rows are independent draws)."""
+        return len(self.members) == len(self.rows)
+
+    def _fresh(self, value: Any, copy: int) -> Any:
+        if _is_int(value):
+            return value + copy * self._stride
+        return f"{value}#{copy}" if isinstance(value, str) else (value, copy)
+
+    def draw(self, picks: np.ndarray, scores: Sequence[float]) -> tuple[list[BenchmarkRow], list[float]]:
+        """The rows and scores of the units ``picks`` (indices into the units, with repeats)."""
+        if not self._grouped:
+            return [self.rows[i] for i in picks], [scores[i] for i in picks]
+        copies: dict[int, int] = {}
+        rows, out = [], []
+        for unit in picks.tolist():
+            copy = copies[unit] = copies.get(unit, -1) + 1
+            for i in self.members[unit]:
+                row = self.rows[i]
+                if copy and self.group is not None and self.group in row.extra:
+                    row = replace(
+                        row, extra={**row.extra, self.group: self._fresh(row.extra[self.group], copy)}
+                    )
+                rows.append(row)
+                out.append(scores[i])
+        return rows, out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _replicates(
     aggregate: Aggregate,
-    rows: Sequence[BenchmarkRow],
+    units: Units,
     scores: Sequence[float],
-    indices: np.ndarray,
+    picks: np.ndarray,
     labels: Sequence[str],
 ) -> dict[str, np.ndarray]:
     """Each line's value on each resample (NaN where a resample lacks it, e.g. a category not drawn)."""
-    out = {label: np.full(len(indices), np.nan) for label in labels}
-    for r, idx in enumerate(indices):
+    out = {label: np.full(len(picks), np.nan) for label in labels}
+    for r, pick in enumerate(picks):
         try:
-            lines = summary_lines(aggregate([rows[i] for i in idx], [scores[i] for i in idx]))
+            lines = summary_lines(aggregate(*units.draw(pick, scores)))
         except Exception as exc:  # an adapter that cannot aggregate a resample: say so, never guess
             raise ResampleError(
                 f"its aggregate failed on a bootstrap resample of its rows ({type(exc).__name__}: {exc})"
@@ -174,6 +246,7 @@ class BenchmarkStats:
     seed: int
     ids: tuple[str, ...]  # the rows resampled, in order
     replicates: dict[str, np.ndarray] = field(repr=False)
+    group: str | None = None  # resampled by groups of this row.extra field
 
     @property
     def n(self) -> int:
@@ -190,6 +263,7 @@ class BenchmarkStats:
             "resamples": self.resamples,
             "seed": self.seed,
             "n": self.n,
+            "group": self.group,
             "lines": {
                 label: {
                     **iv.as_dict(),
@@ -212,23 +286,25 @@ def benchmark_stats(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    group: str | None = None,
 ) -> BenchmarkStats:
-    """Each line's value and 95% interval: Wilson where the line is a proportion of 0/1 scores, else
-    the bootstrap percentile interval of the adapter's aggregate over resampled rows."""
+    """Each line's value and 95% interval: Wilson where the line is a proportion of 0/1 scores of
+    independent rows, else the bootstrap percentile interval of the adapter's aggregate over resampled
+    rows (whole groups of rows with ``group``, see :class:`Units`)."""
     if not rows:
         raise ValueError(f"{name}: no rows to resample")
     values = summary_lines(aggregate(list(rows), list(scores)))
-    reps = _replicates(
-        aggregate, rows, scores, resample_indices(len(rows), resamples, seed, name), list(values)
-    )
+    units = Units(rows, group)
+    picks = resample_indices(len(units.members), resamples, seed, name)
+    reps = _replicates(aggregate, units, scores, picks, list(values))
     boot = {label: iv for label, r in reps.items() if (iv := percentile_interval(r)) is not None}
     intervals = dict(boot)
-    if _binary(scores):
+    if units.independent and _binary(scores):
         for label, value in values.items():
             picked = _proportion_rows(label, rows, scores)
             if math.isclose(value, mean(picked), rel_tol=0, abs_tol=1e-12):
                 intervals[label] = wilson(round(sum(picked)), len(picked))
-    return BenchmarkStats(values, intervals, boot, resamples, seed, tuple(r.id for r in rows), reps)
+    return BenchmarkStats(values, intervals, boot, resamples, seed, tuple(r.id for r in rows), reps, group)
 
 
 @dataclass
@@ -265,10 +341,11 @@ def paired_stats(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    group: str | None = None,
     known: tuple[BenchmarkStats | None, BenchmarkStats | None] = (None, None),
 ) -> PairedStats:
     """Compare two runs' per-row scores (by id) on ``rows``: rows scored by one run only are listed,
-    not used; the rest are resampled together and aggregated for both runs.
+    not used; the rest are resampled together (whole groups with ``group``) and aggregated for both runs.    McNemar's test needs independent rows: with groups of several rows there is none.
 
     ``known``: the runs' own :func:`benchmark_stats`; where one was made on exactly the shared rows (the
     usual case) its replicates are these resamples already and are reused instead of recomputed."""
@@ -283,14 +360,15 @@ def paired_stats(
     values_b = summary_lines(aggregate(common, b))
     labels = [label for label in values_a if label in values_b]
     deltas = {label: values_b[label] - values_a[label] for label in labels}
-    indices = resample_indices(len(common), resamples, seed, name)
+    units = Units(common, group)
+    picks = resample_indices(len(units.members), resamples, seed, name)
     ids = tuple(r.id for r in common)
 
     def replicates(scores: list[float], stats: BenchmarkStats | None) -> dict[str, np.ndarray]:
         same = stats is not None and (stats.ids, stats.resamples, stats.seed) == (ids, resamples, seed)
         if stats is not None and same and all(label in stats.replicates for label in labels):
             return stats.replicates
-        return _replicates(aggregate, common, scores, indices, labels)
+        return _replicates(aggregate, units, scores, picks, labels)
 
     reps_a, reps_b = replicates(a, known[0]), replicates(b, known[1])
     intervals = {
@@ -300,7 +378,7 @@ def paired_stats(
     }
     disagree = [(r.id, x, y) for r, x, y in zip(common, a, b, strict=True) if x != y]
     test = None
-    if _binary(a) and _binary(b):
+    if units.independent and _binary(a) and _binary(b):
         test = mcnemar(sum(1 for _, x, y in disagree if x > y), sum(1 for _, x, y in disagree if y > x))
     overall = labels[0]
     return PairedStats(

@@ -28,6 +28,7 @@ CONFIGS = {"mcq": "mcq", "multi_binary": "mbin"}
 
 class VideoMathQA(BaseBenchmark):
     name = "videomathqa"
+    resample_group = "question"  # a multi-binary question scores its sub-questions together (eval intervals)
     official_files = ("mcq", "multi_binary")
     unified_file = "videomathqa.jsonl"
 

@@ -58,6 +58,7 @@ def group_score(correct: list[bool], group_type: str, structure: str) -> float:
 class VideoMMEv2(BaseBenchmark):
     name = "video-mme-v2"
     metric = "group score"
+    resample_group = "group"  # a group of four is scored together (eval intervals resample whole groups)
     official_files = ("test.parquet", "*.parquet", "test.jsonl", "test.json")
     preamble = "These are the frames of a video."
     question_label = "Question: "
