@@ -1,15 +1,18 @@
-"""Dataset loaders: JSON/JSONL in the EasyVideoR1 and Video-R1 schemas, and plain lists of videos.
+"""Dataset loaders: JSON/JSONL, Parquet and HF datasets in the EasyVideoR1 and Video-R1 schemas, and lists of videos.
 
 Accepted inputs (by :func:`load_samples`):
 
-- ``.jsonl``: one JSON object per line; ``.json``: a JSON array of objects (or JSON lines);
+- ``.jsonl``: one JSON object per line; ``.json``: a JSON array of objects (or JSON lines); ``.parquet``
+  and ``.arrow``: one row per record; an HF dataset folder (``save_to_disk``, the hub-cache layout, or
+  data files as ``load_dataset`` reads a local path: :mod:`videorl.data.formats`);
 - rows in the EasyVideoR1 schema (``problem``, ``answer``, ``videos``/``images`` lists, ``data_type``,
   ``problem_type``, ``options``, ``has_offline_trajectory``/``offline_output``) or the Video-R1 one
   (``problem_id``, ``problem``, ``solution``, ``path``, ``data_type``, ``problem_type``, ``options``);
 - ``.txt``/``.lst``: one video path per line (``#`` comments); a video file; a directory of videos.
 
 Relative media paths are resolved against ``media_root`` (default: the dataset file's folder). An
-invalid row raises :class:`~videorl.errors.DataError` naming the file and line, unless an ``errors``
+invalid row raises :class:`~videorl.errors.DataError` naming the file and line (the row number in
+columnar files), unless an ``errors``
 list is passed to collect them (as :class:`RowError`, with ``where``; the row is then skipped, and so is
 a JSON-lines line that is not valid JSON). Files are read as UTF-8, with or without a byte-order mark.
 """
@@ -22,6 +25,7 @@ from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
+from videorl.data.formats import ROW_FORMATS, arrow_rows, dataset_files, parquet_rows, unsupported
 from videorl.data.sample import DATA_TYPES, Sample
 from videorl.errors import DataError
 
@@ -74,9 +78,19 @@ def _iter_json_array(text: str, where: str) -> Iterator[tuple[int, Any]]:
 
 
 def read_rows(path: str | os.PathLike[str], errors: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
-    """``(line, row)`` for each row of a JSON array or JSON-lines file (line numbers from 1). With an
-    ``errors`` list, a JSON-lines line that is not valid JSON is collected there and skipped."""
+    """``(line, row)`` for each row of a JSON array, JSON-lines, Parquet or Arrow file (numbers from 1;
+    a columnar row's null fields left out). With an ``errors`` list, a JSON-lines line that is not valid
+    JSON is collected there and skipped. Another suffix is an error listing the formats read."""
     where = str(path)
+    suffix = Path(path).suffix.lower()
+    if suffix not in ROW_FORMATS:
+        raise unsupported(Path(path))
+    if suffix in (".parquet", ".arrow"):
+        if not Path(path).is_file():
+            raise DataError(f"{where}: dataset file not found")
+        rows = parquet_rows(Path(path)) if suffix == ".parquet" else arrow_rows(Path(path))
+        yield from ((int(w.rsplit(":", 1)[1]), row) for w, row in rows)
+        return
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -219,7 +233,7 @@ def load_samples(
     require_answer: bool = True,
     errors: list[DataError] | None = None,
 ) -> list[Sample]:
-    """The samples of one dataset, video list, video file or directory of videos.
+    """The samples of one dataset (file or HF dataset folder), video list, video file or folder of videos.
 
     ``problem_types`` (e.g. the reward registry, which matches aliases) rejects rows whose
     ``problem_type`` no reward handles. ``require_answer=False`` accepts rows without ground truth
@@ -227,12 +241,14 @@ def load_samples(
     number>``; duplicate ids are an error.
     """
     path = Path(path)
-    if path.is_dir():
+    dataset = dataset_files(path, VIDEO_EXTENSIONS) if path.is_dir() else (path.absolute().parent, [path])
+    if dataset is None:
         found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS and p.is_file())
         return [Sample(id=str(p.relative_to(path)), data_type="video", problem="", videos=[str(p.absolute())], origin=str(p)) for p in found]
     if path.suffix.lower() in VIDEO_EXTENSIONS:
         return [Sample(id=path.name, data_type="video", problem="", videos=[os.path.abspath(path)], origin=str(path))]
-    root = Path(media_root) if media_root is not None else path.absolute().parent
+    base, files = dataset
+    root = Path(media_root) if media_root is not None else base.absolute()
     if path.suffix.lower() in LIST_EXTENSIONS:
         if not path.is_file():
             raise DataError(f"{path}: video list not found")
@@ -240,20 +256,21 @@ def load_samples(
 
     samples: list[Sample] = []
     seen: dict[str, str] = {}
-    for number, (line, row) in enumerate(read_rows(path, errors), start=1):
-        where = f"{path}:{line}"
-        try:
-            sample = parse_row(
-                row, where, media_root=root, default_id=f"{path.stem}:{number}",
-                problem_types=problem_types, require_answer=require_answer,
-            )
-            if sample.id in seen:
-                raise DataError(f"{where}: duplicate sample id {sample.id!r} (first at {seen[sample.id]})")
-        except DataError as exc:
-            if errors is None:
-                raise
-            errors.append(RowError(str(exc), where))
-            continue
-        seen[sample.id] = where
-        samples.append(sample)
+    for file in files:
+        for number, (line, row) in enumerate(read_rows(file, errors), start=1):
+            where = f"{file}:{line}"
+            try:
+                sample = parse_row(
+                    row, where, media_root=root, default_id=f"{file.stem}:{number}",
+                    problem_types=problem_types, require_answer=require_answer,
+                )
+                if sample.id in seen:
+                    raise DataError(f"{where}: duplicate sample id {sample.id!r} (first at {seen[sample.id]})")
+            except DataError as exc:
+                if errors is None:
+                    raise
+                errors.append(RowError(str(exc), where))
+                continue
+            seen[sample.id] = where
+            samples.append(sample)
     return samples
