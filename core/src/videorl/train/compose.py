@@ -84,7 +84,7 @@ def load_training_samples(config: TrainConfig, rewards: RewardRouter, files: lis
 
     samples: list[Sample] = []
     for file in files:
-        if not Path(file).is_file():
+        if not Path(file).exists():  # a file, or an HF dataset folder
             raise DataError(f"{file}: dataset file not found (data.train_files / data.val_files)")
         samples += load_samples(file, media_root=config.data.media_root)
     if not samples:
