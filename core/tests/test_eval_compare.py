@@ -196,6 +196,8 @@ def test_rows_scored_by_one_run_are_counted_and_named(
     )
     assert "2 rows only in base, left out of the pairing: r8, r9" in out
     assert "quiz, rl: 1 scored rows are not in the benchmark's data and are left out" in out and "r10" in out
+    # its own figure was 7/9 on its data; on the rows of this data it is 6/8, and the note says so
+    assert "give 75.00, its results.json 77.78: the intervals are of the first" in out
     overall = next(line for line in out.splitlines() if line.startswith("quiz") and "overall" in line)
     # the delta is on the 8 shared rows: 6/8 - 8/8 = -25 points (the values shown are each run's own)
     assert _numbers(overall)[0] == 100.0 and "-25.00" in overall

@@ -229,10 +229,18 @@ def _comparison_stats(
         if why is not None:
             out[name] = BenchmarkComparison([None] * len(dirs), [None] * (len(dirs) - 1), notes=[f"no intervals: {why}"])
             continue
-        out[name] = benchmark_comparison(benchmark, rows, scores, resamples=resamples, seed=seed)
-        for d, s in zip(dirs, scores, strict=True):
-            if s is None and name in results[dirs.index(d)]["benchmarks"]:
-                out[name].notes.append(f"no intervals for {d}: it has no {name}/scores.jsonl")
+        out[name] = found = benchmark_comparison(benchmark, rows, scores, resamples=resamples, seed=seed)
+        for d, r, s, st in zip(dirs, results, scores, found.runs, strict=True):
+            if s is None and name in r["benchmarks"]:
+                found.notes.append(f"no intervals for {d}: it has no {name}/scores.jsonl")
+            recorded_overall = float(r["benchmarks"][name]["overall"]) if name in r["benchmarks"] else None
+            if st is not None and recorded_overall is not None:
+                recomputed = next(iter(st.values.values()))
+                if abs(recomputed - recorded_overall) > 1e-9:
+                    found.notes.append(
+                        f"{d}: its scores.jsonl on the rows in {root} give {100 * recomputed:.2f}, its results.json "
+                        f"{100 * recorded_overall:.2f}: the intervals are of the first (rescore with eval score --run)"
+                    )
     return out
 
 
