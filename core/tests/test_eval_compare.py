@@ -225,6 +225,10 @@ def test_compare_without_what_intervals_need_says_why(
         "quiz, b vs a: paired on 4 rows; McNemar on row accuracy: 0 rows right in a only, 1 in b only, exact binomial p=1"
         in result.output
     )
+    unknown = run_cli("eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"))  # no --plugin: no adapter
+    unknown.assert_success()
+    assert "quiz: no intervals: unknown benchmark 'quiz'" in unknown.output
+    assert "(install its plugin, or load it with --plugin)" in unknown.output
     bad = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
                   "--data-root", "quiz")  # fmt: skip
     assert bad.exit_code == 2 and "--data-root 'quiz': expected NAME=DIR" in bad.stderr

@@ -223,9 +223,13 @@ def _comparison_stats(
         else:
             try:
                 benchmark = plugins.benchmarks.create(plugins.benchmarks.canonical(name))
-                rows = benchmark.load(root)
             except VideorlError as exc:
-                why = f"{exc} (give --data-root {name}=DIR)"
+                why = f"{exc} (install its plugin, or load it with --plugin)"
+            else:
+                try:
+                    rows = benchmark.load(root)
+                except VideorlError as exc:
+                    why = f"{exc} (give --data-root {name}=DIR)"
         if why is not None:
             out[name] = BenchmarkComparison([None] * len(dirs), [None] * (len(dirs) - 1), notes=[f"no intervals: {why}"])
             continue
