@@ -47,9 +47,21 @@ PLUGIN = textwrap.dedent(
             )
 
 
+    class Strict(Quiz):
+        """An aggregate that refuses a row twice (as one scoring rows in fixed groups might)."""
+
+        name = "strict"
+
+        def aggregate(self, rows, scores):
+            if len({r.id for r in rows}) < len(rows):
+                raise ValueError("a row appears twice")
+            return super().aggregate(rows, scores)
+
+
     @hookimpl
     def register_benchmarks(register):
         register("quiz", Quiz)
+        register("strict", Strict)
     '''
 )
 
@@ -170,8 +182,7 @@ def test_compare_two_gains_of_two_points(
     assert report["paired"][1]["mcnemar"] == {"b": 10, "c": 30, "p": pytest.approx(0.002663, abs=1e-6),
                                              "method": "chi2"}  # fmt: skip
     assert len(report["paired"][0]["disagree"]) == 200 and report["paired"][0]["only_in_base"] == []
-    if png.exists():  # matplotlib is optional
-        assert png.read_bytes()[:4] == b"\x89PNG"
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_rows_scored_by_one_run_are_counted_and_named(
@@ -232,3 +243,26 @@ def test_compare_without_what_intervals_need_says_why(
     bad = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
                   "--data-root", "quiz")  # fmt: skip
     assert bad.exit_code == 2 and "--data-root 'quiz': expected NAME=DIR" in bad.stderr
+
+
+def test_an_adapter_that_refuses_resamples_gets_no_intervals_and_a_reason(
+    quiz: Path, tmp_path: Path, run_cli: Callable[..., CliResult]
+) -> None:
+    data = _data(tmp_path / "data", ["t"] * 4)
+    for run, right in (("a", "AABB"), ("b", "AAAB")):
+        (tmp_path / run / "strict").mkdir(parents=True)
+        records = [json.dumps({"id": f"r{i}", "response": answer}) for i, answer in enumerate(right)]
+        (tmp_path / run / "strict" / "predictions.jsonl").write_text("\n".join(records) + "\n")
+        result = run_cli("--plugin", "quiz_plugin", "eval", "score", "--benchmark", "strict", "--data-root",
+                         str(data), "--run", str(tmp_path / run))  # fmt: skip
+        result.assert_success()
+        assert (
+            "warning: no intervals for strict: its aggregate failed on a bootstrap resample" in result.stderr
+        )
+        assert "(ValueError: a row appears twice)" in result.stderr
+        assert "intervals" not in read_results(tmp_path / run)["benchmarks"]["strict"]
+    result = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                     "--data-root", f"strict={data}")  # fmt: skip
+    result.assert_success()
+    assert result.output.splitlines()[2].split()[-3:] == ["50.00", "75.00", "+25.00"]
+    assert "strict: no intervals: its aggregate failed on a bootstrap resample" in result.output
