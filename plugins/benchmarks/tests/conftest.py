@@ -26,6 +26,17 @@ class Files:
         return path
 
     @staticmethod
+    def parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+        """A Parquet file as the Hugging Face releases ship them (a key a row lacks is null)."""
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        pq.write_table(pa.table({k: [r.get(k) for r in rows] for k in keys}), path)
+        return path
+
+    @staticmethod
     def touch(path: Path) -> Path:
         """A placeholder media file (scoring tests never decode videos)."""
         path.parent.mkdir(parents=True, exist_ok=True)

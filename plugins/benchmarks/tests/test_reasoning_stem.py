@@ -120,15 +120,15 @@ def test_mmvu_and_mmvu_all(tmp_path: Path, files: Files) -> None:
 
 def test_videommmu_tracks_numbers_and_images(tmp_path: Path, files: Files) -> None:
     mc = {"question": "Which law applies?", "options": ["Ohm", "Hooke", "Newton"], "question_type": "multiple-choice"}
-    files.jsonl(
-        tmp_path / "Perception" / "test.jsonl",
+    files.parquet(  # lmms-lab/VideoMMMU as downloaded: one folder per track
+        tmp_path / "Perception" / "test-00000-of-00001.parquet",
         [dict(mc, id="validation_Physics_1", answer="A"), dict(mc, id="validation_Art_Theory_2", answer="B")],
     )
-    files.jsonl(
-        tmp_path / "Adaptation" / "test.jsonl",
+    files.parquet(
+        tmp_path / "Adaptation" / "test-00000-of-00001.parquet",
         [
             {"id": "validation_Math_3", "question": "Compute <image 1>.", "options": [], "answer": "2.5",
-             "question_type": "open", "image": {"bytes": list(b"\x89PNG fake"), "path": None}},
+             "question_type": "open", "image": {"bytes": b"\x89PNG fake", "path": None}},
             dict(mc, id="validation_Finance_4", answer="C", image={"bytes": None, "path": "imgs/f4.png"}),
         ],
     )  # fmt: skip
@@ -178,9 +178,10 @@ def test_videomathqa_mcq_and_mbin(tmp_path: Path, files: Files) -> None:
     def binary(qid: str, answer: str) -> dict[str, object]:
         return dict(mcq(qid, answer, "Geometry Area"), options=["A. 1", "B. 2"])
 
-    files.jsonl(tmp_path / "mcq" / "test.jsonl", [mcq("q1", "A", "Chart"), mcq("q2", "E", "Geometry Area")])
-    files.jsonl(
-        tmp_path / "multi_binary" / "test.jsonl",
+    # MBZUAI/VideoMathQA as downloaded: one folder per config
+    files.parquet(tmp_path / "mcq" / "test-00000-of-00001.parquet", [mcq("q1", "A", "Chart"), mcq("q2", "E", "Geometry Area")])
+    files.parquet(
+        tmp_path / "multi_binary" / "test-00000-of-00001.parquet",
         [binary("q1", "A"), binary("q1", "B"), binary("q2", "A"), binary("q2", "A")],
     )
     responses = {"q1": "A", "q2": "D", "q1#1": "A", "q1#2": "B", "q2#1": "A", "q2#2": "B"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,18 +26,17 @@ def _vsi(i: int, kind: str, truth: str, options: list[str] | None = None) -> dic
             "question": f"Q{i}?", "options": options, "ground_truth": truth}  # fmt: skip
 
 
+VSI_ROWS = [
+    _vsi(1, "object_rel_direction_easy", "A", ["A. left", "B. right", "C. back"]),
+    _vsi(2, "object_rel_direction_hard", "B", ["A. left", "B. right", "C. back"]),
+    _vsi(3, "route_planning", "C", ["A. left", "B. right", "C. back"]),
+    _vsi(4, "object_counting", "4"),
+    _vsi(5, "room_size_estimation", "20"),
+]
+
+
 def test_vsibench_macro_average_with_mra(tmp_path: Path, files: Files) -> None:
-    opts = ["A. left", "B. right", "C. back"]
-    files.jsonl(
-        tmp_path / "test.jsonl",
-        [
-            _vsi(1, "object_rel_direction_easy", "A", opts),
-            _vsi(2, "object_rel_direction_hard", "B", opts),
-            _vsi(3, "route_planning", "C", opts),
-            _vsi(4, "object_counting", "4"),
-            _vsi(5, "room_size_estimation", "20"),
-        ],
-    )
+    files.parquet(tmp_path / "test-00000-of-00001.parquet", VSI_ROWS)  # nyu-visionx/VSI-Bench as downloaded
     responses = {"1": "A", "2": "A", "3": "C", "4": "4", "5": "It is about 26 square meters."}
     # rel_direction: easy 1, hard 0 → 0.5; route_planning 1; counting 1; room size |26-20|/20 = 0.3 → MRA 0.5
     # 8-task macro over the 4 present: (0.5 + 1 + 1 + 0.5) / 4
@@ -60,6 +60,43 @@ def test_vsibench_macro_average_with_mra(tmp_path: Path, files: Files) -> None:
         "These are frames of a video.\nQ5?\nPlease answer the question using a single word or phrase."
     )
     assert bench.score(rows[4], 21.0) == 1.0  # 5% off meets θ = 0.95 with the official inclusive rule
+
+
+def test_vsibench_reads_the_jsonl_beside_the_parquet_without_pyarrow(
+    tmp_path: Path, files: Files, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files.parquet(tmp_path / "test-00000-of-00001.parquet", VSI_ROWS)
+    files.jsonl(tmp_path / "test.jsonl", VSI_ROWS[3:])  # fewer rows: tells which file was read
+    assert len(VSIBench().load(tmp_path)) == 5  # Parquet first when pyarrow is there
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now fails
+    rows = VSIBench().load(tmp_path)
+    assert [r.id for r in rows] == ["4", "5"] and rows[0].answer == 4.0
+    (tmp_path / "test.jsonl").unlink()
+    with pytest.raises(DataError, match=r"test-00000-of-00001\.parquet: reading Parquet needs pyarrow"):
+        VSIBench().load(tmp_path)
+
+
+def test_charades_lmms_lab_parquet_layout(tmp_path: Path, files: Files) -> None:
+    files.parquet(  # lmms-lab/charades_sta as downloaded
+        tmp_path / "data" / "test-00000-of-00001.parquet",
+        [
+            {"video": "AO8RW.mp4", "caption": "a person is putting a book on a shelf.", "timestamp": [0.0, 6.9]},
+            {"video": "AO8RW.mp4", "caption": "person opens the door.", "timestamp": [10.0, 20.0]},
+        ],
+    )
+    responses = {"AO8RW#1": "0 - 6.9 seconds", "AO8RW#2": "The event happens in the 12.5 - 20 seconds."}
+    rows = assert_benchmark_contract(
+        CharadesSTA(),
+        tmp_path,
+        responses=responses,
+        expected={
+            "overall": (1 + 0.75) / 2,
+            "metric": "mIoU",
+            "metrics": {"R@0.3": 1.0, "R@0.5": 1.0, "R@0.7": 1.0},
+            "categories": {},
+        },
+    )
+    assert rows[1].answer == [10.0, 20.0] and rows[1].problem == "person opens the door."
 
 
 def test_charades_txt_miou_and_recall(tmp_path: Path) -> None:

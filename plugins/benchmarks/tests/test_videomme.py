@@ -26,8 +26,8 @@ def _q(qid: str, vid: str, duration: str, domain: str, sub: str, task: str, answ
 
 @pytest.fixture
 def videomme(tmp_path: Path, files: Files) -> Path:
-    files.jsonl(
-        tmp_path / "videomme" / "test-00000-of-00001.jsonl",
+    files.parquet(  # lmms-lab/Video-MME as downloaded
+        tmp_path / "videomme" / "test-00000-of-00001.parquet",
         [
             _q("001-1", "vidA", "short", "Knowledge", "Humanity", "Counting Problem", "B"),
             _q("001-2", "vidA", "short", "Knowledge", "Humanity", "OCR Problems", "C"),
@@ -116,8 +116,8 @@ def test_group_score_rules() -> None:
 
 
 def test_videomme_v2_group_scoring(tmp_path: Path, files: Files) -> None:
-    files.jsonl(
-        tmp_path / "test.jsonl",
+    files.parquet(
+        tmp_path / "test.parquet",
         [_v2(f"r{i}", "A", "relevance", "[1, 2, 3, 4]", 1, "Perception") for i in range(4)]
         + [_v2(f"l{i}", "B", "logic", "[1, [2, 3], 4]", 2, "Reasoning") for i in range(4)],
     )

@@ -1,8 +1,8 @@
 """Charades-STA: temporal grounding of sentences in Charades videos; mIoU and R@{0.3, 0.5, 0.7}.
 
-Official files: ``charades_sta_test.txt`` (lines ``<video> <start> <end>##<sentence>``), or lmms-eval's
-release as ``charades_sta*.jsonl``/``.json``/``.parquet`` (``video``, ``caption``, ``timestamp``
-[start, end]); videos ``Charades_v1_480/<video>.mp4`` (or directly under the data root).
+Official files: ``charades_sta_test.txt`` (lines ``<video> <start> <end>##<sentence>``), or lmms-lab's
+release as downloaded, ``data/test-00000-of-00001.parquet`` (or ``charades_sta*.parquet``/``.jsonl``/
+``.json``: ``video``, ``caption``, ``timestamp`` [start, end]); videos ``Charades_v1_480/<video>.mp4`` (or directly under the data root).
 EasyVideoR1's ``charades_sta.json`` (its answer JSON sits inside ``<think>``) is read when neither
 exists.
 
@@ -36,7 +36,13 @@ _LINE = re.compile(r"^(\S+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)##(.+)$")
 class CharadesSTA(BaseBenchmark):
     name = "charades-sta"
     metric = "mIoU"
-    official_files = ("charades_sta_test.txt", "charades_sta*.jsonl", "charades_sta*.parquet", "charades_sta_*.json")
+    official_files = (
+        "charades_sta_test.txt",
+        "data/test-*.parquet",  # lmms-lab/charades_sta as downloaded
+        "charades_sta*.parquet",
+        "charades_sta*.jsonl",
+        "charades_sta_*.json",
+    )
     unified_file = "charades_sta.json"
 
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:

@@ -56,7 +56,7 @@ class Record:
     def items(self, key: str) -> list[Any]:
         """A required non-empty list field (a Parquet/NumPy array is accepted)."""
         value = self.data.get(key)
-        if hasattr(value, "tolist"):
+        if value is not None and hasattr(value, "tolist"):
             value = value.tolist()
         if not isinstance(value, list) or not value:
             raise self.error(f"field {key!r} is missing or not a non-empty list (got {value!r})")
@@ -74,16 +74,35 @@ def require_dir(data_root: Path | str, benchmark: str) -> Path:
     return root.resolve()
 
 
+def has_pyarrow() -> bool:
+    """Whether Parquet can be read here."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def find(root: Path, candidates: Sequence[str]) -> Path | None:
-    """The first of ``candidates`` (paths relative to ``root``, globs allowed) that exists."""
+    """The first of ``candidates`` (paths relative to ``root``, globs allowed) that exists; without
+    pyarrow, a later non-Parquet one (the JSONL that VSI-Bench ships beside its Parquet) is preferred."""
+    found: list[Path] = []
     for pattern in candidates:
         if any(ch in pattern for ch in "*?["):
-            matches = sorted(root.glob(pattern))
-            if matches:
-                return matches[0]
+            found += sorted(root.glob(pattern))[:1]
         elif (root / pattern).exists():
-            return root / pattern
-    return None
+            found.append(root / pattern)
+    readable = found if has_pyarrow() else [p for p in found if p.suffix.lower() != ".parquet"]
+    return (readable or found)[0] if found else None
+
+
+def data_files(folder: Path) -> list[Path]:
+    """The row files of one config folder of an HF release: its Parquet shards, else its JSONL, else its
+    JSON files; the JSONL or JSON ones first when pyarrow is missing."""
+    kinds = [sorted(folder.glob(f"*{suffix}")) for suffix in (".parquet", ".jsonl", ".json")]
+    if not has_pyarrow():
+        kinds = [*kinds[1:], kinds[0]]
+    return next((files for files in kinds if files), [])
 
 
 def missing(benchmark: str, root: Path, candidates: Sequence[str]) -> DataError:

@@ -20,7 +20,7 @@ from typing import Any
 
 from videorl.api import BenchmarkRow, answers, benchmark_summary, mean
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
-from videorl_benchmarks.files import Record, read_records
+from videorl_benchmarks.files import Record, data_files, read_records
 from videorl_benchmarks.prompts import thinking_ending
 
 CONFIGS = {"mcq": "mcq", "multi_binary": "mbin"}
@@ -36,9 +36,8 @@ class VideoMathQA(BaseBenchmark):
         rows = []
         for config, fmt in CONFIGS.items():
             folder = root / config
-            files = sorted(folder.glob("*.parquet")) or sorted(folder.glob("*.jsonl")) or sorted(folder.glob("*.json"))
             counts: dict[str, int] = {}
-            for file in files:
+            for file in data_files(folder):
                 for rec in read_records(file):
                     question_id = rec.text("question_id")
                     counts[question_id] = counts.get(question_id, 0) + 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from videorl.api import BenchmarkRow, answers
 from videorl_benchmarks.base import BaseBenchmark, letter_answer
-from videorl_benchmarks.files import Record, read_records, resolve_media
+from videorl_benchmarks.files import Record, data_files, read_records, resolve_media
 from videorl_benchmarks.prompts import thinking_ending
 
 TRACKS = ("Perception", "Comprehension", "Adaptation")
@@ -71,8 +71,7 @@ class VideoMMMU(BaseBenchmark):
         rows = []
         for track in TRACKS:
             folder = root / track
-            files = sorted(folder.glob("*.parquet")) or sorted(folder.glob("*.jsonl")) or sorted(folder.glob("*.json"))
-            for file in files:
+            for file in data_files(folder):
                 rows += [self._row(root, track, rec) for rec in read_records(file)]
         return rows
 
@@ -94,7 +93,7 @@ class VideoMMMU(BaseBenchmark):
             problem_type=kind,
             video=resolve_media(root, [f"{track}/{sample_id}.mp4", f"videos/{sample_id}.mp4", f"{sample_id}.mp4"]),
             options=options or None,
-            categories={"track": track} | _categories(sample_id),
+            categories={"track": track, **_categories(sample_id)},
         )
         if track == "Adaptation":
             row.image = self._image(root, sample_id, rec)
@@ -106,7 +105,7 @@ class VideoMMMU(BaseBenchmark):
         if isinstance(image, str) and image:
             return str(root / image)
         if isinstance(image, dict) and image.get("bytes") and not target.exists():
-            from videorl.atomic import atomic_write_bytes
+            from videorl.api import atomic_write_bytes
 
             atomic_write_bytes(target, bytes(image["bytes"]))
         elif isinstance(image, dict) and image.get("path") and (root / str(image["path"])).is_file():
