@@ -289,3 +289,59 @@ def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
     )
     assert "parity/logprob_diff/video" not in rows[1]  # checked on the first step only
     assert rows[1]["rollout/logprob_diff/video"] < 1e-5  # the engine got the actor's weights after step 1
+
+
+@pytest.mark.slow
+def test_the_contrib_llava_onevision_backend_passes(tmp_path: Path) -> None:
+    """Installed with ``pip --target`` (as tests/test_contrib.py does): videos and text pass, images
+    (not supported by the backend) are n/a, and its 1-D positions are not compared."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    package = tmp_path / "videorl-models-llava-onevision"
+    shutil.copytree(
+        root / "contrib" / package.name,
+        package,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(package),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.pop("VIDEORL_DISABLE_PLUGINS", None)
+    cli = [sys.executable, "-m", "videorl.cli", "models"]
+    subprocess.run(
+        [*cli, "tiny", "llava_onevision", str(tmp_path / "model")], check=True, capture_output=True, env=env
+    )
+    done = subprocess.run(
+        [*cli, "check", str(tmp_path / "model"), "--engine", "hf", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], done.stdout + done.stderr[-3000:]
+    statuses = {(r["sample"], r["check"]): r["status"] for r in report["results"]}
+    assert statuses[("image", "encode")] == "n/a"
+    assert statuses[("two-videos", "logprobs")] == "PASS" and statuses[("text", "greedy")] == "PASS"
+    assert statuses[("video-30fps-4s", "positions")] == "n/a"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import click
@@ -59,6 +60,7 @@ def check_command(
     from videorl.train.compose import make_engine
     from videorl.train.distributed import local_device
 
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the report (--json)
     config = load_config(config_path, [f"model.path={model}"]) if config_path is not None else None
     family = config.model.family if config is not None else None
     backend = (
