@@ -68,3 +68,19 @@ def test_the_engine_is_given_room_for_the_longest_prompt_and_response(task: Any)
     make_engine(plugins, "recording", None, model_path="m", dtype="float32", seed=0,  # type: ignore[arg-type]
                 options={"max_model_len": 64}, max_model_len=1000)
     assert seen["max_model_len"] == 64  # rollout.engine_options win
+
+
+def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any, tmp_path: Path) -> None:
+    """A group generates together (its leader gathers the prompts), so a rank without validation
+    prompts would leave the others waiting."""
+    from videorl.errors import ConfigError
+    from videorl.grpo import Dist
+    from videorl.train.compose import build_training
+
+    out, model, train, val = task  # one validation sample
+    config = load_config(None, [
+        *demo.demo_overrides(out, model, train, val, steps=1, seed=0, engine="vllm"), f"output_dir={tmp_path / 'r'}",
+        "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.engine_options={tensor_parallel_size: 2}",
+    ])
+    with pytest.raises(ConfigError, match="1 sample\\(s\\) for 2 processes; with tensor-parallel engines"):
+        build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))

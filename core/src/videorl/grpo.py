@@ -21,6 +21,7 @@ micro-batch counts are agreed between ranks so that every rank runs the same col
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections import defaultdict
@@ -298,19 +299,16 @@ def _forward(
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     mixed = compute_dtype is not None and compute_dtype != param.dtype
     kwargs = inputs.model_kwargs()
-    if _takes_logits_to_keep(model):
+    accepted = inspect.signature(model.forward).parameters
+    if "logits_to_keep" in accepted:
         kwargs["logits_to_keep"] = inputs.logits_to_keep
+    if "use_cache" in accepted:  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
+        kwargs["use_cache"] = False
     with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
         logits = model(**kwargs).logits
     logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
     assert inputs.response_mask is not None
     return logp, entropy, inputs.response_mask.to(logp.device)
-
-
-def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
-    import inspect
-
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:

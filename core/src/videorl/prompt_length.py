@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from videorl.errors import ConfigError, DataError
+from videorl.errors import ConfigError, DataError, VideorlError
 
 if TYPE_CHECKING:
     from videorl.backend import PromptInput
@@ -94,11 +94,11 @@ def _cached_prompt(sample: Sample, encoder: PromptEncoder) -> PromptInput | None
     for path in sample.videos:
         try:
             ref = encoder.cache.resolve(path, encoder.video_params)
-        except Exception:  # not cached for these parameters: checked when it is encoded
+            if ref.key is None or not encoder.cache.entry_path(ref.key).is_file():
+                return None
+            meta = read_header(encoder.cache.entry_path(ref.key)).metadata
+        except (VideorlError, OSError):  # not cached (or unreadable) for these parameters: checked when encoded
             return None
-        if ref.key is None or not encoder.cache.entry_path(ref.key).is_file():
-            return None
-        meta = read_header(encoder.cache.entry_path(ref.key)).metadata
         frames = torch.zeros((), dtype=torch.uint8).expand(meta.num_frames, 3, meta.height, meta.width)
         videos.append((frames, meta))
     return PromptInput(sample.id, encoder.text(sample), videos=videos, images=[])

@@ -403,6 +403,11 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
 
+    if 0 < len(val_samples) < dist.world_size and int(config.rollout.engine_options.get("tensor_parallel_size", 1)) > 1:
+        raise ConfigError(  # a tensor-parallel group generates together: each of its ranks needs prompts
+            f"data.val_files hold {len(val_samples)} sample(s) for {dist.world_size} processes; with "
+            "tensor-parallel engines every process needs at least one: add samples or set data.val_files=[]"
+        )
     actor, vision_sync = make_actor(config, backend, dist)
     engine, shares = make_rank_engine(config, plugins, actor, dist)
 
