@@ -17,9 +17,9 @@ from videorl.alignment import (
     video_grid,
     visual_token_count,
 )
+from videorl.atomic import atomic_write_bytes
 from videorl.backend import (
     ModelBackend,
-    PromptInput,
     VisionSync,
     VisualBudget,
     backend_for_model,
@@ -36,9 +36,11 @@ from videorl.errors import (
 )
 from videorl.eval.aggregate import benchmark_summary, breakdown, group_means, macro_mean, mean
 from videorl.hookspecs import hookimpl
+from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import (
     EncodedPrompt,
     ModelInputs,
+    PromptInput,
     RolloutRequest,
     collate_encoded,
     response_logprobs,
@@ -78,10 +80,12 @@ __all__ = [
     "RolloutRequest",
     "TaskReward",
     "UnknownComponentError",
+    "VideoMetadata",
     "VideorlError",
     "VisionSync",
     "VisualBudget",
     "answers",
+    "atomic_write_bytes",
     "backend_for_model",
     "benchmark_summary",
     "breakdown",

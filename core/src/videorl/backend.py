@@ -1,6 +1,6 @@
 """The model-backend interface: what a model-family plugin implements, and how a checkpoint finds its backend.
 
-A backend turns a :class:`PromptInput` (text plus cached frames and images) into an
+A backend turns a :class:`~videorl.model_inputs.PromptInput` (text plus cached frames and images) into an
 :class:`~videorl.model_inputs.EncodedPrompt` — tokenised **once** — from which both the rollout
 request (:class:`~videorl.model_inputs.RolloutRequest`) and the batched teacher-forced training inputs
 (:class:`~videorl.model_inputs.ModelInputs`) are derived, so both stages see the same prompt ids and
@@ -15,17 +15,15 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from videorl.errors import ConfigError, UnknownComponentError
+from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, RolloutRequest
 
 if TYPE_CHECKING:
-    import torch
-
-    from videorl.media import DecodeParams, ImageParams, VideoMetadata
-    from videorl.model_inputs import EncodedPrompt, ModelInputs, RolloutRequest
+    from videorl.media import DecodeParams, ImageParams
     from videorl.registry import Registry
 
 __all__ = [
@@ -105,28 +103,6 @@ class VisualBudget:
         from videorl.media import ImageParams
 
         return ImageParams(factor=factor, min_pixels=self.image_min_pixels, max_pixels=self.image_max_pixels)
-
-
-@dataclass
-class PromptInput:
-    """One prompt as a backend receives it: the user text and the sample's media.
-
-    ``videos`` hold uint8 ``T×3×H×W`` frame tensors with the :class:`~videorl.media.VideoMetadata`
-    that produced them; ``images`` hold uint8 ``3×H×W`` tensors. Heights and widths must already be
-    multiples of the backend's factor (the data path resizes them). Media are placed before the text,
-    videos first, as in the Qwen-VL recipes.
-    """
-
-    sample_id: str
-    text: str
-    videos: Sequence[tuple[torch.Tensor, VideoMetadata]] = ()
-    images: Sequence[torch.Tensor] = ()
-    system: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def data_type(self) -> str:
-        return "video" if self.videos else "image" if self.images else "text"
 
 
 class VisionSync(Protocol):

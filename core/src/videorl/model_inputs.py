@@ -1,5 +1,6 @@
-"""What a model backend produces: one tokenisation per prompt, and what each stage derives from it.
+"""What a model backend receives and produces: one tokenisation per prompt, and what each stage derives.
 
+- :class:`PromptInput`: one prompt as the data path hands it to the backend (text, frames, images);
 - :class:`EncodedPrompt`: a prompt tokenised once, its ``mm_token_type_ids`` and processed pixels;
 - :class:`RolloutRequest`: what the rollout engine receives for it (plus the ids it must reproduce);
 - :class:`ModelInputs`: a left-padded batch for HF ``generate`` or, with responses appended, for the
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from videorl.backend import PromptInput
+    from videorl.media import VideoMetadata
 
 __all__ = [
     "EncodedPrompt",
     "ModelInputs",
+    "PromptInput",
     "RolloutRequest",
     "collate_encoded",
     "response_logprobs",
@@ -35,6 +37,28 @@ _GRID_KEYS = ("image_grid_thw", "video_grid_thw")
 def _grids(visual: dict[str, torch.Tensor], key: str) -> list[tuple[int, int, int]]:
     grid = visual.get(key)
     return [] if grid is None else [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
+
+
+@dataclass
+class PromptInput:
+    """One prompt as a backend receives it: the user text and the sample's media.
+
+    ``videos`` hold uint8 ``T×3×H×W`` frame tensors with the :class:`~videorl.media.VideoMetadata`
+    that produced them; ``images`` hold uint8 ``3×H×W`` tensors. Heights and widths must already be
+    multiples of the backend's factor (the data path resizes them). Media are placed before the text,
+    videos first, as in the Qwen-VL recipes.
+    """
+
+    sample_id: str
+    text: str
+    videos: Sequence[tuple[torch.Tensor, VideoMetadata]] = ()
+    images: Sequence[torch.Tensor] = ()
+    system: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_type(self) -> str:
+        return "video" if self.videos else "image" if self.images else "text"
 
 
 @dataclass

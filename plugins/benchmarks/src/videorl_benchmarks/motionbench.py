@@ -33,7 +33,7 @@ class MotionBench(BaseBenchmark):
             stem, options = split_inline_options(qa.text("question"))
             if not options:
                 raise qa.error("question without 'A. ...' option lines")
-            categories = {
+            categories: dict[str, str | list[str]] = {
                 k: str(qa.get(k, video.get(k)))
                 for k in ("question_type", "video_type")
                 if qa.has(k) or video.has(k)

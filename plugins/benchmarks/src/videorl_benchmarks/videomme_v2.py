@@ -90,7 +90,7 @@ class VideoMMEv2(BaseBenchmark):
             if group_type not in ("relevance", "logic") or (group_type == "logic" and structure not in _LOGIC_MAPS):
                 raise rec.error(f"unknown group type {group_type!r} / structure {rec.get('group_structure')!r}")
             video = str(int(rec.text("video_id"))).zfill(3) if rec.text("video_id").isdigit() else rec.text("video_id")
-            categories = {
+            categories: dict[str, str | list[str]] = {
                 k: rec.text(k) for k in _CATEGORY_KEYS if rec.has(k) and str(rec.get(k)) not in ("None", "nan")
             }
             rows.append(

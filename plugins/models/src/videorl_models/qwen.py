@@ -41,8 +41,7 @@ from videorl.api import (
 if TYPE_CHECKING:
     import torch
 
-    from videorl.api import PromptInput
-    from videorl.media import VideoMetadata
+    from videorl.api import PromptInput, VideoMetadata
     from videorl_models.vision_sync import QwenVisionSync
 
 __all__ = ["QwenVLBackend"]

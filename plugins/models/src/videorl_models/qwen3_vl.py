@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from videorl_models.qwen import QwenVLBackend
 
 if TYPE_CHECKING:
-    from videorl.media import VideoMetadata
+    from videorl.api import VideoMetadata
 
 __all__ = ["Qwen3VLBackend", "temporal_patch_seconds"]
 

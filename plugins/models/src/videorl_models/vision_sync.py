@@ -14,24 +14,31 @@ a Qwen-VL model make the vision tower run exactly once per forward whatever the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from videorl.api import ModelInputs
 
 if TYPE_CHECKING:
     import torch
 
-    from videorl_models.qwen import QwenVLBackend
-
 __all__ = ["QwenVisionSync"]
 
 _DUMMY_GRID = (1, 4, 4)
 
 
+class _Backend(Protocol):
+    """What the hooks need of the Qwen-VL backend (a protocol, so this module need not import it)."""
+
+    @property
+    def merge_size(self) -> int: ...
+
+    def check_inputs(self, inputs: ModelInputs) -> None: ...
+
+
 class QwenVisionSync:
     """The installed hooks (see the module docstring); ``remove()`` uninstalls them."""
 
-    def __init__(self, model: Any, *, backend: QwenVLBackend) -> None:
+    def __init__(self, model: Any, *, backend: _Backend) -> None:
         inner = getattr(model, "model", model)
         if not (hasattr(inner, "visual") and hasattr(inner, "language_model")):
             raise TypeError(
