@@ -182,3 +182,38 @@ def test_async_engine_update_weights_gives_the_new_weights_logprobs(
         result["refresh_dir_files"]
     ), result["refresh_dir_files"]
     assert result["removed"]
+
+
+_OPTIONS = """
+import json, sys
+import vllm
+from videorl.backend import backend_for_model
+from videorl.plugins import load_plugins
+from videorl.rollout.vllm import VLLMEngine
+
+seen = {}
+
+class LLM:  # records what the engine asks vLLM for, starts nothing
+    def __init__(self, **options):
+        seen.update(options)
+
+vllm.LLM = LLM
+backend = backend_for_model(sys.argv[1], load_plugins().model_backends)
+VLLMEngine(backend, max_model_len=1000, enable_prefix_caching=True, max_num_seqs=7,
+           distributed_executor_backend="uni")
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_dir: Any) -> None:
+    done = subprocess.run([sys.executable, "-c", _OPTIONS, str(tiny_model_dir("qwen2_5_vl"))],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    options = json.loads(done.stdout.strip().splitlines()[-1])
+    assert options["max_model_len"] == 1000
+    assert options["enable_prefix_caching"] is True and options["max_num_seqs"] == 7  # passed through, no whitelist
+    assert options["distributed_executor_backend"] == "uni"
+    assert options["enforce_eager"] is True  # the CPU platform: eager (CUDA graphs on GPUs)
+    assert "enable_sleep_mode" not in options  # vLLM refuses sleep mode on CPU; on by default where it has it
+    assert "gpu_memory_utilization" not in options
