@@ -17,8 +17,18 @@ from pathlib import Path
 import pytest
 
 # Variables that would reach the developer's own caches, cluster or package index.
-DROPPED = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "PIP_INDEX_URL",
-           "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "TORCH_HOME")
+DROPPED = (
+    "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "HF_HUB_CACHE",
+    "TRANSFORMERS_CACHE",
+    "TORCH_HOME",
+)
 
 
 def home_environment(home: Path) -> dict[str, str]:

@@ -24,7 +24,9 @@ def _background(rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 40, size=(HEIGHT, WIDTH, 3), dtype=np.uint8)
 
 
-def square_clip(colour: str, seconds: float, rng: np.random.Generator, shown: tuple[float, float] | None = None) -> list[np.ndarray]:
+def square_clip(
+    colour: str, seconds: float, rng: np.random.Generator, shown: tuple[float, float] | None = None
+) -> list[np.ndarray]:
     """Frames of a square moving right one pixel per frame; with ``shown``, only in that time range."""
     frames = []
     for i in range(int(seconds * FPS)):
@@ -62,8 +64,12 @@ def write_media(out: Path) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data",
-                        help="data folder to write media/ into (default: examples/data)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "data",
+        help="data folder to write media/ into (default: examples/data)",
+    )
     for path in write_media(parser.parse_args().out):
         print(path)
 

@@ -38,8 +38,9 @@ def test_demo_yaml_is_the_demos_job() -> None:
     from videorl import demo
 
     out = ROOT / "runs" / "demo"
-    overrides = demo.demo_overrides(out, out / "model", out / "train.jsonl", out / "val.jsonl", steps=150, seed=0,
-                                    engine="hf")
+    overrides = demo.demo_overrides(
+        out, out / "model", out / "train.jsonl", out / "val.jsonl", steps=150, seed=0, engine="hf"
+    )
     assert load_config(EXAMPLES / "demo.yaml") == load_config(None, overrides)
 
 
@@ -51,8 +52,12 @@ def test_the_dataset_has_every_problem_type_and_kind_of_sample(tmp_path: Path) -
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(EXAMPLES / "data" / "train.jsonl", data)
-    done = subprocess.run([sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     samples = load_samples(data / "train.jsonl", problem_types=rewards)
     first_party = {e.name for e in rewards.entries() if e.origin == "videorl-rewards"}
@@ -66,16 +71,26 @@ def test_the_dataset_has_every_problem_type_and_kind_of_sample(tmp_path: Path) -
 
 
 def _train(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "videorl.cli", "train", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "train", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.mark.slow
 def test_the_small_cpu_example_trains_and_resumes_after_its_run_moves(tmp_path: Path, tiny_model_dir) -> None:
     run = tmp_path / "run"
-    done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
-                  f"data.train_files=[{_example_data(tmp_path)}]", f"data.cache_dir={tmp_path / 'cache'}",
-                  f"output_dir={run}", "trainer.progress_bar=false")
+    done = _train(
+        str(EXAMPLES / "cpu-small.yaml"),
+        f"model.path={tiny_model_dir('qwen2_5_vl')}",
+        f"data.train_files=[{_example_data(tmp_path)}]",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"output_dir={run}",
+        "trainer.progress_bar=false",
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
@@ -86,7 +101,9 @@ def test_the_small_cpu_example_trains_and_resumes_after_its_run_moves(tmp_path: 
     moved = tmp_path / "elsewhere" / "moved-run"
     moved.parent.mkdir()
     shutil.move(run, moved)
-    done = _train(str(moved / "config.yaml"), "--resume", "auto", "trainer.max_steps=3", "trainer.progress_bar=false")
+    done = _train(
+        str(moved / "config.yaml"), "--resume", "auto", "trainer.max_steps=3", "trainer.progress_bar=false"
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert f"run directory: {moved}" in done.stdout
     metrics = [json.loads(line) for line in (moved / "metrics.jsonl").read_text().splitlines()]
@@ -98,34 +115,59 @@ def _example_data(tmp_path: Path) -> Path:
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(EXAMPLES / "data" / "train.jsonl", data)
-    subprocess.run([sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(EXAMPLES / "make_media.py"), "--out", str(data)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return data / "train.jsonl"
 
 
 @pytest.mark.slow
-def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(tmp_path: Path, tiny_model_dir) -> None:
+def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(
+    tmp_path: Path, tiny_model_dir
+) -> None:
     """32 prompts per step over 16 rows: a warning with the numbers; the progress bar names the stage
     the step is in (the rollout, then each update's micro-batches), not only finished steps."""
-    done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
-                  f"data.train_files=[{_example_data(tmp_path)}]", f"data.cache_dir={tmp_path / 'cache'}",
-                  f"output_dir={tmp_path / 'run'}", "data.rollout_batch_size=32", "actor.global_batch_size=16",
-                  "trainer.max_steps=1")
+    done = _train(
+        str(EXAMPLES / "cpu-small.yaml"),
+        f"model.path={tiny_model_dir('qwen2_5_vl')}",
+        f"data.train_files=[{_example_data(tmp_path)}]",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"output_dir={tmp_path / 'run'}",
+        "data.rollout_batch_size=32",
+        "actor.global_batch_size=16",
+        "trainer.max_steps=1",
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert ("data.rollout_batch_size is 32 but the training data has 16 samples: each step repeats every "
-            "sample about 2 times (32 prompts × 4 responses = 128 per step)") in done.stderr
+    assert (
+        "data.rollout_batch_size is 32 but the training data has 16 samples: each step repeats every "
+        "sample about 2 times (32 prompts × 4 responses = 128 per step)"
+    ) in done.stderr
     assert "step 1: rollout 32 prompts × 4" in done.stderr
-    assert "step 1: update 1/2, micro-batch 1/" in done.stderr and "step 1: update 2/2, micro-batch 1/" in done.stderr
+    assert (
+        "step 1: update 1/2, micro-batch 1/" in done.stderr
+        and "step 1: update 2/2, micro-batch 1/" in done.stderr
+    )
 
 
 def test_a_start_that_fails_leaves_no_run_directory(tmp_path: Path, tiny_model_dir) -> None:
     train = _example_data(tmp_path)
     runs = tmp_path / "runs"
-    for bad in ([f"model.path={tmp_path / 'no-model'}"], [f"data.train_files=[{tmp_path / 'missing.jsonl'}]"],
-                ["rollout.n=0"]):
-        done = _train(str(EXAMPLES / "cpu-small.yaml"), f"model.path={tiny_model_dir('qwen2_5_vl')}",
-                      f"data.train_files=[{train}]", f"data.cache_dir={tmp_path / 'cache'}", *bad,
-                      f"output_dir={runs / 'first'}")
+    for bad in (
+        [f"model.path={tmp_path / 'no-model'}"],
+        [f"data.train_files=[{tmp_path / 'missing.jsonl'}]"],
+        ["rollout.n=0"],
+    ):
+        done = _train(
+            str(EXAMPLES / "cpu-small.yaml"),
+            f"model.path={tiny_model_dir('qwen2_5_vl')}",
+            f"data.train_files=[{train}]",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            *bad,
+            f"output_dir={runs / 'first'}",
+        )
         assert done.returncode != 0 and "Error: " in done.stderr and "Traceback" not in done.stderr, bad
         assert not runs.exists(), (bad, sorted(runs.rglob("*")))
 
@@ -141,5 +183,8 @@ def test_every_example_the_docs_name_exists() -> None:
         # a config a command trains from is a file in the repository, or a placeholder in capitals
         for match in re.finditer(r"videorl train (\S+\.ya?ml)", text):
             name = match.group(1)
-            assert name.isupper() or name.startswith(("my-", "MOVED/", "RUN/")) or (ROOT / name).is_file(), (doc, name)
+            assert name.isupper() or name.startswith(("my-", "MOVED/", "RUN/")) or (ROOT / name).is_file(), (
+                doc,
+                name,
+            )
     assert named >= 4

@@ -23,7 +23,9 @@ trainer:
 """
 
 
-def test_relative_paths_in_a_file_are_relative_to_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_in_a_file_are_relative_to_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "project" / "configs"
     folder.mkdir(parents=True)
     (folder / "train.yaml").write_text(CONFIG)
@@ -36,7 +38,9 @@ def test_relative_paths_in_a_file_are_relative_to_its_folder(tmp_path: Path, mon
     assert c.data.prompt_template == str(folder / "prompts" / "short.jinja")
     assert c.trainer.resume == "auto"  # not a path
     assert c.data.val_files == ["here.jsonl"]  # an override is relative to the working directory
-    named = load_config(None, ["model.path=/m", "data.train_files=[/t.jsonl]", "data.prompt_template=video_qa"])
+    named = load_config(
+        None, ["model.path=/m", "data.train_files=[/t.jsonl]", "data.prompt_template=video_qa"]
+    )
     (folder / "named.yaml").write_text(dump_config(named))
     assert load_config(folder / "named.yaml").data.prompt_template == "video_qa"  # a template name stays one
 
@@ -46,8 +50,15 @@ def test_a_runs_saved_config_names_its_own_folder_wherever_it_moves(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "runs" / "a"
-    c = load_config(None, ["model.path=models/tiny", "data.train_files=[data/train.jsonl]", "output_dir=runs/a",
-                           f"trainer.resume={run / 'checkpoints' / 'step_000002'}"])
+    c = load_config(
+        None,
+        [
+            "model.path=models/tiny",
+            "data.train_files=[data/train.jsonl]",
+            "output_dir=runs/a",
+            f"trainer.resume={run / 'checkpoints' / 'step_000002'}",
+        ],
+    )
     run.mkdir(parents=True)
     text = dump_config(c, run)
     assert "output_dir: .\n" in text and "resume: checkpoints/step_000002\n" in text
