@@ -345,3 +345,22 @@ def test_the_contrib_llava_onevision_backend_passes(tmp_path: Path) -> None:
     assert statuses[("image", "encode")] == "n/a"
     assert statuses[("two-videos", "logprobs")] == "PASS" and statuses[("text", "greedy")] == "PASS"
     assert statuses[("video-30fps-4s", "positions")] == "n/a"
+
+
+def test_the_config_s_budget_dtype_and_engine_are_used(
+    tiny_model_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "model: {path: elsewhere, dtype: float32}\n"
+        "data: {train_files: [train.jsonl], video_fps: 1.0, video_max_frames: 4}\n"
+        "rollout: {engine: hf, parity_tolerance: 0.001}\n"
+    )
+    code, out = _check(tiny_model_dir("qwen2_5_vl"), "--config", str(config), "--json")
+    report = json.loads(out)
+    assert code == 0 and (report["engine"], report["dtype"]) == ("hf", "float32")
+    assert report["tolerance"] == {"token": 1e-3, "mean": pytest.approx(1e-4)}
+    spans = {r["sample"]: r["trainer"] for r in report["results"] if r["check"] == "placeholders"}
+    # 4 s at 1 fps: 4 frames, 2 temporal patches of 6×8 merged tokens (at the default 2 fps: 4 patches)
+    assert spans["video-30fps-4s"] == "1 span(s), 96 tokens"
+    assert spans["video-long-lowres"] == "1 span(s), 8 tokens"  # capped at 4 frames: 2 patches of 2×2
