@@ -28,6 +28,7 @@ def test_relative_paths_in_a_file_are_relative_to_its_folder(
 ) -> None:
     folder = tmp_path / "project" / "configs"
     folder.mkdir(parents=True)
+    (tmp_path / "project" / "models" / "tiny").mkdir(parents=True)
     (folder / "train.yaml").write_text(CONFIG)
     monkeypatch.chdir(tmp_path)  # somewhere else: the working directory does not matter
     c = load_config("project/configs/train.yaml", ["data.val_files=[here.jsonl]"])
@@ -39,7 +40,7 @@ def test_relative_paths_in_a_file_are_relative_to_its_folder(
     assert c.trainer.resume == "auto"  # not a path
     assert c.data.val_files == ["here.jsonl"]  # an override is relative to the working directory
     named = load_config(
-        None, ["model.path=/m", "data.train_files=[/t.jsonl]", "data.prompt_template=video_qa"]
+        None, [f"model.path={tmp_path}", "data.train_files=[/t.jsonl]", "data.prompt_template=video_qa"]
     )
     (folder / "named.yaml").write_text(dump_config(named))
     assert load_config(folder / "named.yaml").data.prompt_template == "video_qa"  # a template name stays one
@@ -49,6 +50,7 @@ def test_a_runs_saved_config_names_its_own_folder_wherever_it_moves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
     run = tmp_path / "runs" / "a"
     c = load_config(
         None,
