@@ -69,7 +69,8 @@ Problems = list[tuple[str, str]]  # (key relative to the section, message)
 @dataclass
 class ModelConfig:
     path: str = option(
-        "", "Directory of the base model (HF layout: config.json, weights, processor). Required."
+        "", "Directory of the base model (HF layout: config.json, weights, processor), or a Hub id (org/name) "
+        "read from the local Hugging Face cache. Required."
     )
     family: str | None = option(
         None,
@@ -96,7 +97,8 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train_files: list[str] = option(
-        factory=list, help="Training datasets (JSON/JSONL, EasyVideoR1 or Video-R1 schema). Required."
+        factory=list, help="Training datasets (JSON/JSONL, Parquet, or an HF dataset folder; EasyVideoR1 or "
+        "Video-R1 schema). Required."
     )
     val_files: list[str] = option(
         factory=list, help="Validation datasets, scored every trainer.val_every steps."
@@ -764,6 +766,10 @@ def _names_a_file(key: str, value: str, base: Path) -> bool:
         return value != "auto"
     if key == "plugins":
         return value.endswith(".py")
+    if key == "model.path":  # a Hub id (org/name) unless such a folder is there
+        from videorl.hub import is_hub_id
+
+        return not is_hub_id(value) or (base / value).exists()
     return True
 
 
@@ -788,6 +794,18 @@ def _against(base: Path) -> Any:
         return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
 
     return resolve
+
+
+def _resolve_hub_model(config: TrainConfig, ctx: _Context) -> None:
+    """``model.path`` given as a Hub id becomes its snapshot folder in the local cache (:mod:`videorl.hub`)."""
+    from videorl.hub import is_hub_id, resolve_model
+
+    if not is_hub_id(config.model.path) or Path(config.model.path).exists():
+        return
+    try:
+        config.model.path = str(resolve_model(config.model.path))
+    except ConfigError as exc:
+        ctx.problem(("model", "path"), f"model.path: {exc}")
 
 
 def load_config(
@@ -827,6 +845,8 @@ def load_config(
     config = _build(schema, raw, (), ctx)
     if not ctx.problems:  # range checks only make sense on well-typed values
         _check(config, (), ctx)
+    if isinstance(config, TrainConfig) and not ctx.problems:
+        _resolve_hub_model(config, ctx)
     if ctx.problems:
         header = f"invalid configuration{f' in {path}' if path is not None else ''}:"
         raise ConfigError("\n  ".join([header, *ctx.problems]))

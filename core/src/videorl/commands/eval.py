@@ -281,6 +281,17 @@ def _engine_identity(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     return {"name": "hf", "dtype": dtype, "device": device}
 
 
+def _local_model(model: Path) -> Path:
+    """``--model`` as a local path: a Hub id resolved from the cache (:mod:`videorl.hub`), else the path,
+    which must exist."""
+    from videorl.hub import resolve_model
+
+    local = resolve_model(model)
+    if not local.exists():
+        raise click.BadParameter(f"{model}: no such folder", param_hint="--model")
+    return local
+
+
 def _model_dir(model: Path, run_dir: Path) -> Path:
     """``--model`` as a model directory. A training run (its latest undamaged checkpoint) or one of its
     checkpoints is exported first, as ``videorl export`` does, to ``RUN/model``; a later call with the
@@ -332,9 +343,9 @@ def _engine(plugins: Plugins, kind: str, backend: Any, model: Path, opts: dict[s
 
 
 @eval_group.command("run")
-@click.option("--model", required=True, type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="A model directory (its config.json chooses the model backend), or a training run or one "
-              "of its checkpoints (exported to OUT/model first).")
+@click.option("--model", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="A model directory (its config.json chooses the model backend), a Hub id (org/name) in the "
+              "local Hugging Face cache, or a training run or one of its checkpoints (exported to OUT/model first).")
 @click.option("--benchmark", "benchmarks", multiple=True, required=True, metavar="NAME[=DIR]",
               help="A registered benchmark (repeatable); =DIR gives its directory (relative to --data-root).")
 @click.option("--data-root", type=click.Path(path_type=Path, file_okay=False),
@@ -407,7 +418,7 @@ def run_command(
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise click.UsageError(f"a benchmark is given twice: {', '.join(names)}")
-        model = _model_dir(model, run_dir)
+        model = _model_dir(_local_model(model), run_dir)
         backend = backend_for_model(model, plugins.model_backends)
         video, image = visual_params(backend, **{k: v for k, v in decode.items() if v is not None})
         cache = MediaCache(cache_dir or run_dir / "frame-cache", strict_params=False, threads=1)  # one decoder thread per loader
