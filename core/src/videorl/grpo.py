@@ -184,14 +184,8 @@ def score(
     inputs = []
     for t in trajectories:
         sample = t.prompt.sample
-        inputs.append(
-            RewardInput(
-                response=decode(t.completion.token_ids), problem_type=sample.problem_type,
-                ground_truth=sample.ground_truth, problem=sample.problem, data_type=sample.data_type,
-                options=sample.options, media=t.prompt.media, sample_id=sample.id, model_family=family,
-                extra=dict(sample.extra),
-            )
-        )
+        response = decode(t.completion.token_ids)
+        inputs.append(RewardInput.from_sample(sample, response, media=t.prompt.media, model_family=family))
     for t, out in zip(trajectories, rewards.score(inputs)):
         t.reward = out.score if out is not None else 0.0
         t.parts = dict(out.parts) if out is not None else {}

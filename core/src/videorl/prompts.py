@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from videorl.data.sample import ID_KEYS
 from videorl.errors import DataError, UnknownComponentError
 from videorl.registry import Register, Registry
-from videorl.rewards.types import ID_KEYS
 
 __all__ = ["PromptTemplate", "find_template", "register_template_dir", "render_prompt", "template_name"]
 

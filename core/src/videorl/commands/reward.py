@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import IO, Any
@@ -57,7 +57,11 @@ class Row:
 
 
 def parse_row(line_no: int, text: str, router: RewardRouter, model_family: str | None) -> Row | str:
-    """The row on line ``line_no``, or a message saying why it is bad."""
+    """The row on line ``line_no``, or a message saying why it is bad.
+
+    The sample is read by the training loader's row parser (through ``RewardInput.from_sample``), so a
+    row gets the same id, ground truth and options here as in ``videorl train``.
+    """
     try:
         return _parse_row(line_no, text, router, model_family)
     except RecursionError:
@@ -87,16 +91,17 @@ def _parse_row(line_no: int, text: str, router: RewardRouter, model_family: str 
     problem_type = sample.get("problem_type")
     if isinstance(problem_type, str) and problem_type and router.route(problem_type) is None:
         return f"problem_type {problem_type!r} has no reward (registered: {', '.join(router.names)})"
+    where = f"line {line_no}"
     try:
-        inputs = [RewardInput.from_sample(sample, r, model_family=model_family) for r in responses]
+        first = RewardInput.from_sample(sample, responses[0], model_family=model_family, where=where)
     except KeyError as exc:
         return f"missing field {exc.args[0]}"
+    except DataError as exc:
+        return str(exc).removeprefix(f"{where}: ")
     except (TypeError, ValueError) as exc:
         return f"invalid field: {exc}"
-    for inp in inputs:
-        if not inp.sample_id:
-            inp.sample_id = f"line {line_no}"
-    return Row(line_no, data, inputs)
+    first.sample_id = first.sample_id or f"line {line_no}"
+    return Row(line_no, data, [first, *(replace(first, response=r) for r in responses[1:])])
 
 
 # --- scoring, in this process or in worker processes ---------------------------------------------

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from videorl.data.formats import ROW_FORMATS, arrow_rows, dataset_files, parquet_rows, unsupported
-from videorl.data.sample import DATA_TYPES, Sample
+from videorl.data.sample import DATA_TYPES, GROUND_TRUTH_KEYS, ID_KEYS, Sample
 from videorl.errors import DataError
 
 VIDEO_EXTENSIONS = frozenset(
@@ -35,11 +35,9 @@ VIDEO_EXTENSIONS = frozenset(
 LIST_EXTENSIONS = frozenset({".txt", ".lst"})
 
 _PROBLEM_KEYS = ("problem", "prompt", "question")
-_ANSWER_KEYS = ("answer", "solution")
-_ID_KEYS = ("problem_id", "id", "sample_id")
 _CONSUMED = frozenset(
-    {*_PROBLEM_KEYS, *_ANSWER_KEYS, *_ID_KEYS, "data_type", "problem_type", "options", "videos", "video",
-     "images", "image", "path", "has_offline_trajectory", "offline_output"}
+    {*_PROBLEM_KEYS, *GROUND_TRUTH_KEYS, *ID_KEYS, "data_type", "problem_type", "options", "videos",
+     "video", "images", "image", "path", "has_offline_trajectory", "offline_output"}
 )
 
 
@@ -151,22 +149,30 @@ def parse_row(
     default_id: str,
     problem_types: Container[str] | None = None,
     require_answer: bool = True,
+    scoring: bool = False,
 ) -> Sample:
-    """Validate one row (either schema) into a :class:`Sample`; ``where`` is ``file:line``."""
+    """Validate one row (either schema) into a :class:`Sample`; ``where`` is ``file:line``.
+
+    This is the one row parser: training, ``cache build`` and (``scoring``, through
+    :meth:`~videorl.rewards.types.RewardInput.from_sample`) ``videorl reward`` read rows with it. A row
+    that is only scored may leave out the question and its media files.
+    """
     if isinstance(row, str):  # a JSON list of video paths
         return Sample(id=default_id, data_type="video", problem="", videos=[_resolve(row, media_root)], origin=where)
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
-    _, raw_id = _first(row, _ID_KEYS)
+    _, raw_id = _first(row, ID_KEYS)
     if raw_id is not None and not isinstance(raw_id, (str, int)):
         raise DataError(f"{where}: problem_id must be a string or an integer, got {raw_id!r:.60}")
     sample_id = str(raw_id) if raw_id is not None else default_id
     key, problem = _first(row, _PROBLEM_KEYS)
+    if key is None and scoring:
+        key, problem = "problem", ""
     if key is None:
         raise DataError(f"{where}: missing the question ('problem'; also read: 'prompt', 'question')")
     if not isinstance(problem, str):
         raise DataError(f"{where}: {key!r} must be a string, got {type(problem).__name__}")
-    answer_key, answer = _first(row, _ANSWER_KEYS)
+    answer_key, answer = _first(row, GROUND_TRUTH_KEYS)
     if require_answer and (answer_key is None or answer is None or answer == "") and not row.get("tests"):
         raise DataError(f"{where}: missing the ground truth ('answer' in EasyVideoR1 rows, 'solution' in Video-R1 rows)")
 
@@ -179,9 +185,9 @@ def parse_row(
         (images if data_type == "image" else videos).extend(_paths(row, ("path",), where))
     if data_type is None:
         data_type = "video" if videos else "image" if images else "text"
-    if data_type == "video" and not videos:
+    if data_type == "video" and not videos and not scoring:
         raise DataError(f"{where}: data_type is video but the row names no video ('videos' or 'path')")
-    if data_type == "image" and not images:
+    if data_type == "image" and not images and not scoring:
         raise DataError(f"{where}: data_type is image but the row names no image ('images' or 'path')")
 
     problem_type = row.get("problem_type", "")

@@ -6,16 +6,22 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DATA_TYPES = ("video", "image", "text")
+#: row keys that hold the sample id, in order of preference: the one list training, ``cache build``,
+#: ``videorl reward`` and the router read (Video-R1 rows name it ``problem_id``)
+ID_KEYS = ("problem_id", "id", "sample_id")
+#: row keys that hold the ground truth, in order of preference (EasyVideoR1: ``answer``, Video-R1:
+#: ``solution``)
+GROUND_TRUTH_KEYS = ("ground_truth", "answer", "solution")
 
 
 @dataclass
 class Sample:
     """One training or evaluation example.
 
-    ``ground_truth`` is the row's ``answer`` (EasyVideoR1) or ``solution`` (Video-R1) as written
-    (a string, possibly wrapped in ``<answer>…</answer>``, or JSON for grounding tasks). Media paths
-    are absolute. ``offline_output`` is the offline trajectory for mix-policy training, when the row
-    has one. ``origin`` (``file:line``) is where the row came from, for error messages.
+    ``ground_truth`` is the row's ``ground_truth``, ``answer`` (EasyVideoR1) or ``solution`` (Video-R1)
+    as written (a string, possibly wrapped in ``<answer>…</answer>``, or JSON for grounding
+    tasks). Media paths are absolute. ``offline_output`` is the offline trajectory for mix-policy
+    training, when the row has one. ``origin`` (``file:line``) is where the row came from, for error messages.
     """
 
     id: str

@@ -26,10 +26,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from videorl.data.sample import ID_KEYS, Sample
 from videorl.errors import ConfigError, DataError
 from videorl.registry import Registry, normalize_name
 from videorl.rewards.config import RewardConfig, Route
-from videorl.rewards.types import ID_KEYS, RewardInput, RewardOutput
+from videorl.rewards.types import RewardInput, RewardOutput
 
 logger = logging.getLogger("videorl.rewards")
 
@@ -504,20 +505,9 @@ def _field(sample: Any, key: str) -> Any:
     return getattr(sample, key, None)
 
 
-def _truth_input(sample: Any) -> RewardInput:
-    """The :class:`RewardInput` of a sample (a mapping or a ``Sample``) with an empty response."""
-    if isinstance(sample, Mapping):
-        return RewardInput.from_sample(sample, "")
-    return RewardInput(
-        response="",
-        problem_type=str(sample.problem_type),
-        ground_truth=sample.ground_truth,
-        problem=str(getattr(sample, "problem", "") or ""),
-        data_type=str(getattr(sample, "data_type", "video")),
-        options=getattr(sample, "options", None),
-        sample_id=str(getattr(sample, "id", "")),
-        extra=dict(getattr(sample, "extra", None) or {}),
-    )
+def _truth_input(sample: Sample | Mapping[str, Any]) -> RewardInput:
+    """The :class:`RewardInput` of a sample with an empty response."""
+    return RewardInput.from_sample(sample, "")
 
 
 def _signature(target: Any) -> inspect.Signature | None:

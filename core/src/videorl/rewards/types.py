@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-#: sample keys that hold the ground truth, in order of preference (EasyVideoR1, Video-R1 schemas)
-GROUND_TRUTH_KEYS = ("ground_truth", "answer", "solution")
-#: sample keys that hold the sample id, in order of preference
-ID_KEYS = ("id", "sample_id", "problem_id")
+from videorl.data.loaders import parse_row
+from videorl.data.sample import GROUND_TRUTH_KEYS, Sample
+
 _MEDIA_KEYS = ("media", "video_metadata")
-_KNOWN_KEYS = {
-    *GROUND_TRUTH_KEYS, *ID_KEYS, *_MEDIA_KEYS, "problem", "problem_type", "data_type", "options",
-    "model_family", "response", "responses",
-}  # fmt: skip
+#: fields of a row that are not the sample's own (``videorl reward`` lines carry their responses)
+_NOT_EXTRA = {*_MEDIA_KEYS, "model_family", "response", "responses"}
 
 
 @dataclass(frozen=True)
@@ -78,47 +76,47 @@ class RewardInput:
 
     @classmethod
     def from_sample(
-        cls, sample: Mapping[str, Any] | Any, response: str, *, model_family: str | None = None
+        cls,
+        sample: Sample | Mapping[str, Any],
+        response: str,
+        *,
+        media: MediaInfo | None = None,
+        model_family: str | None = None,
+        where: str = "sample",
     ) -> RewardInput:
-        """Build the input for ``response`` from a sample (a mapping, or a dataclass/object with fields).
+        """The input for ``response`` to ``sample``: the one mapping from a sample to what a reward sees.
 
-        The ground truth is read from ``ground_truth``, ``answer`` or ``solution``; the id from ``id``,
-        ``sample_id`` or ``problem_id``; the media from ``media`` (``MediaInfo`` fields) or
+        A mapping (a dataset row, a ``videorl reward`` line) is read by the one row parser,
+        :func:`videorl.data.loaders.parse_row` (``where`` names it in a ``DataError``), the question and
+        the media files optional. ``media`` defaults to the row's ``media`` (``MediaInfo`` fields) or
         ``video_metadata`` (a ``VideoMetadata`` dict). A missing ``problem_type`` or ground truth raises
         ``KeyError`` naming the field (a row with ``tests`` needs no ground truth).
         """
-        row = _as_mapping(sample)
-        if not row.get("problem_type"):
+        if not isinstance(sample, Sample):
+            sample = parse_row(
+                dict(sample), where, media_root=Path(), default_id="", require_answer=False, scoring=True
+            )
+        if not sample.problem_type:
             raise KeyError("problem_type")
-        truth_key = next((k for k in GROUND_TRUTH_KEYS if k in row), None)
-        if truth_key is None and not row.get("tests"):  # code rows may give only their tests
+        if sample.ground_truth is None and not sample.extra.get("tests"):  # code rows: only their tests
             raise KeyError(" or ".join(GROUND_TRUTH_KEYS))
-        media = next((row[k] for k in _MEDIA_KEYS if row.get(k) is not None), None)
-        if media is not None and not isinstance(media, MediaInfo):
-            media = MediaInfo.from_dict(_as_mapping(media))
-        options = row.get("options")
+        if media is None:
+            given = next((sample.extra[k] for k in _MEDIA_KEYS if sample.extra.get(k) is not None), None)
+            if given is not None and not isinstance(given, Mapping):
+                raise ValueError(f"media must map MediaInfo or VideoMetadata fields, got {given!r:.30}")
+            media = MediaInfo.from_dict(given) if given is not None else None
         return cls(
             response=response,
-            problem_type=str(row["problem_type"]),
-            ground_truth=row[truth_key] if truth_key else None,
-            problem=str(row.get("problem") or ""),
-            data_type=str(row.get("data_type") or "video"),
-            options=[str(o) for o in options] if options else None,
+            problem_type=sample.problem_type,
+            ground_truth=sample.ground_truth,
+            problem=sample.problem,
+            data_type=sample.data_type,
+            options=sample.options,
             media=media,
-            sample_id=str(next((row[k] for k in ID_KEYS if row.get(k) is not None), "")),
-            model_family=model_family or row.get("model_family"),
-            extra={k: v for k, v in row.items() if k not in _KNOWN_KEYS},
+            sample_id=sample.id,
+            model_family=model_family or sample.extra.get("model_family"),
+            extra={k: v for k, v in sample.extra.items() if k not in _NOT_EXTRA},
         )
-
-
-def _as_mapping(obj: Any) -> Mapping[str, Any]:
-    if isinstance(obj, Mapping):
-        return obj
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in fields(obj)}
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return vars(obj)
 
 
 @dataclass
