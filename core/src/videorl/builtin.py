@@ -32,6 +32,7 @@ def register_commands(cli: click.Group) -> None:
     from videorl.commands.export import export_command
     from videorl.commands.filter import filter_command
     from videorl.commands.models import models_group
+    from videorl.commands.plan import plan_command
     from videorl.commands.plot import plot_command
     from videorl.commands.reward import reward_command
     from videorl.commands.train import train_command
@@ -45,4 +46,5 @@ def register_commands(cli: click.Group) -> None:
     cli.add_command(train_command)
     cli.add_command(filter_command)
     cli.add_command(export_command)
+    cli.add_command(plan_command)
     cli.add_command(demo_command)
