@@ -364,3 +364,52 @@ def test_the_config_s_budget_dtype_and_engine_are_used(
     # 4 s at 1 fps: 4 frames, 2 temporal patches of 6×8 merged tokens (at the default 2 fps: 4 patches)
     assert spans["video-30fps-4s"] == "1 span(s), 96 tokens"
     assert spans["video-long-lowres"] == "1 span(s), 8 tokens"  # capped at 4 frames: 2 patches of 2×2
+
+
+class Rescaled:
+    """An engine that reports its log-probs 1.5 times too large, whatever weights it has."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def generate(self, prompts: Any, params: Any) -> list[list[Any]]:
+        from videorl.rollout import Completion
+
+        return [
+            [Completion(c.token_ids, [1.5 * x for x in c.logprobs], c.finish_reason) for c in group]
+            for group in self.engine.generate(prompts, params)
+        ]
+
+    def update_weights(self, state_dict: Any) -> None:
+        self.engine.update_weights(state_dict)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def test_the_check_runs_again_on_the_first_step_after_a_resume(task: Any, tmp_path: Path) -> None:
+    from videorl import demo
+    from videorl.config import load_config
+    from videorl.train.compose import build_training
+
+    out, model, train, val = task
+    run = tmp_path / "run"
+    overrides = [
+        *demo.demo_overrides(out, model, train, val, steps=1, seed=3, engine="hf"),
+        f"output_dir={run}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=2",
+        "trainer.progress_bar=false",
+        "trainer.val_every=0",
+        "trainer.save_every=1",
+    ]
+    assert build_training(load_config(None, overrides), load_plugins()).run() == 1  # a matched engine
+    resumed = build_training(
+        load_config(None, [*overrides, "trainer.resume=auto", "trainer.max_steps=2"]), load_plugins()
+    )
+    resumed.engine = Rescaled(resumed.engine)  # a mismatch that survives the weight refresh of a resume
+    steps: list[int] = []
+    with pytest.raises(ParityError, match=r"video +logprobs \(mean\) +FAIL"):
+        resumed.run(on_step=lambda step, m: steps.append(step))
+    assert steps == []  # step 2, the first after the resume, stopped before its update

@@ -124,3 +124,33 @@ def test_report_table_and_json() -> None:
     assert lines[2].split()[:6] == ["video", "logprobs", "FAIL", "3", "-1.5", "-1.25"]
     assert lines[-1].endswith("FAIL (1 of 2 checks)")
     assert not report.ok and report.to_json()["results"][1]["position"] == 3
+
+
+def _trajectory(sample_id: str, kind: str, logprobs: list[float]) -> object:
+    from types import SimpleNamespace
+
+    from videorl.backend import PromptInput
+
+    videos = [object()] if kind == "video" else []
+    images = [object()] if kind == "image" else []
+    encoded = SimpleNamespace(prompt=PromptInput(sample_id, "q", videos=videos, images=images))  # type: ignore[arg-type]
+    prompt = SimpleNamespace(sample=SimpleNamespace(id=sample_id), require_encoded=lambda: encoded)
+    return SimpleNamespace(prompt=prompt, completion=SimpleNamespace(logprobs=logprobs))
+
+
+def test_gaps_per_modality_of_the_prompts() -> None:
+    from videorl.parity import modality_gaps
+
+    nan = float("nan")
+    batch = [
+        _trajectory("v1", "video", [-1.0, -2.0, -3.0]),
+        _trajectory("t1", "text", [-0.5, -0.5]),
+        _trajectory("v2", "video", [-1.0, -1.0]),
+        _trajectory("off", "image", [nan, nan]),  # an offline response: no engine log-probs
+    ]
+    actor = torch.tensor([[-1.1, -2.0, -2.5], [-0.5, -0.25, 0.0], [-1.0, -1.0, 0.0], [-9.0, -9.0, 0.0]])
+    gaps = modality_gaps(batch, actor)  # type: ignore[arg-type]
+    assert set(gaps) == {"video", "text"}
+    assert gaps["video"].count == 5 and gaps["video"].mean == pytest.approx((0.1 + 0.5) / 5)
+    assert gaps["video"].worst == pytest.approx(0.5) and gaps["video"].where.startswith("sample 'v1' token 2")
+    assert gaps["text"].mean == pytest.approx(0.25 / 2)
