@@ -47,7 +47,7 @@ def test_every_qwen_model_type_passes_with_the_hf_engine(
     assert checks[("two-videos", "logprobs")]["status"] == "PASS"
     assert checks[("video-long-lowres", "positions")]["status"] == "PASS"  # 3-D positions were compared
     assert checks[("mixed-batch", "logprobs")]["status"] == "PASS"
-    assert report["tolerance"] == {"token": 1e-4, "mean": 1e-5}  # float32 without --config
+    assert report["tolerance"] == {"token": 1e-3, "mean": 1e-4}  # float32 without --config
 
 
 def _hf_report(backend: Any, dtype: str = "float32") -> Any:
@@ -354,12 +354,12 @@ def test_the_config_s_budget_dtype_and_engine_are_used(
     config.write_text(
         "model: {path: elsewhere, dtype: float32}\n"
         "data: {train_files: [train.jsonl], video_fps: 1.0, video_max_frames: 4}\n"
-        "rollout: {engine: hf, parity_tolerance: 0.001}\n"
+        "rollout: {engine: hf, parity_tolerance: 0.002}\n"
     )
     code, out = _check(tiny_model_dir("qwen2_5_vl"), "--config", str(config), "--json")
     report = json.loads(out)
     assert code == 0 and (report["engine"], report["dtype"]) == ("hf", "float32")
-    assert report["tolerance"] == {"token": 1e-3, "mean": pytest.approx(1e-4)}
+    assert report["tolerance"] == {"token": 2e-3, "mean": pytest.approx(2e-4)}
     spans = {r["sample"]: r["trainer"] for r in report["results"] if r["check"] == "placeholders"}
     # 4 s at 1 fps: 4 frames, 2 temporal patches of 6×8 merged tokens (at the default 2 fps: 4 patches)
     assert spans["video-30fps-4s"] == "1 span(s), 96 tokens"

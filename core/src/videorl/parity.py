@@ -75,13 +75,15 @@ class Tolerance:
     mean: float
 
 
-#: Defaults per compute dtype, from measurements on the tiny models on CPU (docs/models.md): the
-#: largest differences seen at the pinned versions, times about 10 (fp32) or 4 (bf16, fp16). A
-#: swapped rotary rule moves fp32 log-probs by ~1e-3 on a tiny model, far more on a real one.
+#: Defaults per compute dtype. Measured on the tiny models on CPU (docs/models.md), the largest
+#: per-token differences are 4.8e-7 in float32 and 3.4e-3 in bfloat16; real checkpoints on GPUs,
+#: other kernels and MoE routing differ more, so the limits leave room (x2000 in float32, x70 in
+#: bfloat16) rather than stop sound runs. The exact checks (ids, grids, metadata, positions) do not
+#: depend on them.
 TOLERANCES: dict[str, Tolerance] = {
-    "float32": Tolerance(token=1e-4, mean=1e-5),
-    "bfloat16": Tolerance(token=0.1, mean=0.02),
-    "float16": Tolerance(token=0.05, mean=0.01),
+    "float32": Tolerance(token=1e-3, mean=1e-4),
+    "bfloat16": Tolerance(token=0.25, mean=0.05),
+    "float16": Tolerance(token=0.1, mean=0.02),
 }
 
 
