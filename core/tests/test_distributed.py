@@ -202,3 +202,23 @@ def test_a_tensor_parallel_group_generates_on_its_leader_and_each_rank_gets_its_
     assert ranks[0]["asked"] == ["a", "bbb", "cc", "dddd", "eeeee"]  # the leader generated the group's prompts
     assert ranks[0]["tokens"] == [[1, 1], [3, 3]] and ranks[1]["tokens"] == [[2, 2], [4, 4], [5, 5]]
     assert ranks[1]["asked"] is None  # rank 1 holds no engine
+
+
+def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
+    """A torchrun rank sees 8 GPUs, a Ray worker 1: a checkpoint holding every visible device's RNG
+    state could not be resumed on Ray."""
+    from videorl.train.checkpoint import capture_rng_state, restore_rng_state
+
+    device_state = torch.tensor([7, 8, 9], dtype=torch.uint8)
+    restored: list[list[int]] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": device_state)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [device_state] * 8)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device="cuda": restored.append(s.tolist()))
+    state = capture_rng_state()
+    assert state["cuda"] == [[7, 8, 9]]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # resumed in a Ray worker
+    restore_rng_state(state)
+    assert restored == [[7, 8, 9]]

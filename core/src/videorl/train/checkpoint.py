@@ -89,7 +89,9 @@ def capture_rng_state() -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     cuda = []
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        cuda = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+        # this process's device only (each rank has its entry): all visible devices would tie the
+        # checkpoint to their count, 8 under torchrun but 1 in a Ray worker
+        cuda = [torch.cuda.get_rng_state().tolist()]
     return {
         "python": [version, list(internal), gauss],
         "numpy": [name, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)],
@@ -110,7 +112,11 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
     cuda = state.get("cuda") or []
     if cuda and torch.cuda.is_available():
-        if len(cuda) != torch.cuda.device_count():
+        if len(cuda) == 1:  # this process's device
+            torch.cuda.set_rng_state(torch.tensor(cuda[0], dtype=torch.uint8))
+        elif len(cuda) == torch.cuda.device_count():  # written with every visible device's state
+            torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in cuda])
+        else:
             raise CheckpointError(
                 f"the checkpoint holds RNG states of {len(cuda)} CUDA devices, this process sees "
                 f"{torch.cuda.device_count()}"
