@@ -121,7 +121,6 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
                 f"the checkpoint holds RNG states of {len(cuda)} CUDA devices, this process sees "
                 f"{torch.cuda.device_count()}"
             )
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in cuda])
 
 
 # --- tensors --------------------------------------------------------------------------------------
