@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from videorl.media.pool import WorkerPool
+from videorl.workers import WorkerPool
 
 
 def test_timeouts_and_crashes_fail_one_task_each() -> None:

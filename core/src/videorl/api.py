@@ -54,6 +54,7 @@ from videorl.rewards.format import FormatRule
 from videorl.rewards.router import RewardEvent, RewardRouter
 from videorl.rewards.task import TaskReward
 from videorl.rewards.types import MediaInfo, Reward, RewardInput, RewardOutput
+from videorl.workers import LineWorker, LineWorkers
 
 __all__ = [
     "AlignmentError",
@@ -63,6 +64,8 @@ __all__ = [
     "DataError",
     "EncodedPrompt",
     "FormatRule",
+    "LineWorker",
+    "LineWorkers",
     "MediaInfo",
     "ModelBackend",
     "ModelInputs",

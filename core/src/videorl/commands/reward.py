@@ -20,10 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,6 +32,7 @@ from videorl.registry import Registry
 from videorl.rewards.config import RewardConfig
 from videorl.rewards.router import RewardRouter
 from videorl.rewards.types import RewardInput, RewardOutput
+from videorl.workers import WorkerPool
 
 #: rows scored per batch (and per task handed to a worker process)
 CHUNK_ROWS = 256
@@ -106,6 +104,7 @@ def _parse_row(line_no: int, text: str, router: RewardRouter, model_family: str 
 
 # --- scoring, in this process or in worker processes ---------------------------------------------
 
+#: the router of this worker process, rebuilt by its first task
 _worker_router: RewardRouter | None = None
 
 
@@ -116,19 +115,16 @@ def _rebuild_router(specs: Sequence[RewardSpec], config: RewardConfig) -> Reward
     return RewardRouter.from_registry(registry, config)
 
 
-def _init_worker(specs: Sequence[RewardSpec], config: RewardConfig) -> None:
-    global _worker_router
-    _worker_router = _rebuild_router(specs, config)
-
-
 def _pack(out: RewardOutput | None) -> Scored:
     if out is None:
         return None, {}, None
     return out.score, dict(out.parts), out.error
 
 
-def _score_in_worker(inputs: list[RewardInput]) -> list[Scored]:
-    assert _worker_router is not None, "worker process not initialised"
+def _score_in_worker(specs: Sequence[RewardSpec], config: RewardConfig, inputs: list[RewardInput]) -> list[Scored]:
+    global _worker_router
+    if _worker_router is None:
+        _worker_router = _rebuild_router(specs, config)
     return [_pack(out) for out in _worker_router.score(inputs)]
 
 
@@ -158,27 +154,26 @@ def score_rows(
             outs = router.score([inp for row in chunk for inp in row.inputs])
             yield from _split(chunk, [_pack(o) for o in outs])
         return
-    context = get_context("spawn")
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init_worker, initargs=(specs, router.config)
-    ) as pool:
-        futures = [
-            pool.submit(_score_in_worker, [inp for row in chunk for inp in row.inputs]) for chunk in chunks
-        ]
-        for chunk, future in zip(chunks, futures, strict=True):
-            try:
-                scored = future.result()
-            except BrokenProcessPool as exc:
+    # the router keeps its own time limits: the pool's deadline is not needed, its crash handling is
+    tasks = [(specs, router.config, [inp for row in chunk for inp in row.inputs]) for chunk in chunks]
+    done: dict[int, list[Scored]] = {}
+    emitted = 0
+    with WorkerPool(min(workers, len(chunks))) as pool:
+        for result in pool.run(_score_in_worker, tasks, timeout=None):
+            if result.stage == "crash":
                 raise click.ClickException(
                     "a worker process died while scoring (killed by a signal, or out of memory); nothing "
                     "was written. Run again with --workers 1 to see which row it was"
-                ) from exc
-            except Exception as exc:  # rewards never raise through the router: this is the pool itself
+                )
+            if not result.ok:  # rewards never raise through the router: this is the pool itself
                 raise click.ClickException(
-                    f"a worker process failed ({type(exc).__name__}: {exc}); a reward registered as an "
-                    "object defined outside an importable module cannot run in workers: use --workers 1"
-                ) from exc
-            yield from _split(chunk, scored)
+                    f"a worker process failed ({result.value}); a reward registered as an object defined "
+                    "outside an importable module cannot run in workers: use --workers 1"
+                )
+            done[result.index] = result.value
+            while emitted in done:  # in input order
+                yield from _split(chunks[emitted], done.pop(emitted))
+                emitted += 1
 
 
 def _split(chunk: list[Row], scored: list[Scored]) -> Iterator[tuple[Row, list[Scored]]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from videorl.media.cache import MediaCache, MediaRef
 from videorl.media.params import DecodeParams
-from videorl.media.pool import WorkerPool
+from videorl.workers import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def build_cache(
     bar_options = {"disable": not progress, "file": sys.stderr, "unit": " videos", "dynamic_ncols": True}
 
     content: dict[str, list[str]] = {}  # sha256 -> paths holding that content
-    with WorkerPool(min(workers, max(len(paths), 1))) as pool:
+    with WorkerPool(min(workers, max(len(paths), 1)), preload=["videorl.media.build"]) as pool:
         with tqdm(total=len(paths), desc="fingerprint", **bar_options) as bar:
             for result in pool.run(_fingerprint_task, [(str(root), p) for p in paths], timeout=timeout):
                 path = paths[result.index]

@@ -5,8 +5,9 @@ Safety: a reward that raises, runs past ``timeout`` or returns something other t
 and a :class:`RewardEvent` that is counted (``event_counts``), kept (the last 1,000, ``events``) and
 logged on the ``videorl.rewards`` logger with the sample id. Scoring never raises because of a reward.
 
-A synchronous reward runs in a daemon thread; Python cannot kill a thread, so a reward stuck in a loop
-keeps its thread (the router starts another one in its place). Rewards that may hang on model
+A synchronous reward runs in a daemon thread (:class:`videorl.workers.DeadlineThreads`, which keeps the
+time limits); Python cannot kill a thread, so a reward stuck in a loop keeps its thread (another one
+takes its place). The router itself only routes, checks and combines. Rewards that may hang on model
 output (math, code) bound themselves with subprocesses they can kill.
 """
 
@@ -16,13 +17,10 @@ import asyncio
 import inspect
 import logging
 import math
-import queue
 import re
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +29,7 @@ from videorl.errors import ConfigError, DataError
 from videorl.registry import Registry, normalize_name
 from videorl.rewards.config import RewardConfig, Route
 from videorl.rewards.types import RewardInput, RewardOutput
+from videorl.workers import DeadlineThreads
 
 logger = logging.getLogger("videorl.rewards")
 
@@ -47,67 +46,6 @@ class RewardEvent:
     reward: str
     kind: str
     message: str
-
-
-class _DaemonPool:
-    """Daemon worker threads: a thread stuck in a reward never blocks the interpreter's exit."""
-
-    def __init__(self, size: int) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
-            queue.SimpleQueue()
-        )
-        self._size = size
-        self._started = 0
-        self._lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        self._queue.put((future, fn, args))
-        with self._lock:
-            if self._started < self._size:
-                self._started += 1
-                threading.Thread(target=self._work, name="videorl-reward", daemon=True).start()
-        return future
-
-    def abandon(self) -> None:
-        """A thread is stuck in a call that timed out: allow one more thread in its place."""
-        with self._lock:
-            self._size += 1
-
-    def _work(self) -> None:
-        while True:
-            future, fn, args = self._queue.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-
-class _ChunkJob:
-    """Items scored one after another in a pool thread; ``current`` is (index, start time) of the item
-    in progress, ``stop`` tells an abandoned job to drop the rest."""
-
-    def __init__(self, reward: Callable[[RewardInput], Any], items: list[RewardInput]) -> None:
-        self.reward = reward
-        self.items = items
-        self.outcomes: list[tuple[str, Any]] = []
-        self.current: tuple[int, float] | None = None
-        self.stop = False
-
-    def run(self) -> None:
-        for index, inp in enumerate(self.items):
-            if self.stop:
-                return
-            self.current = (index, time.monotonic())
-            try:
-                outcome: tuple[str, Any] = ("ok", self.reward(inp))
-            except Exception as exc:
-                outcome = ("error", exc)
-            if self.stop:
-                return
-            self.outcomes.append(outcome)
 
 
 def _is_async(reward: Any) -> bool:
@@ -153,7 +91,7 @@ class RewardRouter:
             self._resolve(name, "rewards.options")
         self._instances: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._pool = _DaemonPool(self.config.threads)
+        self._threads = DeadlineThreads(self.config.threads)
         self.event_counts: Counter[str] = Counter()
         self.events: deque[RewardEvent] = deque(maxlen=1000)
 
@@ -360,7 +298,7 @@ class RewardRouter:
             budget = None if timeout is None else timeout * len(items)
             try:
                 async with semaphore:
-                    outs = await self._in_thread(reward.score_batch, list(items), budget)
+                    outs = await self._threads.call(reward.score_batch, list(items), budget)
                 if not isinstance(outs, Sequence) or len(outs) != len(items):
                     got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
                     raise TypeError(f"score_batch returned {got} results for {len(items)} inputs")
@@ -403,49 +341,9 @@ class RewardRouter:
     async def _run_chunk(
         self, reward: Any, items: list[RewardInput], semaphore: asyncio.Semaphore
     ) -> list[tuple[str, Any]]:
-        """Run a synchronous reward over ``items`` in one thread, item by item; an item that runs past
-        the timeout is marked and the rest continue in a fresh thread."""
-        timeout = self.config.timeout
-        outcomes: list[tuple[str, Any]] = []
+        """Run a synchronous reward over ``items`` in one thread, item by item, each within the timeout."""
         async with semaphore:
-            while len(outcomes) < len(items):
-                job = _ChunkJob(reward, items[len(outcomes) :])
-                waiter = asyncio.wrap_future(self._pool.submit(job.run))
-                while True:
-                    current = job.current
-                    wait = (
-                        timeout
-                        if timeout is None or current is None
-                        else current[1] + timeout - time.monotonic()
-                    )
-                    finished, _ = await asyncio.wait(
-                        {waiter}, timeout=None if wait is None else max(0.0, wait)
-                    )
-                    if finished:
-                        outcomes += job.outcomes
-                        break
-                    current = job.current
-                    if (
-                        timeout is not None
-                        and current is not None
-                        and time.monotonic() - current[1] >= timeout
-                        and len(job.outcomes) == current[0]
-                    ):
-                        job.stop = True
-                        self._pool.abandon()
-                        outcomes += job.outcomes[: current[0]]
-                        outcomes.append(("timeout", None))
-                        break
-        return outcomes
-
-    async def _in_thread(self, fn: Callable[..., Any], arg: Any, timeout: float | None) -> Any:
-        future = self._pool.submit(fn, arg)
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except TimeoutError:
-            if not future.done():
-                self._pool.abandon()
-            raise
+            return await self._threads.run_each(reward, items, self.config.timeout)
 
     def _check(self, out: Any, inp: RewardInput, name: str) -> RewardOutput | None:
         if out is None:

@@ -3,75 +3,11 @@ processes that are killed when an answer makes sympy hang."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import os
-import select
-import signal
-import subprocess
 import sys
-import threading
-import time
-import weakref
 from typing import Any
 
-from videorl.api import ConfigError, RewardInput, TaskReward, answers
-
-_STARTUP_SECONDS = 120.0
-logger = logging.getLogger("videorl.rewards")
-
-
-class _Worker:
-    """One ``_math_worker`` process and its line-buffered reply pipe."""
-
-    def __init__(self, sympy_timeout: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "videorl_rewards._math_worker", str(sympy_timeout)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self._buffer = b""
-        if self._read(_STARTUP_SECONDS) is None:
-            self.kill()
-            raise RuntimeError(f"the math-verify worker did not start within {_STARTUP_SECONDS:.0f} s")
-
-    def ask(self, gold: str, pred: str, timeout: float) -> dict[str, Any] | None:
-        """The worker's reply, or ``None`` when it took longer than ``timeout`` seconds."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"gold": gold, "pred": pred}).encode() + b"\n")
-        self.proc.stdin.flush()
-        return self._read(timeout)
-
-    def _read(self, timeout: float) -> dict[str, Any] | None:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise RuntimeError(f"the math-verify worker exited (code {self.proc.poll()})")
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
-def _kill_all(workers: list[_Worker]) -> None:
-    for worker in workers:
-        worker.kill()
+from videorl.api import ConfigError, LineWorker, LineWorkers, RewardInput, TaskReward, answers
 
 
 class MathReward(TaskReward):
@@ -108,70 +44,21 @@ class MathReward(TaskReward):
         self.sympy_timeout = max(1, int(timeout // 3)) if sympy_timeout is None else int(sympy_timeout)
         self.processes = processes
         self.max_chars = max_chars
-        self._idle: list[_Worker] = []
-        self._workers: list[_Worker] = []  # every live worker, idle or busy
-        self._starting = 0
-        self._cond = threading.Condition()
-        weakref.finalize(self, _kill_all, self._workers)
+        argv = [sys.executable, "-m", "videorl_rewards._math_worker", str(self.sympy_timeout)]
+        self._pool = LineWorkers(argv, processes, name="math-verify worker")
 
     def parse_answer(self, text: Any, inp: RewardInput) -> str | None:
         text = answers.strip_math_delimiters(str(text))
         return text if text and len(text) <= self.max_chars else None
 
-    def _take(self) -> _Worker:
-        """An idle worker, a new one while fewer than ``processes`` exist, else wait for one."""
-        with self._cond:
-            while not self._idle and len(self._workers) + self._starting >= self.processes:
-                self._cond.wait()
-            if self._idle:
-                return self._idle.pop()
-            self._starting += 1
-        try:
-            worker = _Worker(self.sympy_timeout)
-        finally:
-            with self._cond:
-                self._starting -= 1
-                self._cond.notify()
-        with self._cond:
-            self._workers.append(worker)
-        return worker
-
-    def _give(self, worker: _Worker) -> None:
-        with self._cond:
-            if worker in self._workers:
-                self._idle.append(worker)
-                self._cond.notify()
-
-    def _drop(self, worker: _Worker) -> None:
-        worker.kill()
-        with self._cond:
-            if worker in self._workers:
-                self._workers.remove(worker)
-            self._cond.notify()
+    @property
+    def _workers(self) -> list[LineWorker]:
+        """The live worker processes (idle or busy)."""
+        return self._pool.workers
 
     def verify(self, gold: str, pred: str) -> bool:
         """Whether ``pred`` equals ``gold``; raises ``TimeoutError`` when the check was killed."""
-        try:
-            reply = self._ask(gold, pred)
-        except TimeoutError:
-            raise
-        except (OSError, RuntimeError, ValueError) as exc:  # the worker died under the check
-            logger.warning("the math-verify worker failed (%s); retrying the check on a new one", exc)
-            reply = self._ask(gold, pred)
-        return reply.get("result") is True
-
-    def _ask(self, gold: str, pred: str) -> dict[str, Any]:
-        worker = self._take()
-        try:
-            reply = worker.ask(gold, pred, self.timeout)
-        except (OSError, RuntimeError, ValueError):
-            self._drop(worker)
-            raise
-        if reply is None:
-            self._drop(worker)
-            raise TimeoutError(f"math-verify took longer than {self.timeout} s")
-        self._give(worker)
-        return reply
+        return self._pool.ask({"gold": gold, "pred": pred}, self.timeout).get("result") is True
 
     def accuracy(self, answer: str, truth: str, inp: RewardInput) -> dict[str, float]:
         try:
@@ -183,9 +70,4 @@ class MathReward(TaskReward):
     def close(self) -> None:
         """Stop the worker processes (also done when the reward is garbage-collected or at exit); the
         next check starts a new one."""
-        with self._cond:
-            workers = list(self._workers)
-            self._workers.clear()
-            self._idle.clear()
-            self._cond.notify_all()
-        _kill_all(workers)
+        self._pool.close()
