@@ -306,8 +306,8 @@ def compare_frame_metadata(
                     video,
                     f"{key}={_short(mine[key])}",
                     "missing",
-                    f"{key} missing on the engine side (video {video}): the engine assumes its default "
-                    + ("and builds other timestamps and time positions" if key == "fps" else "value"),
+                    f"{key} missing on the engine side (video {video}): the engine assumes a value of its own "
+                    + ("(other timestamps and time positions) or fails" if key == "fps" else "or fails"),
                 )
             if _differs(mine[key], theirs[key]):
                 return CheckResult(
@@ -708,7 +708,7 @@ def run_check(
     uses_requests = engine_name != "hf"
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=greedy_tokens)
     sampled = SamplingParams(n=1, temperature=1.0, max_tokens=response_tokens, seed=seed)
-    kept: list[tuple[EncodedPrompt, list[float], list[int]]] = []
+    kept: list[tuple[EncodedPrompt, list[float], list[int]]] = []  # encoded, trainer log-probs, response
     for prompt in prompts:
         sample = prompt.sample_id
         try:
@@ -760,7 +760,7 @@ def run_check(
             compare_logprobs(sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results))
         )
         report.results += results
-        kept.append((encoded, s.logprobs, s.token_ids))
+        kept.append((encoded, ts.logprobs, s.token_ids))
     if len(kept) > 1:
         report.add(_mixed_batch(backend, model, kept, compute_dtype, tolerance))
     return report
@@ -802,12 +802,12 @@ def _structure(
 def _mixed_batch(
     backend: ModelBackend,
     model: Any,
-    kept: Sequence[tuple[EncodedPrompt, list[float], list[int]]],
+    kept: Sequence[tuple[EncodedPrompt, list[float], list[int]]],  # encoded, trainer log-probs, response
     compute_dtype: torch.dtype | None,
     tolerance: Tolerance,
 ) -> CheckResult:
-    """All probes in one left-padded batch on the trainer's side: its log-probs must still match the
-    engine's (left padding and batching change nothing)."""
+    """All probes in one left-padded batch on the trainer's side: its log-probs must equal the
+    single-sample ones (left padding and batching change nothing; the engine batches as it likes)."""
     encoded = [k[0] for k in kept]
     try:
         sides, _ = teacher_forced(model, backend, encoded, [k[2] for k in kept], compute_dtype)
@@ -815,8 +815,8 @@ def _mixed_batch(
         return CheckResult(
             "mixed-batch", "logprobs", NA, cause=f"the backend does not batch these samples: {exc}"
         )
-    for (enc, engine_lp, _), side in zip(kept, sides):
-        result = compare_logprobs(enc.sample_id, engine_lp, side.logprobs, tolerance.token)
+    for (enc, single, _), side in zip(kept, sides):
+        result = compare_logprobs(enc.sample_id, single, side.logprobs, tolerance.token)
         if result.failed:
             result.sample, result.cause = (
                 f"mixed-batch:{enc.sample_id}",

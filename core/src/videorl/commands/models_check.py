@@ -55,7 +55,7 @@ def check_command(
 
     from videorl.backend import backend_for_model
     from videorl.config import load_config
-    from videorl.errors import AlignmentError, DataError
+    from videorl.errors import AlignmentError, ConfigError, DataError
     from videorl.parity import probe_prompts, run_check, tolerance_for
     from videorl.train.compose import make_engine
     from videorl.train.distributed import local_device
@@ -79,17 +79,25 @@ def check_command(
         with contextlib.suppress(AlignmentError, DataError):  # reported by the check itself
             lengths.append(backend.prompt_length(prompt))
     device = local_device()
-    rollout = make_engine(
-        plugins,
-        name,
-        backend,
-        model_path=str(model),
-        dtype=dtype,
-        seed=0,
-        options=config.rollout.engine_options if config is not None else None,
-        max_model_len=max([1024, *(n + 64 for n in lengths)]),
-        device=device,
-    )
+    try:
+        rollout = make_engine(
+            plugins,
+            name,
+            backend,
+            model_path=str(model),
+            dtype=dtype,
+            seed=0,
+            options=config.rollout.engine_options if config is not None else None,
+            max_model_len=max([1024, *(n + 64 for n in lengths)]),
+            device=device,
+        )
+    except ConfigError:
+        raise
+    except Exception as exc:  # the engine cannot serve this checkpoint at all: the first finding
+        raise click.ClickException(
+            f"the {name} engine could not start on {model}: {type(exc).__name__}: {exc}. Training with it "
+            "would fail the same way; check the engine's version and its support for this model_type."
+        ) from exc
     try:
         trainer = backend.load_model(
             dtype=torch.float32, device=device
