@@ -1,0 +1,235 @@
+"""The training loop's pieces with a fake engine, scorer and model: milliseconds, no checkpoint.
+
+A per-token model (embedding then head, no mixing across positions) makes every response's log-probs
+independent of what else is in its micro-batch, so the only thing micro-batching and ranks can change
+is how the loss is normalised, which is what these tests pin down.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from videorl import grpo
+from videorl.config import TrainConfig, load_config
+from videorl.data import Sample
+from videorl.grpo import Actor, Dist, StageTimer, Trajectory
+from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded
+from videorl.rollout import Completion
+from videorl.train.data import Prompt
+
+VOCAB = 11
+
+
+class TokenModel(torch.nn.Module):
+    """Logits of each position from its own token only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(VOCAB, 6)
+        self.head = torch.nn.Linear(6, VOCAB)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int = 0,
+                use_cache: bool | None = None) -> Any:  # fmt: skip
+        logits = self.head(self.embed(input_ids))
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+
+
+class FakeBackend:
+    family = "fake"
+
+    def forbidden_token_ids(self) -> set[int]:
+        return set()
+
+    def collate(
+        self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None
+    ) -> ModelInputs:
+        return collate_encoded(encoded, pad_token_id=0, responses=responses)
+
+
+def config(*overrides: str) -> TrainConfig:
+    return load_config(None, ["model.path=/m", "data.train_files=[/d.jsonl]", "rollout.n=2",
+                              "optim.grad_clip=null", *overrides])  # fmt: skip
+
+
+def trajectory(
+    sid: str, prompt: list[int], response: list[int], advantage: float, group: int = 0
+) -> Trajectory:
+    sample = Sample(id=sid, data_type="text", problem="q", problem_type="fake", ground_truth="1")
+    encoded = EncodedPrompt(sid, prompt, None, {}, prompt, PromptInput(sid, "q"))
+    completion = Completion(response, [-1.0] * len(response), "stop")
+    return Trajectory(Prompt(sample, encoded, None), group, completion, advantage=advantage)
+
+
+def batch() -> list[Trajectory]:
+    """Two groups of two; responses of 1 to 5 tokens, so the token-mean weighs them unequally."""
+    return [
+        trajectory("a", [1, 2, 3], [4, 5], 1.0, 0),
+        trajectory("a", [1, 2, 3], [6], -1.0, 0),
+        trajectory("b", [7], [8, 9, 10, 2, 3], 0.5, 1),
+        trajectory("b", [7], [1, 1, 1], -0.5, 1),
+    ]
+
+
+def actor(lr: float = 0.1) -> Actor:
+    model = TokenModel()
+    return Actor(model, torch.optim.SGD(model.parameters(), lr=lr), FakeBackend())  # type: ignore[arg-type]
+
+
+def params(a: Actor) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in a.model.parameters()])
+
+
+class TwoRanks(Dist):
+    """One rank of two: sums include the other rank's ``counts`` (what all_reduce would return)."""
+
+    def __init__(self, rank: int, other_counts: torch.Tensor, other_micro_batches: int) -> None:
+        super().__init__(rank=rank, world_size=2)
+        self.other_counts, self.other_micro_batches = other_counts, other_micro_batches
+
+    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if op == "max":
+            return torch.maximum(value, torch.tensor(self.other_micro_batches))
+        return value + self.other_counts
+
+
+def test_the_loss_is_the_token_mean_and_does_not_depend_on_micro_batching() -> None:
+    start = actor()
+    assert [len(b) for b in grpo._micro_batches(batch(), 6, Dist())] == [1, 1, 1, 1]
+    results = []
+    for budget in (10_000, 6):  # one micro-batch, then one per trajectory
+        a = copy.deepcopy(start)
+        metrics = grpo.update(
+            config(f"actor.max_tokens_per_micro_batch={budget}"), a, batch(), Dist(), StageTimer()
+        )
+        results.append((metrics, params(a)))
+    (one, p_one), (many, p_many) = results
+    # one optimizer step from the same weights: ratio 1, so the loss is -sum(A · |response|) / tokens
+    expected = -(1.0 * 2 + (-1.0) * 1 + 0.5 * 5 + (-0.5) * 3) / 11
+    assert one["actor/loss"] == pytest.approx(expected, abs=1e-6)
+    assert many["actor/loss"] == pytest.approx(expected, abs=1e-6)
+    assert one["tokens/step"] == many["tokens/step"] == 3 + 2 + 3 + 1 + 1 + 5 + 1 + 3
+    assert not torch.equal(p_one, params(start))  # the step moved the weights ...
+    torch.testing.assert_close(p_many, p_one, atol=1e-6, rtol=0)  # ... the same way either way
+
+
+def test_two_ranks_step_as_one_rank_on_the_whole_batch() -> None:
+    """FSDP averages the ranks' gradients: each rank's loss divides by the tokens of all ranks over the
+    world size, so the average of the two ranks' steps is the one-rank step on both halves."""
+    start, trajectories = actor(lr=1.0), batch()
+    whole = copy.deepcopy(start)
+    grpo.update(config(), whole, trajectories, Dist(), StageTimer())
+
+    halves = [trajectories[:2], trajectories[2:]]
+    counts = [
+        torch.tensor([float(sum(len(t.completion.token_ids) for t in h)), float(len(h))]) for h in halves
+    ]
+    deltas = []
+    for rank, half in enumerate(halves):
+        a = copy.deepcopy(start)
+        grpo.update(config(), a, half, TwoRanks(rank, counts[1 - rank], 1), StageTimer())
+        deltas.append(params(a) - params(start))
+    averaged = params(start) + (deltas[0] + deltas[1]) / 2
+    torch.testing.assert_close(averaged, params(whole), atol=1e-6, rtol=0)
+
+
+def test_every_rank_runs_as_many_micro_batches_as_the_busiest() -> None:
+    trajectories = batch()[:2]  # 5 + 4 tokens: one micro-batch of budget 100 here
+    assert len(grpo._micro_batches(trajectories, 100, Dist())) == 1
+    padded = grpo._micro_batches(trajectories, 100, TwoRanks(0, torch.zeros(2), 2))
+    assert len(padded) == 2 and sorted(len(b) for b in padded) == [1, 1]  # the collective counts match
+
+
+def test_mean_over_ranks_averages_each_metric_over_the_ranks_that_report_it() -> None:
+    per_rank = [{"loss": 1.0, "reward/math": 0.5}, {"loss": 3.0}, {"loss": 2.0, "reward/math": 1.0}]
+    assert grpo.mean_over_ranks(per_rank) == {"loss": 2.0, "reward/math": 0.75}
+
+
+class FakeData:
+    """Samples s0, s1, ... in order, as ``TrainData.take`` hands them out."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self, count: int) -> list[Sample]:
+        out = [Sample(id=f"s{i}", data_type="text", problem="q") for i in range(self.next, self.next + count)]
+        self.next += count
+        return out
+
+
+def fake_rollout(rewards: dict[str, list[float]], seeds: list[int]) -> grpo.Rollout:
+    """A fake engine and scorer in one: each sample's group gets the rewards listed for it."""
+
+    def rollout(
+        samples: list[Sample], seed: int, first_group: int
+    ) -> tuple[list[list[Trajectory]], dict[str, float]]:
+        seeds.append(seed)
+        groups = []
+        for g, s in enumerate(samples):
+            group = [trajectory(s.id, [1], [2], 0.0, first_group + g) for _ in rewards[s.id]]
+            for t, r in zip(group, rewards[s.id]):
+                t.reward = r
+            groups.append(group)
+        return groups, {"mix/replaced": 1.0}
+
+    return rollout
+
+
+REWARDS = {
+    "s0": [1.0, 1.0],
+    "s1": [0.0, 1.0],
+    "s2": [0.0, 0.0],
+    "s3": [1.0, 0.0],
+    "s4": [0.5, 0.5],
+    "s5": [0.5, 0.5],
+}
+
+
+def test_collect_groups_without_dynamic_sampling_keeps_every_group() -> None:
+    seeds: list[int] = []
+    groups, metrics = grpo.collect_groups(config(), 3, 2, FakeData(), fake_rollout(REWARDS, seeds))  # type: ignore[arg-type]
+    assert [g[0].prompt.sample.id for g in groups] == ["s0", "s1"] and metrics == {"mix/replaced": 1.0}
+    assert seeds == [grpo.rollout_seed(config(), 3, 0, 0)]
+
+
+def test_dynamic_sampling_drops_flat_groups_and_refills_from_the_data() -> None:
+    seeds: list[int] = []
+    cfg = config("algorithm.dynamic_sampling=true", "algorithm.dynamic_sampling_max_tries=3")
+    groups, metrics = grpo.collect_groups(cfg, 1, 2, FakeData(), fake_rollout(REWARDS, seeds), rank=1)  # type: ignore[arg-type]
+    # round 1: s0 flat, s1 kept; round 2 (one more sample): s2 flat; round 3: s3 kept
+    assert [g[0].prompt.sample.id for g in groups] == ["s1", "s3"]
+    assert [g[0].group for g in groups] == [1, 1]  # numbered from the groups already kept
+    assert metrics == {
+        "mix/replaced": 3.0,
+        "dynamic_sampling/dropped_groups": 2.0,
+        "dynamic_sampling/rounds": 3.0,
+    }
+    assert seeds == [grpo.rollout_seed(cfg, 1, attempt, 1) for attempt in range(3)] and len(set(seeds)) == 3
+
+
+def test_dynamic_sampling_fills_with_dropped_groups_when_the_tries_run_out() -> None:
+    cfg = config("algorithm.dynamic_sampling=true", "algorithm.dynamic_sampling_max_tries=1")
+    data = FakeData()
+    data.next = 4  # s4, s5: both flat
+    groups, metrics = grpo.collect_groups(cfg, 0, 2, data, fake_rollout(REWARDS, []))  # type: ignore[arg-type]
+    assert [g[0].prompt.sample.id for g in groups] == ["s4", "s5"]
+    assert metrics["dynamic_sampling/dropped_groups"] == 2.0 and metrics["dynamic_sampling/rounds"] == 1.0
+
+
+def test_group_advantages_are_normalised_within_each_group() -> None:
+    groups = [
+        [trajectory("a", [1], [2], 0.0) for _ in range(2)],
+        [trajectory("b", [1], [2], 0.0) for _ in range(2)],
+    ]
+    for t, r in zip([*groups[0], *groups[1]], [1.0, 0.0, 0.5, 0.5]):
+        t.reward = r
+    flat = grpo.assign_advantages(config("algorithm.norm_adv_by_std=true"), groups)
+    std = math.sqrt(0.5)  # sample std of (1, 0)
+    assert [t.advantage for t in flat] == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0], rel=1e-4)
