@@ -262,7 +262,7 @@ def overrides(
         "rollout.enable_mix_policy=true", "algorithm.use_kl_loss=true", f"actor.global_batch_size={prompts}",
         "actor.gradient_checkpointing=false", "optim.lr=1e-3", "optim.weight_decay=0.0",
         f"trainer.max_steps={steps}", f"trainer.save_every={steps}", "trainer.keep_last=1",
-        "trainer.tensorboard=false", "trainer.progress_bar=false",
+        "trainer.loggers=[jsonl]", "trainer.progress_bar=false",
     ]
 
 

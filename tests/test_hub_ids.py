@@ -90,3 +90,34 @@ def test_eval_run_accepts_a_hub_id(hub: Path, tmp_path: Path, run_cli: Callable[
     missing = run_cli("eval", "run", "--model", "tiny-org/absent-vl", "--benchmark", "mvbench", "--data-root",
                       str(root), "--out", str(tmp_path / "run2"), "--quiet")  # fmt: skip
     assert missing.exit_code != 0 and "hf download tiny-org/absent-vl" in missing.stderr
+
+
+def test_eval_run_logs_its_summary_to_a_tracker(
+    hub: Path, tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path / "mvbench"
+    (root / "json").mkdir(parents=True)
+    row = {"video": "absent.mp4", "question": "Is it there?", "candidates": ["yes", "no"], "answer": "yes"}
+    (root / "json" / "object_existence.json").write_text(
+        json.dumps([row, {**row, "question": "Again?"}], indent=2)
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = run_cli("eval", "run", "--model", "tiny-org/tiny-vl", "--benchmark", "mvbench", "--data-root", str(root),
+                     "--out", str(tmp_path / "run"), "--max-tokens", "2", "--quiet", "--logger", "mlflow",
+                     "--logger-option", f"mlflow.tracking_uri={uri}", "--logger-option", "mlflow.experiment=evals",
+                     "--logger-option", f"mlflow.artifact_location={tmp_path / 'artifacts'}")  # fmt: skip
+    result.assert_success()
+    summary = json.loads((tmp_path / "run" / "results.json").read_text())["benchmarks"]["mvbench"]
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("evals")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.tags["videorl.kind"] == "eval" and run.info.status == "FINISHED"
+    assert run.data.metrics["mvbench/overall"] == summary["overall"] == 0.0  # both videos are missing
+    assert run.data.metrics["mvbench/n"] == 2 and run.data.metrics["mvbench/n_failed"] == 2
+    assert run.data.params["model.path"] == str(hub.resolve())
+    assert run.data.metrics["mvbench/metrics/accuracy _pooled_"] == summary["metrics"]["accuracy (pooled)"]

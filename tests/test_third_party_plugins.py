@@ -120,7 +120,7 @@ def _train_config(tmp: Path, model: Path, train: Path) -> Path:
         },
         "rollout": {"engine": "hf", "n": 2, "max_response_length": 4},
         "actor": {"global_batch_size": 2, "gradient_checkpointing": False},
-        "trainer": {"max_steps": 2, "save_every": 2, "val_every": 0, "tensorboard": False, "progress_bar": False},
+        "trainer": {"max_steps": 2, "save_every": 2, "val_every": 0, "loggers": ["jsonl"], "progress_bar": False},
     }  # fmt: skip
     path = tmp / "train.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML

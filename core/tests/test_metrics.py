@@ -15,6 +15,7 @@ import torch
 from videorl.config import load_config
 from videorl.errors import DataError, VideorlError
 from videorl.plugins import load_plugins
+from videorl.train.loggers import JsonlLogger, RunContext, TensorBoardLogger
 from videorl.train.metrics import (
     CompletionLog,
     MetricsWriter,
@@ -30,7 +31,7 @@ def _steps(path: Path) -> list[int]:
 
 
 def test_rows_are_flat_json_with_step_and_time(tmp_path: Path) -> None:
-    with MetricsWriter(tmp_path, tensorboard=False) as writer:
+    with MetricsWriter(tmp_path) as writer:
         row = writer.log(
             1,
             {
@@ -53,7 +54,7 @@ def test_rows_are_flat_json_with_step_and_time(tmp_path: Path) -> None:
 
 
 def test_steps_must_follow_each_other(tmp_path: Path) -> None:
-    with MetricsWriter(tmp_path, tensorboard=False) as writer:
+    with MetricsWriter(tmp_path) as writer:
         writer.log(1, {"x": 1})
         with pytest.raises(ValueError, match="step 3 logged after step 1"):
             writer.log(3, {"x": 1})
@@ -64,13 +65,13 @@ def test_steps_must_follow_each_other(tmp_path: Path) -> None:
 
 
 def test_resume_drops_lines_after_the_checkpoint(tmp_path: Path) -> None:
-    with MetricsWriter(tmp_path, tensorboard=False) as writer:
+    with MetricsWriter(tmp_path) as writer:
         for step in range(1, 6):
             writer.log(step, {"reward/overall": step / 10})
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 6, "rew')  # the run was killed while writing step 6
     # the last checkpoint was at step 3: steps 4 and 5 are trained (and logged) again
-    with MetricsWriter(tmp_path, start_step=3, tensorboard=False) as writer:
+    with MetricsWriter(tmp_path, start_step=3) as writer:
         assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3]
         for step in range(4, 8):
             writer.log(step, {"reward/overall": 1.0})
@@ -80,11 +81,11 @@ def test_resume_drops_lines_after_the_checkpoint(tmp_path: Path) -> None:
 
 
 def test_resume_past_the_end_of_the_metrics_is_an_error(tmp_path: Path) -> None:
-    with MetricsWriter(tmp_path, tensorboard=False) as writer:
+    with MetricsWriter(tmp_path) as writer:
         writer.log(1, {"x": 1})
     with pytest.raises(VideorlError, match="ends at step 1, but the run resumes after step 3"):
-        MetricsWriter(tmp_path, start_step=3, tensorboard=False)
-    with MetricsWriter(tmp_path, start_step=0, tensorboard=False):  # a fresh run starts over
+        MetricsWriter(tmp_path, start_step=3)
+    with MetricsWriter(tmp_path, start_step=0):  # a fresh run starts over
         assert _steps(tmp_path / "metrics.jsonl") == []
 
 
@@ -101,11 +102,15 @@ def test_malformed_line_is_named(tmp_path: Path) -> None:
 def test_tensorboard_scalars_survive_a_resume(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    with MetricsWriter(tmp_path) as writer:
+    def writer(start: int) -> MetricsWriter:
+        run = RunContext(tmp_path, start_step=start)
+        return MetricsWriter(tmp_path, start_step=start, loggers={"jsonl": JsonlLogger(run), "tb": TensorBoardLogger(run)})
+
+    with writer(0) as w:
         for step in (1, 2, 3):
-            writer.log(step, {"reward/overall": float(step), "note": "text is not a scalar"})
-    with MetricsWriter(tmp_path, start_step=2) as writer:
-        writer.log(3, {"reward/overall": 30.0})
+            w.log(step, {"reward/overall": float(step), "note": "text is not a scalar"})
+    with writer(2) as w:
+        w.log(3, {"reward/overall": 30.0})
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert events.Tags()["scalars"] == ["reward/overall"]

@@ -54,6 +54,7 @@ from videorl.rewards.format import FormatRule
 from videorl.rewards.router import RewardEvent, RewardRouter
 from videorl.rewards.task import TaskReward
 from videorl.rewards.types import MediaInfo, Reward, RewardInput, RewardOutput
+from videorl.train.loggers import Logger, RunContext
 from videorl.workers import LineWorker, LineWorkers
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "FormatRule",
     "LineWorker",
     "LineWorkers",
+    "Logger",
     "MediaInfo",
     "ModelBackend",
     "ModelInputs",
@@ -81,6 +83,7 @@ __all__ = [
     "RewardOutput",
     "RewardRouter",
     "RolloutRequest",
+    "RunContext",
     "TaskReward",
     "UnknownComponentError",
     "VideoMetadata",

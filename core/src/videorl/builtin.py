@@ -24,6 +24,14 @@ def register_rollout_engines(register: Register) -> None:
 
 
 @hookimpl
+def register_loggers(register: Register) -> None:
+    register("jsonl", "videorl.train.loggers:JsonlLogger", description="output_dir/metrics.jsonl (required)")
+    register("tensorboard", "videorl.train.loggers:TensorBoardLogger", description="TensorBoard scalars")
+    register("wandb", "videorl.train.loggers:WandbLogger", description="Weights & Biases (videorl[wandb])")
+    register("mlflow", "videorl.train.loggers:MlflowLogger", description="MLflow (videorl[mlflow])")
+
+
+@hookimpl
 def register_commands(cli: click.Group) -> None:
     from videorl.commands import plugins
     from videorl.commands.cache import cache_group

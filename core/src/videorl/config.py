@@ -349,7 +349,15 @@ class TrainerConfig:
         "auto: continue from the last complete checkpoint of output_dir; a checkpoint directory; null: start fresh.",
     )
     val_every: int = option(0, "Score data.val_files every N steps; 0: never.")
-    tensorboard: bool = option(True, "Write TensorBoard scalars to output_dir/tensorboard.")
+    loggers: list[str] = option(
+        factory=lambda: ["jsonl", "tensorboard"],
+        help="Where each step's metrics go: registered loggers (jsonl, tensorboard, wandb, mlflow, a plugin's); "
+        "jsonl (output_dir/metrics.jsonl, read by resume and videorl plot) is required.",
+    )
+    logger_options: dict[str, dict[str, Any]] = option(
+        factory=dict,
+        help="Options per logger, e.g. {wandb: {project: p, mode: offline}, mlflow: {tracking_uri: sqlite:///m.db}}.",
+    )
     progress_bar: bool = option(True, "Show a progress bar with step, reward and ETA.")
     log_completions: int = option(
         0, "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: none."
@@ -362,6 +370,13 @@ class TrainerConfig:
         for key in ("save_every", "keep_last", "val_every", "log_completions"):
             if getattr(self, key) < 0:
                 problems.append((key, "must be >= 0"))
+        if "jsonl" not in self.loggers:
+            problems.append(("loggers", "must include jsonl (metrics.jsonl is what resume and videorl plot read)"))
+        if len(set(self.loggers)) != len(self.loggers):
+            problems.append(("loggers", f"names a logger twice: {self.loggers}"))
+        unknown = sorted(set(self.logger_options) - set(self.loggers))
+        if unknown:
+            problems.append(("logger_options", f"options for loggers not in trainer.loggers: {', '.join(unknown)}"))
         return problems
 
 

@@ -116,7 +116,7 @@ def demo_overrides(out: Path, model: Path, train: Path, val: Path, *, steps: int
         f"trainer.save_every={max(steps // 3, 1)}",
         "trainer.keep_last=2",
         f"trainer.val_every={max(steps // 6, 1)}",
-        "trainer.tensorboard=false",
+        "trainer.loggers=[jsonl]",
     ]
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "hookspec",
     "register_benchmarks",
     "register_commands",
+    "register_loggers",
     "register_model_backends",
     "register_prompt_templates",
     "register_rewards",
@@ -106,6 +107,20 @@ def register_rollout_engines(register: Register) -> None:
 
     An engine target is a class or factory that returns an object implementing
     :class:`videorl.api.RolloutEngine`.
+    """
+
+
+@hookspec
+def register_loggers(register: Register) -> None:
+    """Register experiment loggers (trackers), the names ``trainer.loggers`` and ``videorl eval run
+    --logger`` refer to.
+
+    A logger target is a class or factory called as ``factory(run, **options)``, ``run`` being a
+    :class:`videorl.api.RunContext` (run directory, ``"train"``/``"eval"``, resumed step, config, run
+    metadata) and ``options`` the logger's ``trainer.logger_options`` entry; it returns an object
+    implementing :class:`videorl.api.Logger` (``log(step, row)``, ``log_summary(summary)``,
+    ``close()``). Import the tracker's library inside the factory, so that it loads only when enabled.
+    A logger that raises is reported and left out; training goes on.
     """
 
 

@@ -41,6 +41,7 @@ KINDS: dict[str, str] = {
     "model_backends": "register_model_backends",
     "prompt_templates": "register_prompt_templates",
     "rollout_engines": "register_rollout_engines",
+    "loggers": "register_loggers",
 }
 
 _SINGULAR = {
@@ -49,6 +50,7 @@ _SINGULAR = {
     "model_backends": "model backend",
     "prompt_templates": "prompt template",
     "rollout_engines": "rollout engine",
+    "loggers": "logger",
 }
 
 
@@ -117,6 +119,10 @@ class Plugins:
     @property
     def rollout_engines(self) -> Registry[Any]:
         return self.registries["rollout_engines"]
+
+    @property
+    def loggers(self) -> Registry[Any]:
+        return self.registries["loggers"]
 
     # -- loading ---------------------------------------------------------------------------------
 

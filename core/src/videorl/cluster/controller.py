@@ -328,7 +328,7 @@ def train_on_ray(
         if resume_from is not None:
             cluster.call(f"resuming from step {start}", 0, [(a, "resume", (str(resume_from),)) for a in cluster.actors])
         write_run_metadata(out, config, plugins)
-        metrics_writer = MetricsWriter(out, start_step=start, tensorboard=config.trainer.tensorboard)
+        metrics_writer = MetricsWriter.for_run(out, config, plugins, start_step=start)
         if config.trainer.progress_bar:
             progress = ProgressBar(config.trainer.max_steps, start_step=start)
         controller = Controller(config, cluster, backend, data, val, rewards.canonical_type)

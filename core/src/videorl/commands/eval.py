@@ -379,6 +379,10 @@ def _engine(plugins: Plugins, kind: str, backend: Any, model: Path, opts: dict[s
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=2048, show_default=True,
               help="vLLM: tokens per scheduler step (chunked prefill).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--logger", "loggers", multiple=True, metavar="NAME",
+              help="Also log the summary to this registered logger (wandb, mlflow, tensorboard, a plugin's); repeatable.")
+@click.option("--logger-option", "logger_options", multiple=True, metavar="NAME.KEY=VALUE",
+              help="An option of a --logger (as trainer.logger_options), e.g. wandb.mode=offline; repeatable.")
 @click.pass_obj
 def run_command(
     plugins: Plugins,
@@ -398,6 +402,8 @@ def run_command(
     batch_wait: float | None,
     queue_size: int | None,
     quiet: bool,
+    loggers: tuple[str, ...],
+    logger_options: tuple[str, ...],
     **options: Any,
 ) -> None:
     """Evaluate a model on benchmarks: loader threads, the engine and scoring overlap.
@@ -411,6 +417,7 @@ def run_command(
     from videorl.eval.pipeline import Evaluator, begin_run, load_task, run_settings, timing_summary
     from videorl.media import MediaCache
     from videorl.rollout import SamplingParams
+    from videorl.train.loggers import open_eval_loggers, parse_logger_options, summary_figures
 
     decode = {k: options.pop(k) for k in ("fps", "max_frames", "min_pixels", "max_pixels", "total_pixels")}
     try:
@@ -429,6 +436,8 @@ def run_command(
             tasks=tasks, limit=limit, pipeline={"workers": workers, "batch_size": batch_size, "queue_size": queue_size},
         )
         begin_run(run_dir, settings)  # refuses to resume a run made with other settings, before loading the model
+        trackers = open_eval_loggers(plugins.loggers, loggers, parse_logger_options(logger_options), run_dir, settings,
+                                     plugins.requirements()) if loggers else None  # fmt: skip
         rollout = _engine(plugins, engine, backend, model, {**options, "seed": seed, "batch_size": batch_size})
         try:
             wait = {} if batch_wait is None else {"batch_wait": batch_wait}
@@ -437,8 +446,12 @@ def run_command(
             )
             begin_run(run_dir, {**settings, "pipeline": evaluator.describe()})
             report = evaluator.run(tasks, run_dir, progress=not quiet)
+            if trackers is not None:
+                trackers.log_summary(summary_figures({n: r.summary for n, r in report.results.items()}))
         finally:
             rollout.close()
+            if trackers is not None:
+                trackers.close()
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
     for name, result in report.results.items():

@@ -415,7 +415,7 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     if dist.rank == 0:
         write_run_metadata(out, config, plugins)
         start = 0 if resume_from is None else checkpoints.load(resume_from).step
-        metrics = MetricsWriter(out, start_step=start, tensorboard=config.trainer.tensorboard)
+        metrics = MetricsWriter.for_run(out, config, plugins, start_step=start)
         if config.trainer.progress_bar:
             progress = ProgressBar(config.trainer.max_steps, start_step=start)
         if config.trainer.log_completions:

@@ -1,4 +1,5 @@
-"""What a run records: per-step metrics (JSONL + TensorBoard), run metadata, and a progress bar.
+"""What a run records: per-step metrics (to its loggers: JSONL, TensorBoard, trackers), run metadata,
+and a progress bar.
 
 ``metrics.jsonl`` holds one JSON object per step, ``{"step": k, "time": unix_seconds, ...}``, steps
 1, 2, 3… without gap or duplicate: each line is flushed and fsynced when written, and a run resumed
@@ -34,20 +35,18 @@ import platform
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from videorl.atomic import atomic_write_text
 from videorl.errors import DataError, VideorlError
+from videorl.train.loggers import METRICS_FILE, JsonlLogger, Logger, LoggerSet, RunContext, open_loggers
 
 if TYPE_CHECKING:
     from videorl.plugins import Plugins
 
-METRICS_FILE = "metrics.jsonl"
 COMPLETIONS_FILE = "completions.jsonl"
-TENSORBOARD_DIR = "tensorboard"
 CONFIG_FILE = "config.yaml"
 REQUIREMENTS_FILE = "requirements.txt"
 RUN_FILE = "run.json"
@@ -115,7 +114,7 @@ def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _truncate_after(path: Path, step: int) -> list[dict[str, Any]]:
+def truncate_after(path: Path, step: int) -> list[dict[str, Any]]:
     """Keep the rows of a step-keyed JSONL file up to ``step`` (rewriting it atomically when anything
     is dropped); the rows kept."""
     if not path.exists():
@@ -129,43 +128,42 @@ def _truncate_after(path: Path, step: int) -> list[dict[str, Any]]:
 
 
 class MetricsWriter:
-    """Appends one line per step to ``<run_dir>/metrics.jsonl`` and mirrors numbers to TensorBoard.
+    """Checks and flattens each step's metrics into one row and sends it to the run's loggers
+    (:mod:`videorl.train.loggers`): by default ``<run_dir>/metrics.jsonl`` only; a training run's are
+    ``trainer.loggers`` (:meth:`for_run`).
 
     ``start_step`` is the step the run starts after (0 for a fresh run, the checkpoint's step when
-    resuming): lines after it are dropped, and the next step logged must be ``start_step + 1``.
+    resuming): ``metrics.jsonl``'s lines after it are dropped, and the next step logged must be
+    ``start_step + 1``.
     """
 
-    def __init__(self, run_dir: str | Path, *, start_step: int = 0, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, *, start_step: int = 0, loggers: Mapping[str, Logger] | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS_FILE
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        kept = self._truncate_after(start_step)
-        if start_step > 0 and (not kept or kept[-1]["step"] != start_step):
-            last = kept[-1]["step"] if kept else 0
-            raise VideorlError(
-                f"{self.path} ends at step {last}, but the run resumes after step {start_step}: the "
-                "metrics of the steps between are missing (metrics must be logged before each checkpoint)"
-            )
+        if loggers is None:
+            loggers = {"jsonl": JsonlLogger(RunContext(self.run_dir, start_step=start_step))}
+        self.loggers = LoggerSet(loggers)
         self.last_step = start_step
-        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._tb: Any = self._open_tensorboard(start_step) if tensorboard else None
+        self._closed = False
 
-    def _truncate_after(self, step: int) -> list[dict[str, Any]]:
-        return _truncate_after(self.path, step)
+    @classmethod
+    def for_run(cls, run_dir: str | Path, config: Any, plugins: Plugins, *, start_step: int = 0) -> MetricsWriter:
+        """The writer of a training run: ``trainer.loggers`` with ``trainer.logger_options``, each told the
+        config and ``run.json`` (written first, by :func:`write_run_metadata`)."""
+        from videorl.config import config_to_dict
 
-    def _open_tensorboard(self, start_step: int) -> Any:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:
-            warnings.warn(f"TensorBoard logging is off: {exc}", stacklevel=3)
-            return None
-        purge = start_step + 1 if start_step > 0 else None  # hide events of steps that are logged again
-        return SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+        run_dir = Path(run_dir)
+        info = run_dir / RUN_FILE
+        metadata = json.loads(info.read_text(encoding="utf-8")) if info.is_file() else {}
+        metadata["requirements"] = plugins.requirements()
+        run = RunContext(run_dir, "train", start_step, config_to_dict(config), metadata)
+        t = config.trainer
+        return cls(run_dir, start_step=start_step, loggers=open_loggers(plugins.loggers, t.loggers, t.logger_options, run))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
-        """Write the metrics of ``step`` (the step after the last one logged); returns the row."""
-        if self._file is None:
-            raise VideorlError(f"{self.path} is closed")
+        """Send the metrics of ``step`` (the step after the last one logged) to every logger; returns the row."""
+        if self._closed:
+            raise VideorlError(f"the metrics writer of {self.run_dir} is closed")
         if step != self.last_step + 1:
             raise ValueError(
                 f"metrics of step {step} logged after step {self.last_step}: metrics.jsonl must hold "
@@ -174,24 +172,14 @@ class MetricsWriter:
         values = _flatten(metrics)
         values.pop("step", None)
         row = {"step": step, "time": round(time.time(), 3), **values}
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self.loggers.log(step, row)
         self.last_step = step
-        if self._tb is not None:
-            for name, value in values.items():
-                if isinstance(value, (int, float)):
-                    self._tb.add_scalar(name, float(value), step)
-            self._tb.flush()
         return row
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        if not self._closed:
+            self.loggers.close()
+            self._closed = True
 
     def __enter__(self) -> MetricsWriter:
         return self
@@ -212,7 +200,7 @@ class CompletionLog:
         self.path = Path(run_dir) / COMPLETIONS_FILE
         self.per_step = per_step
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _truncate_after(self.path, start_step)
+        truncate_after(self.path, start_step)
 
     def log(self, step: int, trajectories: Sequence[Any], decode: Any) -> list[dict[str, Any]]:
         """Append the chosen responses of ``trajectories`` (``videorl.grpo.Trajectory``); ``decode``
