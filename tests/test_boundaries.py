@@ -20,10 +20,14 @@ TEMPLATE = ROOT / "contrib" / "plugin-template"
 
 
 def _plugin_sources() -> Iterator[tuple[Path, str]]:
-    """Every shipped source file of every plugin, with the plugin's own top-level package."""
+    """Every shipped source file of every plugin, and the tests of the contrib plugins and the template
+    (written as a third party writes them), with the plugin's own top-level package."""
     for src in sorted([*ROOT.glob("plugins/*/src"), *ROOT.glob("contrib/*/src"), *TEMPLATE.glob("*/src")]):
+        third_party_tests = (
+            [] if src.parent.parent.name == "plugins" else list((src.parent / "tests").rglob("*.py"))
+        )
         for package in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.endswith(".egg-info")):
-            for path in sorted(package.rglob("*.py")):
+            for path in sorted([*package.rglob("*.py"), *third_party_tests]):
                 yield path, package.name
 
 

@@ -14,11 +14,11 @@ from videorl.api import (
     DataError,
     ModelBackend,
     PromptInput,
+    VideoMetadata,
     backend_for_model,
     response_logprobs,
     token_logprobs,
 )
-from videorl.media import VideoMetadata
 
 
 def video(frames: int = 4, height: int = 60, width: int = 80, seed: int = 0) -> tuple[torch.Tensor, VideoMetadata]:
