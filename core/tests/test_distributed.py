@@ -176,7 +176,7 @@ dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_s
 placement = engine_placement(rank=rank, world_size=2, local_rank=rank, local_world_size=2,
                              tensor_parallel_size=2, cuda=False)
 engine = LabelEngine() if placement.hosts_engine else None
-grouped = GroupedEngine(engine, placement, dist.new_group([0, 1]))
+grouped = GroupedEngine(engine, placement, dist.new_group([0, 1]), None)
 ids = ["a", "bbb"] if rank == 0 else ["cc", "dddd", "eeeee"]
 prompts = [EncodedPrompt(i, [1], None, {"pixel_values": torch.ones(2)}, [1], None) for i in ids]
 got = grouped.generate(prompts, SamplingParams(n=2))
@@ -222,3 +222,22 @@ def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # resumed in a Ray worker
     restore_rng_state(state)
     assert restored == [[7, 8, 9]]
+
+
+def test_refreshed_weights_are_gathered_in_the_engine_s_dtype() -> None:
+    """A bf16 vLLM engine's refresh needs half the host memory (and /dev/shm) of a float32 one."""
+    from videorl.grpo import Actor, refresh_state
+    from videorl.rollout.vllm_common import weights_dtype as engine_dtype
+
+    model = torch.nn.Linear(3, 2)
+    model.register_buffer("steps", torch.tensor([1, 2]))
+    actor = Actor(model, torch.optim.SGD(model.parameters(), lr=0.1), backend=None)  # type: ignore[arg-type]
+
+    class Engine:
+        weights_dtype = engine_dtype("bfloat16")
+
+    state = refresh_state(actor, Engine())  # type: ignore[arg-type]
+    assert state["weight"].dtype == torch.bfloat16 and state["steps"].dtype == torch.int64
+    assert torch.equal(state["weight"], model.weight.detach().to(torch.bfloat16))
+    assert refresh_state(actor, object())["weight"].dtype == torch.float32  # type: ignore[arg-type]
+    assert engine_dtype("auto") is None

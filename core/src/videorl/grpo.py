@@ -64,14 +64,24 @@ class Actor:
     backend: ModelBackend
     reference: torch.nn.Module | None = None  # frozen copy, only when the KL penalty is on
     compute_dtype: torch.dtype | None = None  # autocast dtype of the forward (float32 masters); None: as stored
-    full_state_dict: Callable[[], dict[str, torch.Tensor]] | None = None  # gathers FSDP shards
+    full_state_dict: Callable[[torch.dtype | None], dict[str, torch.Tensor]] | None = None  # gathers FSDP shards
     load_full_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.full_state_dict() if self.full_state_dict else self.model.state_dict()
+    def state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The full parameters and buffers (HF names), floating ones in ``dtype`` when given."""
+        if self.full_state_dict is not None:
+            return self.full_state_dict(dtype)
+        state = self.model.state_dict()
+        return state if dtype is None else {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         (self.load_full_state_dict or self.model.load_state_dict)(state)
+
+
+def refresh_state(actor: Actor, engine: RolloutEngine) -> dict[str, torch.Tensor]:
+    """The actor's weights for ``engine``'s refresh, in the dtype it runs in when it says
+    (``weights_dtype``: a bf16 vLLM engine needs half the host memory and /dev/shm of float32)."""
+    return actor.state_dict(getattr(engine, "weights_dtype", None))
 
 
 @dataclass
@@ -622,7 +632,7 @@ def train(
     dist = dist or Dist()
     start = resume(config, actor, data, io, dist)
     if start > 0 and not engine_shares_actor:
-        engine.update_weights(actor.state_dict())  # the engine was loaded with the base model's weights
+        engine.update_weights(refresh_state(actor, engine))  # the engine was loaded with the base model's weights
     prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
     scorer = local_scorer(rewards, actor.backend)
     decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
@@ -642,7 +652,7 @@ def train(
             actor_metrics = update(config, actor, flat, dist, timer)
         if not engine_shares_actor:
             with timer("weight_sync"):
-                engine.update_weights(actor.state_dict())
+                engine.update_weights(refresh_state(actor, engine))
         metrics = {**step_metrics(flat, canonical=rewards.canonical_type), **actor_metrics, **extra}
         if dist.rank == 0 and io.completions is not None:
             io.completions.log(step, flat, decode)

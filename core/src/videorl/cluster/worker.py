@@ -237,7 +237,7 @@ class Worker:
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
-        from videorl.grpo import StageTimer, set_learning_rate, sleep_engine, update
+        from videorl.grpo import StageTimer, refresh_state, set_learning_rate, sleep_engine, update
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
         request = wire.loads(message)
@@ -252,7 +252,7 @@ class Worker:
             metrics = update(self.config, self.actor, trajectories, self.dist, timer)
         if self.engine is not None and not self.engine_shares_actor:
             with timer("weight_sync"):
-                self.engine.update_weights(self.actor.state_dict())
+                self.engine.update_weights(refresh_state(self.actor, self.engine))
         return wire.dumps({"metrics": metrics, "seconds": dict(timer.seconds)})
 
     def publish_weights(self) -> list[Any] | None:
@@ -294,11 +294,11 @@ class Worker:
         positions); a colocated engine gets the loaded weights."""
         from dataclasses import replace
 
-        from videorl.grpo import resume
+        from videorl.grpo import refresh_state, resume
 
         assert self.actor is not None and self.dist is not None
         config = replace(self.config, trainer=replace(self.config.trainer, resume=path))
         step = resume(config, self.actor, _DataPosition({}), self._io(), self.dist)  # type: ignore[arg-type]
         if self.engine is not None and not self.engine_shares_actor:
-            self.engine.update_weights(self.actor.state_dict())
+            self.engine.update_weights(refresh_state(self.actor, self.engine))
         return step

@@ -98,8 +98,11 @@ class GroupedEngine:
     and sleeps are the leader's.
     """
 
-    def __init__(self, engine: RolloutEngine | None, placement: EnginePlacement, group: Any) -> None:
+    def __init__(self, engine: RolloutEngine | None, placement: EnginePlacement, group: Any, weights_dtype: Any) -> None:
+        """``weights_dtype``: the dtype the group's refresh is gathered in, the same on every rank
+        (the others hold no engine to ask)."""
         self.engine, self.placement, self.group = engine, placement, group
+        self.weights_dtype = weights_dtype
 
     def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
         import torch.distributed as dist

@@ -26,6 +26,7 @@ from videorl.rollout.vllm_common import (
     platform_defaults,
     suppression_bias,
     vllm_sampling_params,
+    weights_dtype,
 )
 from videorl.train.distributed import release_cached_memory
 
@@ -83,6 +84,8 @@ class VLLMEngine:
         self.bias = suppression_bias(backend)
         self._weights = WeightsFolder(self.model_path)
         self.sleep_mode, self.asleep = sleep_mode, False
+        #: the dtype refreshed weights are written in (vLLM would cast them to it on loading anyway)
+        self.weights_dtype = weights_dtype(dtype)
 
     def sleep(self) -> None:
         """With ``enable_sleep_mode``: free the engine's device memory (weights and KV cache, vLLM's

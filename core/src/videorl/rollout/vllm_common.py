@@ -125,6 +125,13 @@ def engine_options(
     return options
 
 
+def weights_dtype(dtype: str) -> Any:
+    """The torch dtype of an engine ``dtype`` option (``auto``: None, the weights stay as they are)."""
+    import torch
+
+    return None if dtype == "auto" else getattr(torch, dtype)
+
+
 def suppression_bias(backend: ModelBackend) -> dict[int, float]:
     """The logit bias that keeps the backend's forbidden ids (visual placeholders, ...) from being sampled."""
     return {int(i): SUPPRESS for i in backend.forbidden_token_ids()}

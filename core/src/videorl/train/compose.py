@@ -259,7 +259,7 @@ def make_actor(
     )
     actor = Actor(
         model, optimizer, backend, ref_model, compute_dtype=None if sharded else dtype,
-        full_state_dict=(lambda: distributed.full_state_dict(model)) if sharded else None,
+        full_state_dict=(lambda dtype: distributed.full_state_dict(model, dtype)) if sharded else None,
         load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
     )
     return actor, vision_sync
@@ -328,7 +328,10 @@ def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: 
 
     size = len(placement.group)
     groups = [tdist.new_group(list(range(g, g + size))) for g in range(0, dist.world_size, size)]  # all ranks
-    return GroupedEngine(engine, placement, groups[dist.rank // size]), shares
+    from videorl.rollout.vllm_common import weights_dtype
+
+    dtype = weights_dtype(str(config.rollout.engine_options.get("dtype", config.model.dtype)))
+    return GroupedEngine(engine, placement, groups[dist.rank // size], dtype), shares
 
 
 def checkpoint_manager(config: TrainConfig) -> CheckpointManager:

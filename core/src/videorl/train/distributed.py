@@ -130,8 +130,9 @@ def fill_from_rank0(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> N
                 dist.broadcast(buffer, src=0)
 
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's parameters and buffers on every rank, on the CPU, with HF names.
+def full_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The whole model's parameters and buffers on every rank, on the CPU, with HF names; floating
+    tensors cast to ``dtype`` (on the device, before the copy) when given.
 
     Gathered one tensor at a time and moved to host memory at once, so the device never holds more
     than one full tensor beside its shards (a whole-model gather would put the full float32 model,
@@ -144,6 +145,8 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     for name, value in get_model_state_dict(model).items():
         tensor = cast(torch.Tensor, value).detach()
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if dtype is not None and full.is_floating_point():
+            full = full.to(dtype)
         out[name] = full.cpu()
         del full
     return out
