@@ -1,21 +1,26 @@
 """``videorl.workers``: a call past its time limit costs its worker, never the caller.
 
-The process pool of functions is tested in test_media_pool.py (its first user, ``cache build``).
+The process pool's deadlines and crashes are tested in test_media_pool.py (its first user, ``cache
+build``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from videorl.api import LineWorkers
-from videorl.workers import DeadlineThreads
+from videorl.api import LineWorkers, hookimpl
+from videorl.rewards import RewardInput, RewardOutput
+from videorl.workers import DeadlineThreads, WorkerPool
 
 #: a helper that answers {"n": n} with {"twice": 2n}, and sleeps ``sleep`` seconds first
 ECHO = (
@@ -74,3 +79,39 @@ def test_line_workers_kill_at_the_deadline_and_retry_once_after_a_death() -> Non
     finally:
         pool.close()
     assert pool.workers == []
+
+
+class LocalReward:
+    """Defined in a test module, which worker processes cannot import."""
+
+    def __call__(self, inp: RewardInput) -> RewardOutput:
+        return RewardOutput(1.0)
+
+
+def test_a_task_its_worker_cannot_import_is_that_tasks_failure_not_a_crash() -> None:
+    with WorkerPool(1) as pool:
+        (failed,) = pool.run(LocalReward(), [(None,)], timeout=30)
+        (ok,) = pool.run(abs, [(-3,)], timeout=30)
+    assert (failed.ok, failed.stage) == (False, "task") and failed.value.startswith("ModuleNotFoundError")
+    assert (ok.ok, ok.value) == (True, 3)  # the same worker goes on
+
+
+class LocalPlugin:
+    @staticmethod
+    @hookimpl
+    def register_rewards(register: Any) -> None:
+        register("local", LocalReward)
+
+
+def test_reward_workers_name_a_reward_they_cannot_import(
+    tmp_path: Path, fake_entry_points: Any, run_cli: Any
+) -> None:
+    fake_entry_points({"videorl-local": LocalPlugin})
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "problem_type": "local", "answer": "1", "response": "r"}) + "\n")
+    result = run_cli(
+        "reward", "--input", str(rows), "--output", str(tmp_path / "out.jsonl"), "--workers", "2"
+    )
+    assert result.exit_code != 0 and "a worker process failed (ModuleNotFoundError" in result.stderr
+    assert "cannot run in workers: use --workers 1" in result.stderr
+    assert not (tmp_path / "out.jsonl").exists()

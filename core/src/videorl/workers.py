@@ -21,6 +21,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import select
 import signal
@@ -64,8 +65,9 @@ def _worker(conn: Connection) -> None:
             return
         if message is None:
             return
-        index, fn, args = message
+        index, payload = message
         try:
+            fn, args = pickle.loads(payload)  # here, so that a task this process cannot import is its failure
             conn.send((index, True, fn(*args)))
         except VideorlError as exc:
             conn.send((index, False, str(exc)))
@@ -126,7 +128,7 @@ class WorkerPool:
                     slot = slots[i]
                     slot.task = pending.popleft()
                     slot.deadline = time.monotonic() + timeout if timeout else float("inf")
-                    slot.conn.send((slot.task, fn, tasks[slot.task]))
+                    slot.conn.send((slot.task, pickle.dumps((fn, tasks[slot.task]))))
             busy = [i for i, s in enumerate(slots) if s.task is not None]
             soonest = min(slots[i].deadline for i in busy) - time.monotonic()
             waitables = [slots[i].conn for i in busy] + [slots[i].process.sentinel for i in busy]
