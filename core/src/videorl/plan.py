@@ -14,8 +14,8 @@ backend (a video of ``video_max_frames`` frames of ``video_max_pixels`` square p
   checkpointing), the visual features, the response's logits (bf16) and one float32 chunk;
 - rollout phase: vLLM's share of the GPU (``gpu_memory_utilization``): weights (bf16, split by tensor
   parallelism), working memory, the KV cache and how many tokens and groups it holds;
-- host memory per node: the weight refresh (each rank's float32 state dict and its model folder in
-  ``/dev/shm``) and the load (rank 0 reads the float32 model).
+- host memory per node: the weight refresh (each rank's state dict in the engine's dtype and, for
+  vLLM, its model folder in ``/dev/shm``) and the load (rank 0 reads the float32 model).
 
 With sleep mode (vLLM on GPUs) the engine's share is free during the update; without it, it stays.
 """
@@ -197,8 +197,12 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
     )
 
     ranks_per_node = n // placement.nodes
+    # each rank's gathered state dict, in the engine's dtype for vLLM (also written to /dev/shm),
+    # float32 for the hf engine's own copy
+    vllm = config.rollout.engine != "hf"
+    engine_bytes = 4 if not vllm or str(options.get("dtype", config.model.dtype)) == "float32" else 2
     host = {
-        "weight_refresh": _gb(ranks_per_node * 4 * p * 2),  # the float32 state dict and its /dev/shm folder
+        "weight_refresh": _gb(ranks_per_node * engine_bytes * p * (2 if vllm else 1)),
         "load_rank0": _gb(4 * p),
     }
 
