@@ -183,6 +183,7 @@ def test_mlflow_gets_params_tags_artifacts_metrics_and_resumes_the_same_run(
     with _writer(tmp_path, plugins, *options) as writer:
         for step in (1, 2):
             writer.log(step, {"reward/overall": step / 10, "actor": {"kl": float("nan")}})
+    first = json.loads((tmp_path / "run" / "run.json").read_text())  # the revision the MLflow run began at
     with _writer(tmp_path, plugins, *options, start=2) as writer:
         writer.log(3, {"reward/overall": 0.3})
 
@@ -198,8 +199,7 @@ def test_mlflow_gets_params_tags_artifacts_metrics_and_resumes_the_same_run(
     assert (
         run.data.params["model.path"] == "/m" and run.data.params["trainer.loggers"] == "['jsonl', 'mlflow']"
     )
-    stored = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert run.data.tags["mlflow.source.git.commit"] == str((stored["git"] or {}).get("revision", ""))
+    assert run.data.tags["mlflow.source.git.commit"] == str((first["git"] or {}).get("revision", ""))
     assert run.data.tags["plugin.videorl"] == plugins.requirements()[0].split("==")[1]
     artifacts = Path(run.info.artifact_uri.removeprefix("file://"))
     assert json.loads((artifacts / "config.json").read_text())["model"]["path"] == "/m"
@@ -259,3 +259,30 @@ def test_a_failing_tracker_is_reported_and_the_run_goes_on(tmp_path: Path) -> No
         assert writer.loggers.failed == {"recorder": "ConnectionError: tracker unreachable"}
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
     assert Recorder.seen == [("open", ("train", 0, 7)), ("log", (1, 0.1)), ("close", None)]
+
+
+def test_the_documented_logger_config_loads_and_runs(
+    tmp_path: Path, plugins: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("wandb")
+    pytest.importorskip("sqlalchemy")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    snippet = doc.split("<!-- loggers-example (loaded by core/tests/test_loggers.py) -->\n```yaml\n", 1)[1]
+    snippet = snippet.split("```", 1)[0]
+    path = tmp_path / "train.yaml"
+    path.write_text(f"model:\n  path: /m\ndata:\n  train_files: [a.jsonl]\noutput_dir: run\n{snippet}")
+    config = load_config(path)
+    assert config.trainer.loggers == ["jsonl", "tensorboard", "wandb", "mlflow"]
+    assert config.trainer.logger_options["wandb"] == {"project": "video-grpo", "mode": "offline"}
+    monkeypatch.chdir(tmp_path)  # the snippet's sqlite:///mlflow.db is relative to the working directory
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    write_run_metadata(tmp_path / "run", config, plugins)
+    with MetricsWriter.for_run(tmp_path / "run", config, plugins) as writer:
+        writer.log(1, {"reward/overall": 0.5})
+        assert sorted(writer.loggers.loggers) == ["jsonl", "mlflow", "tensorboard", "wandb"]
+    assert not writer.loggers.failed
+    assert (tmp_path / "mlflow.db").is_file() and list((tmp_path / "run" / "tensorboard").iterdir())
+    assert set(json.loads((tmp_path / "run" / TRACKER_IDS_FILE).read_text())) == {
+        "train/wandb",
+        "train/mlflow",
+    }
