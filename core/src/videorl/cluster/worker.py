@@ -256,12 +256,17 @@ class Worker:
         return wire.dumps({"metrics": metrics, "seconds": dict(timer.seconds)})
 
     def publish_weights(self) -> list[Any] | None:
-        """Gather the full weights (collective over the actor ranks); rank 0 puts them in Ray's object
-        store for the split rollout workers and returns ``[ref, bytes]``."""
+        """Gather the full weights (collective over the actor ranks), in the rollout engines' dtype;
+        rank 0 puts them in Ray's object store for the split rollout workers and returns ``[ref, bytes]``."""
         import ray
 
+        from videorl.rollout.vllm_common import weights_dtype
+
         assert self.actor is not None, "publish_weights() on a worker without the actor role"
-        state = self.actor.state_dict()
+        c = self.config
+        engine_dtype = str(c.rollout.engine_options.get("dtype", c.model.dtype))
+        hf = self.plugins.rollout_engines.canonical(c.rollout.engine) == "hf"
+        state = self.actor.state_dict(None if hf else weights_dtype(engine_dtype))
         if self.rank != 0:
             return None
         return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]
