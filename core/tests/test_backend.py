@@ -25,6 +25,7 @@ from videorl.api import (
     response_logprobs,
     token_logprobs,
 )
+from videorl.media import DecodeParams, ImageParams
 from videorl.registry import Registry
 
 
@@ -36,10 +37,10 @@ def test_importing_the_api_does_not_import_torch() -> None:
 def test_budget_defaults_validation_and_data_path_parameters() -> None:
     budget = VisualBudget.for_factor(32, video_max_frames=16)
     assert (budget.image_min_pixels, budget.video_min_pixels, budget.video_max_frames) == (4096, 4096, 16)
-    video = budget.video_params(32, 2)
+    video = DecodeParams.from_budget(budget, factor=32, temporal_patch_size=2)
     assert (video.factor, video.temporal_patch_size, video.fps, video.max_frames) == (32, 2, 2.0, 16)
     assert (video.min_pixels, video.max_pixels, video.total_pixels) == (4096, 262_144, None)
-    image = budget.image_params(32)
+    image = ImageParams.from_budget(budget, factor=32)
     assert (image.factor, image.min_pixels, image.max_pixels) == (32, 4096, 1_048_576)
     with pytest.raises(ConfigError, match=r"video_min_pixels \(9\) must be positive and at most video_max_pixels \(4\)"):
         VisualBudget.for_factor(28, video_min_pixels=9, video_max_pixels=4)

@@ -23,7 +23,6 @@ from videorl.errors import ConfigError, UnknownComponentError
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, RolloutRequest
 
 if TYPE_CHECKING:
-    from videorl.media import DecodeParams, ImageParams
     from videorl.registry import Registry
 
 __all__ = [
@@ -43,7 +42,8 @@ class VisualBudget:
 
     ``*_pixels`` are per image or per frame; ``video_total_pixels`` (optional) caps the pixels of all
     frames of one video together. The data path resizes to these budgets with the backend's
-    :attr:`ModelBackend.factor`; a backend never resizes again.
+    :attr:`ModelBackend.factor`; a backend never resizes again. ``DecodeParams.from_budget`` and
+    ``ImageParams.from_budget`` are the one conversion to the data path's parameters.
     """
 
     image_min_pixels: int
@@ -83,26 +83,6 @@ class VisualBudget:
         }
         values.update(overrides)
         return cls(**values)
-
-    def video_params(self, factor: int, temporal_patch_size: int) -> DecodeParams:
-        """The data path's decoding parameters (part of the cache key) for this budget."""
-        from videorl.media import DecodeParams
-
-        return DecodeParams(
-            factor=factor,
-            temporal_patch_size=temporal_patch_size,
-            fps=self.video_fps,
-            max_frames=self.video_max_frames,
-            min_pixels=self.video_min_pixels,
-            max_pixels=self.video_max_pixels,
-            total_pixels=self.video_total_pixels,
-        )
-
-    def image_params(self, factor: int) -> ImageParams:
-        """The data path's image budget for this budget."""
-        from videorl.media import ImageParams
-
-        return ImageParams(factor=factor, min_pixels=self.image_min_pixels, max_pixels=self.image_max_pixels)
 
 
 class VisionSync(Protocol):

@@ -479,12 +479,14 @@ def probe_video(probe: VideoProbe, backend: ModelBackend, budget: VisualBudget, 
     import numpy as np
     import torch
 
-    from videorl.media import VideoMetadata
+    from videorl.media import DecodeParams, VideoMetadata
     from videorl.media.sampling import nearest_frames, num_frames
     from videorl.media.sizing import fit_to_budget
 
     params = dataclasses.replace(
-        budget.video_params(backend.factor, backend.temporal_patch_size), start=probe.start, end=probe.end
+        DecodeParams.from_budget(budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size),
+        start=probe.start,
+        end=probe.end,
     )
     total = round(probe.fps * probe.seconds)
     first = 0 if probe.start is None else round(probe.start * probe.fps)

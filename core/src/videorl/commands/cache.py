@@ -93,6 +93,7 @@ def _build_settings(
     from click.core import ParameterSource
 
     from videorl.errors import VideorlError
+    from videorl.media import DecodeParams
 
     if config_file is None and model_dir is None:
         return _Settings()
@@ -118,7 +119,7 @@ def _build_settings(
 
             backend = backend_for_model(str(model_dir), plugins.model_backends)
             budget = backend.budget
-        params = budget.video_params(backend.factor, backend.temporal_patch_size)
+        params = DecodeParams.from_budget(budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     ctx = click.get_current_context()

@@ -1,8 +1,8 @@
 """What the evaluator gives the model for one benchmark row: cached frames (of its clip), image, prompt.
 
-Videos go through the frame cache (:class:`videorl.media.MediaCache`), built on first use, so a
-benchmark evaluated twice, or by several checkpoints sharing a cache, is decoded once. Images are
-decoded on the fly to their own budget (they are cheap and the cache holds videos only).
+Media come from :class:`videorl.media.loader.MediaLoader`, the loader training's encoder uses: videos
+through the frame cache, built on first use, so a benchmark evaluated twice, or by several checkpoints
+sharing a cache, is decoded once; images decoded on the fly to their own budget.
 
 Clip bounds (``row.clip``) become the decoding parameters' time range (``DecodeParams.start``/``end``),
 so a clip is sampled as a video of its own length would be, in a cache entry of its own — see
@@ -13,14 +13,10 @@ Torch is imported inside the functions that need it.
 
 from __future__ import annotations
 
-import os
-import threading
-from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.backend import PromptInput
-from videorl.errors import DataError
+from videorl.media.loader import MediaLoader
 
 if TYPE_CHECKING:
     import torch
@@ -52,10 +48,11 @@ def visual_params(backend: ModelBackend, **video: Any) -> tuple[DecodeParams, Im
 
 
 class RowInputs:
-    """Builds the :class:`PromptInput` of a benchmark row: media from the cache, the adapter's prompt.
+    """Builds the :class:`PromptInput` of a benchmark row: media from the :class:`MediaLoader` (the one
+    training's encoder uses), the adapter's prompt.
 
-    Thread-safe: the evaluator's loader threads share one instance. Two rows asking for the same video
-    at once decode it once (a lock per source file); later rows map the cached entry.
+    Thread-safe: the evaluator's loader threads share one instance (the loader decodes a video asked
+    for by two rows at once once).
     """
 
     def __init__(
@@ -69,42 +66,29 @@ class RowInputs:
         system: str | None = None,
     ) -> None:
         self.backend = backend
-        self.cache = cache
-        self.video_params = video
-        self.image_params = image
+        self.media = MediaLoader(cache, video, image)
         self.thinking = thinking
         self.system = system
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
 
-    def _lock(self, source: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(source, threading.Lock())
+    @property
+    def cache(self) -> MediaCache:
+        return self.media.cache
+
+    @property
+    def video_params(self) -> DecodeParams:
+        return self.media.video_params
+
+    @property
+    def image_params(self) -> ImageParams:
+        return self.media.image_params
 
     def video(self, path: str, clip: tuple[float, float] | None = None) -> tuple[torch.Tensor, VideoMetadata]:
-        """uint8 ``T×3×H×W`` frames and metadata of ``path`` (from the cache, built on first use); with
-        ``clip`` (start and end second) only that time range is sampled."""
-        source = os.path.abspath(path)
-        if Path(source).is_dir():
-            raise DataError(
-                f"{source}: a folder of frames; the data path decodes video files only (convert the "
-                "frames to a video, e.g. with ffmpeg -framerate FPS -i %05d.jpg clip.mp4)"
-            )
-        params = self.video_params if clip is None else replace(self.video_params, start=clip[0], end=clip[1])
-        if self.cache.mode == "prefer_preprocessed":
-            with self._lock(source):
-                ref = self.cache.get_or_build(source, params)
-            return self.cache.load(ref, params)
-        return self.cache.load(source, params)
+        """uint8 ``T×3×H×W`` frames and metadata of ``path``; with ``clip`` only that time range."""
+        return self.media.video(path, clip)
 
     def image(self, path: str) -> torch.Tensor:
         """uint8 ``3×H×W`` pixels of the image at ``path``, resized to the image budget."""
-        import torch
-
-        from videorl.media import decode_image
-
-        pixels, _ = decode_image(path, self.image_params)
-        return torch.from_numpy(pixels)
+        return self.media.image(path)
 
     def text(self, benchmark: Benchmark, row: BenchmarkRow) -> str:
         return benchmark.build_prompt(row, family=self.backend.family, thinking=self.thinking)

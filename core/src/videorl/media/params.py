@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from videorl.backend import VisualBudget
 
 INTERPOLATIONS = ("bicubic", "bilinear", "area", "lanczos")
 #: The fields of a time range; absent from the canonical form when unset, so keys without one are unchanged.
@@ -90,8 +93,11 @@ class DecodeParams:
         return cls(**d)
 
     @classmethod
-    def from_budget(cls, budget: Any, *, factor: int, temporal_patch_size: int, **overrides: Any) -> DecodeParams:
-        """From a :class:`videorl.backend.VisualBudget` (its ``video_*`` fields) and a backend's geometry."""
+    def from_budget(
+        cls, budget: VisualBudget, *, factor: int, temporal_patch_size: int, **overrides: Any
+    ) -> DecodeParams:
+        """From a :class:`videorl.backend.VisualBudget` (its ``video_*`` fields) and a backend's geometry:
+        the one conversion from a budget (training's encoder, evaluation, ``cache build``)."""
         values: dict[str, Any] = {
             "fps": budget.video_fps,
             "max_frames": budget.video_max_frames,
@@ -123,7 +129,7 @@ class ImageParams:
         _check(self.interpolation in INTERPOLATIONS, f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
 
     @classmethod
-    def from_budget(cls, budget: Any, *, factor: int, **overrides: Any) -> ImageParams:
+    def from_budget(cls, budget: VisualBudget, *, factor: int, **overrides: Any) -> ImageParams:
         """From a :class:`videorl.backend.VisualBudget` (its ``image_*`` fields) and a backend's factor."""
         values = {"min_pixels": budget.image_min_pixels, "max_pixels": budget.image_max_pixels}
         return cls(factor=factor, **{**values, **overrides})

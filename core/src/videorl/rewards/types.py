@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from videorl.data.loaders import parse_row
 from videorl.data.sample import GROUND_TRUTH_KEYS, Sample
+
+if TYPE_CHECKING:
+    from videorl.media import VideoMetadata
 
 _MEDIA_KEYS = ("media", "video_metadata")
 #: fields of a row that are not the sample's own (``videorl reward`` lines carry their responses)
@@ -30,6 +33,11 @@ class MediaInfo:
     height: int | None = None
     resized_width: int | None = None
     resized_height: int | None = None
+
+    @classmethod
+    def from_metadata(cls, meta: VideoMetadata) -> MediaInfo:
+        """From the metadata of the frames the model saw (the one mapping; :meth:`from_dict` reads its dict)."""
+        return cls.from_dict(meta.to_dict())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MediaInfo:

@@ -141,16 +141,15 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
     """Samples to prompts as the ``data`` section says: frame cache (none: decode on the fly), video and
     image budgets, template, thinking, prompt limit."""
     from videorl.media import MediaCache
+    from videorl.media.loader import MediaLoader
     from videorl.rewards.router import RewardRouter
     from videorl.train.data import PromptEncoder
 
     d = config.data
     cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
     budget = d.visual_budget(backend.budget)  # the family's budget, as evaluation's, with the keys set
-    video_params = budget.video_params(backend.factor, backend.temporal_patch_size)
-    image_params = budget.image_params(backend.factor)
     return PromptEncoder(
-        backend, cache, video_params, image_params, plugins.prompt_templates, thinking=d.thinking,
+        backend, MediaLoader.for_budget(cache, budget, backend), plugins.prompt_templates, thinking=d.thinking,
         max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
         rewards=RewardRouter.from_registry(plugins.rewards, config.rewards),  # routed types use their rewards' templates
     )

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.data import Sample
     from videorl.media import DecodeParams, ImageParams, MediaCache
+    from videorl.media.loader import MediaLoader
     from videorl.model_inputs import EncodedPrompt
     from videorl.prompts import PromptTemplate
     from videorl.registry import Registry
@@ -99,14 +100,12 @@ class Prompt:
 
 
 class PromptEncoder:
-    """Sample -> :class:`Prompt`: frames from the media cache, text from the sample's template."""
+    """Sample -> :class:`Prompt`: media from the loader (the frame cache), text from the sample's template."""
 
     def __init__(
         self,
         backend: ModelBackend,
-        cache: MediaCache,
-        video_params: DecodeParams,
-        image_params: ImageParams,
+        media: MediaLoader,
         templates: Registry[Any],
         *,
         thinking: bool = False,
@@ -114,13 +113,26 @@ class PromptEncoder:
         template: PromptTemplate | None = None,
         rewards: RewardRouter | None = None,
     ) -> None:
-        """``rewards`` (the run's router) says which rewards score a ``problem_type``: their templates
-        serve it when it has none of its own; ``template`` (``data.prompt_template``) serves every row."""
-        self.backend, self.cache, self.video_params = backend, cache, video_params
-        self.templates, self.thinking, self.image_params = templates, thinking, image_params
+        """``media`` loads the frames and images (the loader evaluation uses too); ``rewards`` (the run's
+        router) says which rewards score a ``problem_type``: their templates serve it when it has none
+        of its own; ``template`` (``data.prompt_template``) serves every row."""
+        self.backend, self.media = backend, media
+        self.templates, self.thinking = templates, thinking
         self.max_prompt_length = max_prompt_length
         self.template = template
         self.rewards = rewards
+
+    @property
+    def cache(self) -> MediaCache:
+        return self.media.cache
+
+    @property
+    def video_params(self) -> DecodeParams:
+        return self.media.video_params
+
+    @property
+    def image_params(self) -> ImageParams:
+        return self.media.image_params
 
     def text(self, sample: Sample) -> str:
         from videorl.prompts import render_prompt
@@ -150,25 +162,11 @@ class PromptEncoder:
                 raise DataError(f"{sample.origin}: {exc}") from None
 
     def __call__(self, sample: Sample) -> Prompt:
-        import torch
-
         from videorl.backend import PromptInput
-        from videorl.media import decode_image
 
-        videos = [self.cache.load(path, self.video_params) for path in sample.videos]
-        images = [torch.from_numpy(decode_image(path, self.image_params)[0]) for path in sample.images]
-        media = None
-        if videos:
-            meta = videos[0][1]
-            media = MediaInfo(
-                duration=meta.duration,
-                fps=meta.source_fps,
-                num_frames=meta.num_frames,
-                width=meta.source_width,
-                height=meta.source_height,
-                resized_width=meta.width,
-                resized_height=meta.height,
-            )
+        videos = [self.media.video(path) for path in sample.videos]
+        images = [self.media.image(path) for path in sample.images]
+        media = MediaInfo.from_metadata(videos[0][1]) if videos else None
         prompt = PromptInput(sample.id, self.text(sample), videos=videos, images=images)
         encoded = self.backend.encode(prompt)
         if self.max_prompt_length is not None and len(encoded) > self.max_prompt_length:
