@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from videorl.config import load_config
+from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -51,11 +51,11 @@ def _train_config(tmp_path: Path, model: str) -> Path:
 
 
 def test_a_hub_id_in_model_path_is_its_cached_snapshot(hub: Path, tmp_path: Path) -> None:
-    config = load_config(_train_config(tmp_path, "tiny-org/tiny-vl"))
+    config: TrainConfig = load_config(_train_config(tmp_path, "tiny-org/tiny-vl"))
     assert config.model.path == str(hub)  # not configs/tiny-org/tiny-vl
     assert (Path(config.model.path) / "config.json").is_file()
     assert config.data.train_files == [str(tmp_path / "configs" / "train.jsonl")]
-    overridden = load_config(_train_config(tmp_path, "x"), ["model.path=tiny-org/tiny-vl"])
+    overridden: TrainConfig = load_config(_train_config(tmp_path, "x"), ["model.path=tiny-org/tiny-vl"])
     assert overridden.model.path == str(hub)
 
 

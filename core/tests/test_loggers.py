@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from videorl.config import load_config
+from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError, UnknownComponentError
 from videorl.hookspecs import hookimpl
 from videorl.plugins import load_plugins
@@ -271,7 +271,7 @@ def test_the_documented_logger_config_loads_and_runs(
     snippet = snippet.split("```", 1)[0]
     path = tmp_path / "train.yaml"
     path.write_text(f"model:\n  path: /m\ndata:\n  train_files: [a.jsonl]\noutput_dir: run\n{snippet}")
-    config = load_config(path)
+    config: TrainConfig = load_config(path)
     assert config.trainer.loggers == ["jsonl", "tensorboard", "wandb", "mlflow"]
     assert config.trainer.logger_options["wandb"] == {"project": "video-grpo", "mode": "offline"}
     monkeypatch.chdir(tmp_path)  # the snippet's sqlite:///mlflow.db is relative to the working directory
