@@ -147,11 +147,10 @@ def test_a_chat_template_that_drops_the_video_placeholder_fails_the_placeholders
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
 
 NO_FPS = """
-import sys
-from videorl.commands import models_check
-from videorl_models.qwen3_vl import Qwen3VLBackend
+import importlib, sys
+module, name = sys.argv[2].split(":")
 
-class NoFps(Qwen3VLBackend):
+class NoFps(getattr(importlib.import_module(module), name)):
     def rollout_request(self, encoded):
         request = super().rollout_request(encoded)
         for i, (frames, meta) in enumerate(request.multi_modal_data.get("video", [])):
@@ -165,9 +164,11 @@ sys.exit(main(["models", "check", sys.argv[1], "--engine", "vllm", "--json"]))
 """
 
 
-def _vllm_check(model: Path, *args: str, script: str | None = None) -> tuple[int, dict[str, Any]]:
+def _vllm_check(
+    model: Path, *args: str, script: str | None = None, backend: str = ""
+) -> tuple[int, dict[str, Any]]:
     command = (
-        [sys.executable, "-c", script, str(model)]
+        [sys.executable, "-c", script, str(model), backend]
         if script
         else [
             sys.executable,
@@ -192,29 +193,48 @@ def _vllm_check(model: Path, *args: str, script: str | None = None) -> tuple[int
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_vl"])
-def test_vllm_engine_passes_in_float32(model_type: str, tiny_model_dir: Callable[[str], Path]) -> None:
+@pytest.mark.parametrize(
+    ("model_type", "dtype"),
+    [("qwen2_vl", "float32"), ("qwen2_5_vl", "float32"), ("qwen3_vl", "float32"), ("qwen3_5", "bfloat16")],
+)  # qwen3_5: vLLM's CPU gated-delta kernel runs in bf16 only
+def test_vllm_engine_passes(model_type: str, dtype: str, tiny_model_dir: Callable[[str], Path]) -> None:
     pytest.importorskip("vllm")
-    code, report = _vllm_check(tiny_model_dir(model_type))
+    code, report = _vllm_check(tiny_model_dir(model_type), "--dtype", dtype)
     assert code == 0 and report["ok"], report
+    assert report["dtype"] == dtype
     statuses = {(r["sample"], r["check"]): r["status"] for r in report["results"]}
     assert statuses[("two-videos", "frame_metadata")] == "PASS"
     assert statuses[("video-clip-2-6s", "grids")] == "PASS"  # the processor rebuilt the engine's grids
+    assert statuses[("image", "grids")] == "PASS"
 
 
 @pytest.mark.slow
 def test_an_engine_request_without_fps_fails_with_its_cause(tiny_model_dir: Callable[[str], Path]) -> None:
+    """Qwen3-VL: vLLM fails on the request; Qwen2.5-VL: it silently assumes another rate, which the
+    long and clipped videos' log-probs show."""
     pytest.importorskip("vllm")
-    code, report = _vllm_check(tiny_model_dir("qwen3_vl"), script=NO_FPS)
+    code, report = _vllm_check(
+        tiny_model_dir("qwen3_vl"), script=NO_FPS, backend="videorl_models.qwen3_vl:Qwen3VLBackend"
+    )
     assert code == 1 and not report["ok"]
     failed = {(r["sample"], r["check"]): r for r in report["results"] if r["status"] == "FAIL"}
     meta = failed[("video-30fps-4s", "frame_metadata")]
     assert meta["trainer"] == "fps=30" and meta["engine"] == "missing"
-    assert meta["cause"].startswith("fps missing on the engine side")
-    # vLLM then assumes another rate: other timestamps in the prompt, so other prompt ids
-    ids = failed.get(("video-30fps-4s", "prompt_ids")) or failed.get(("video-30fps-4s", "engine"))
-    assert ids is not None, failed
+    assert meta["cause"].startswith("fps missing on the engine side (video 0)")
+    assert failed[("video-30fps-4s", "engine")]["cause"].startswith(
+        "the engine failed on this request: TypeError"
+    )
     assert not any(sample in ("text", "image") for sample, _ in failed)
+
+    code, report = _vllm_check(
+        tiny_model_dir("qwen2_5_vl"), script=NO_FPS, backend="videorl_models.qwen2_5_vl:Qwen2_5VLBackend"
+    )
+    assert code == 1
+    failed = {(r["sample"], r["check"]): r for r in report["results"] if r["status"] == "FAIL"}
+    assert ("video-30fps-4s", "frame_metadata") in failed and ("video-30fps-4s", "engine") not in failed
+    lp = failed[("video-long-lowres", "logprobs")]
+    assert lp["cause"].startswith("follows from the frame_metadata failure: fps missing on the engine side")
+    assert not any(sample in ("text", "image", "mixed-batch") for sample, _ in failed)
 
 
 # --- the training run's first-step check --------------------------------------------------------------
