@@ -25,7 +25,8 @@ import torch
 from videorl.backend import backend_for_model
 from videorl.eval import read_predictions
 from videorl.eval.inputs import RowInputs
-from videorl.eval.pipeline import Evaluator, begin_run, load_task
+from videorl.eval.pipeline import Evaluator, load_task
+from videorl.eval.results import begin_run
 from videorl.media import DecodeParams, ImageParams, MediaCache, MediaError, read_header
 from videorl.media.synthetic import index_frames, read_index, textured_frames, write_video
 from videorl.plugins import load_plugins

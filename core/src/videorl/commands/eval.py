@@ -414,7 +414,8 @@ def run_command(
     """
     from videorl.backend import backend_for_model
     from videorl.eval.inputs import RowInputs, visual_params
-    from videorl.eval.pipeline import Evaluator, begin_run, load_task, run_settings, timing_summary
+    from videorl.eval.pipeline import Evaluator, load_task, timing_summary
+    from videorl.eval.results import begin_run, run_settings
     from videorl.media import MediaCache
     from videorl.rollout import SamplingParams
     from videorl.train.loggers import open_eval_loggers, parse_logger_options, summary_figures

@@ -26,7 +26,6 @@ cannot fail the others.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import queue
 import sys
@@ -37,10 +36,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from videorl.atomic import atomic_write_text
 from videorl.errors import ConfigError
 from videorl.eval.predictions import Prediction, append_prediction, read_predictions
-from videorl.eval.results import RESULTS_FILE, predictions_path, record_result
+from videorl.eval.results import predictions_path, record_result, write_timing
 from videorl.eval.scoring import BenchmarkResult, score_predictions, score_row
 
 if TYPE_CHECKING:
@@ -52,19 +50,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_WAIT_S",
-    "IDENTITY_KEYS",
     "EvalTask",
     "Evaluator",
     "RunReport",
     "StageTimes",
-    "begin_run",
     "load_task",
-    "run_settings",
     "timing_summary",
 ]
-
-#: settings that must match for a run directory to be resumed (the others are informative)
-IDENTITY_KEYS = ("model", "engine", "video", "image", "clip", "prompt", "sampling")
 
 #: seconds the batching engine stage may wait for a fuller batch after the first prompt is ready
 BATCH_WAIT_S = 0.5
@@ -147,10 +139,6 @@ def _reason(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, VideorlError) else f"{type(exc).__name__}: {exc}"
 
 
-def _sha256(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 class Evaluator:
     """Runs benchmark rows through loader threads, an engine and the adapters' scoring.
 
@@ -227,7 +215,7 @@ class Evaluator:
             record_result(run_dir, result)
             results[task.name] = result
         times.wall_s = time.perf_counter() - started
-        _write_timing(run_dir, times)
+        write_timing(run_dir, times.as_dict())
         return RunReport(results, times)
 
     def _pipeline(
@@ -519,101 +507,6 @@ class _BusyClock:
     def total(self) -> float:
         with self._lock:
             return self._total
-
-
-# --- the run directory's settings ------------------------------------------------------------------
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new)):
-            out += _differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
-        return out
-    return [] if old == new else [f"{prefix}: {json.dumps(old)} in the run, {json.dumps(new)} now"]
-
-
-def begin_run(run_dir: Path | str, settings: Mapping[str, Any]) -> None:
-    """Write ``settings`` into ``RUN/results.json`` before evaluating (scores already there are kept).
-
-    Resuming a run directory requires the settings that decide the predictions (:data:`IDENTITY_KEYS`,
-    and each benchmark's data directory) to be the ones it was started with; otherwise a
-    :class:`ConfigError` lists what differs. ``settings["benchmarks"]`` (per-benchmark settings) is
-    merged, so that a run directory can gain benchmarks.
-    """
-    path = Path(run_dir) / RESULTS_FILE
-    data: dict[str, Any] = {"format": "videorl-eval/1", "settings": {}, "benchmarks": {}}
-    if path.exists():
-        from videorl.eval.results import read_results
-
-        data = read_results(run_dir)
-        old = data.get("settings") or {}
-        diffs: list[str] = []
-        if old:
-            for key in IDENTITY_KEYS:
-                diffs += _differences(old.get(key), settings.get(key), key)
-            for name, bench in (settings.get("benchmarks") or {}).items():
-                before = (old.get("benchmarks") or {}).get(name)
-                if before and before.get("data_root") != bench.get("data_root"):
-                    diffs.append(f"benchmarks.{name}.data_root: {before.get('data_root')!r} in the run, "
-                                 f"{bench.get('data_root')!r} now")
-        if diffs:
-            raise ConfigError(
-                f"{path}: this run directory was evaluated with other settings, so its predictions cannot "
-                "be resumed with these: " + "; ".join(diffs) + ". Use the same settings, or another --out."
-            )
-        merged = {**(old.get("benchmarks") or {}), **(settings.get("benchmarks") or {})}
-        data["settings"] = {**old, **settings, "benchmarks": merged}
-    else:
-        data["settings"] = dict(settings)
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
-def run_settings(
-    inputs: RowInputs,
-    sampling: SamplingParams,
-    *,
-    model: Path | str,
-    engine: Mapping[str, Any],
-    requirements: Sequence[str],
-    tasks: Sequence[EvalTask],
-    limit: int | None = None,
-    pipeline: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Every setting of a run, for ``results.json``: model, engine, video and image budgets, the clip
-    policy, prompt variant, sampling, installed distributions (``videorl plugins --requirements``),
-    the benchmarks' directories, and (informative) the pipeline's concurrency."""
-    from videorl.eval.inputs import CLIP_POLICY
-
-    tokenizer = inputs.backend.processor.tokenizer
-    return {
-        "model": {"path": str(Path(model).resolve()), "family": inputs.backend.family},
-        "engine": dict(engine),
-        "video": inputs.video_params.to_dict(),
-        "image": asdict(inputs.image_params),
-        "clip": CLIP_POLICY,
-        "prompt": {
-            "family": inputs.backend.family,
-            "thinking": inputs.thinking,
-            "system": inputs.system,
-            "chat_template_sha256": _sha256(getattr(tokenizer, "chat_template", None)),
-            "response_decoding": "skip_special_tokens",
-        },
-        "sampling": asdict(sampling),
-        "requirements": list(requirements),
-        "benchmarks": {
-            t.name: {"data_root": str(t.data_root.resolve()), "rows": len(t.rows), "limit": limit} for t in tasks
-        },
-        "pipeline": dict(pipeline or {}),
-    }
-
-
-def _write_timing(run_dir: Path, times: StageTimes) -> None:
-    from videorl.eval.results import read_results
-
-    data = read_results(run_dir)
-    data["timing"] = times.as_dict()
-    atomic_write_text(run_dir / RESULTS_FILE, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def timing_summary(report: RunReport) -> str:
