@@ -45,6 +45,8 @@ def test_every_qwen_model_type_passes_with_the_hf_engine(
     assert code == 0 and report["ok"], out
     checks = {(r["sample"], r["check"]): r for r in report["results"]}
     assert checks[("two-videos", "logprobs")]["status"] == "PASS"
+    assert checks[("two-images", "logprobs")]["status"] == "PASS"  # several images in one prompt
+    assert checks[("two-images", "placeholders")]["status"] == "PASS"
     assert checks[("video-long-lowres", "positions")]["status"] == "PASS"  # 3-D positions were compared
     assert checks[("mixed-batch", "logprobs")]["status"] == "PASS"
     assert report["tolerance"] == {"token": 1e-3, "mean": 1e-4}  # float32 without --config
@@ -206,6 +208,7 @@ def test_vllm_engine_passes(model_type: str, dtype: str, tiny_model_dir: Callabl
     assert statuses[("two-videos", "frame_metadata")] == "PASS"
     assert statuses[("video-clip-2-6s", "grids")] == "PASS"  # the processor rebuilt the engine's grids
     assert statuses[("image", "grids")] == "PASS"
+    assert statuses[("two-images", "grids")] == "PASS" and statuses[("two-images", "logprobs")] == "PASS"
 
 
 @pytest.mark.slow
@@ -433,3 +436,35 @@ def test_the_check_runs_again_on_the_first_step_after_a_resume(task: Any, tmp_pa
     with pytest.raises(ParityError, match=r"video +logprobs \(mean\) +FAIL"):
         resumed.run(on_step=lambda step, m: steps.append(step))
     assert steps == []  # step 2, the first after the resume, stopped before its update
+
+
+def test_videorl_train_stops_with_the_table_and_the_command_to_run(task: Any, tmp_path: Path) -> None:
+    """The command line: a tolerance below bfloat16's rounding (autocast actor vs the float32 weights
+    the hf engine samples with) stops the run at step 1 with exit 1, the table and what to do."""
+    from videorl import demo
+
+    out, model, train, val = task
+    overrides = [
+        *demo.demo_overrides(out, model, train, val, steps=1, seed=3, engine="hf"),
+        f"output_dir={tmp_path / 'run'}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=2",
+        "trainer.progress_bar=false",
+        "model.dtype=bfloat16",
+        "rollout.parity_tolerance=1e-9",
+    ]
+    config = tmp_path / "run.yaml"
+    config.write_text("{}\n")  # everything from the overrides
+    done = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert re.search(r"video +logprobs \(mean\) +FAIL", done.stderr), done.stderr[-3000:]
+    assert f"videorl models check {model} --engine hf --config CONFIG" in done.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists() or not any(
+        (tmp_path / "run" / "checkpoints").iterdir()
+    )
