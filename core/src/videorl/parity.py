@@ -139,8 +139,9 @@ class ParityReport:
             "results": [asdict(r) for r in self.results],
         }
 
-    def table(self) -> str:
-        """A fixed-width PASS/FAIL table, one row per sample and check, then a summary line."""
+    def table(self, *, mean: bool = False) -> str:
+        """A fixed-width PASS/FAIL table, one row per sample and check, then a summary line (which
+        states the ``mean`` limit for the training check's rows, one per modality)."""
         header = ("sample", "check", "result", "position", "trainer", "engine", "likely cause")
         rows = [
             (
@@ -163,7 +164,11 @@ class ParityReport:
         failed = sum(r.failed for r in self.results)
         lines.append(
             f"{self.model} with the {self.engine} engine in {self.dtype} (log-prob tolerance "
-            f"{self.tolerance.token:g} per token): "
+            + (
+                f"{self.tolerance.mean:g} mean per modality): "
+                if mean
+                else f"{self.tolerance.token:g} per token): "
+            )
             + ("PASS" if not failed else f"FAIL ({failed} of {len(self.results)} checks)")
         )
         return "\n".join(lines)
@@ -460,15 +465,17 @@ class VideoProbe:
 
 
 #: (name, videos, with an image): videos of several lengths and rates, a clip range, two in one prompt
-PROBES: tuple[tuple[str, tuple[VideoProbe, ...], bool], ...] = (
-    ("video-30fps-4s", (VideoProbe(30.0, 4.0, 224, 168),), False),
-    ("video-10fps-1.7s", (VideoProbe(10.0, 1.7, 168, 112),), False),
-    ("video-clip-2-6s", (VideoProbe(24.0, 12.0, 224, 168, start=2.0, end=6.0),), False),
+#: (name, videos, number of images); the images are 224×168, then 168×224 (two grids)
+PROBES: tuple[tuple[str, tuple[VideoProbe, ...], int], ...] = (
+    ("video-30fps-4s", (VideoProbe(30.0, 4.0, 224, 168),), 0),
+    ("video-10fps-1.7s", (VideoProbe(10.0, 1.7, 168, 112),), 0),
+    ("video-clip-2-6s", (VideoProbe(24.0, 12.0, 224, 168, start=2.0, end=6.0),), 0),
     # long and small: the time axis outgrows the spatial ones (where rotary rules part)
-    ("video-long-lowres", (VideoProbe(30.0, 16.0, 56, 56),), False),
-    ("image", (), True),
-    ("text", (), False),
-    ("two-videos", (VideoProbe(30.0, 4.0, 224, 168), VideoProbe(25.0, 4.0, 168, 224)), False),
+    ("video-long-lowres", (VideoProbe(30.0, 16.0, 56, 56),), 0),
+    ("image", (), 1),
+    ("text", (), 0),
+    ("two-videos", (VideoProbe(30.0, 4.0, 224, 168), VideoProbe(25.0, 4.0, 168, 224)), 0),
+    ("two-images", (), 2),
 )
 
 
@@ -484,7 +491,9 @@ def probe_video(probe: VideoProbe, backend: ModelBackend, budget: VisualBudget, 
     from videorl.media.sizing import fit_to_budget
 
     params = dataclasses.replace(
-        DecodeParams.from_budget(budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size),
+        DecodeParams.from_budget(
+            budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size
+        ),
         start=probe.start,
         end=probe.end,
     )
@@ -528,20 +537,24 @@ def probe_prompts(backend: ModelBackend, budget: VisualBudget) -> list[PromptInp
     from videorl.media.sizing import fit_to_budget
 
     prompts = []
-    for seed, (name, videos, with_image) in enumerate(PROBES):
+    for seed, (name, videos, n_images) in enumerate(PROBES):
         clips = [probe_video(v, backend, budget, seed * 10 + i) for i, v in enumerate(videos)]
         images = []
-        if with_image:
+        for i in range(n_images):
             h, w = fit_to_budget(
-                168,
-                224,
+                (168, 224)[i % 2],
+                (224, 168)[i % 2],
                 factor=backend.factor,
                 min_pixels=budget.image_min_pixels,
                 max_pixels=budget.image_max_pixels,
             )
             images.append(
                 torch.randint(
-                    0, 256, (3, h, w), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+                    0,
+                    256,
+                    (3, h, w),
+                    dtype=torch.uint8,
+                    generator=torch.Generator().manual_seed(seed * 10 + i),
                 )
             )
         text = (
@@ -917,8 +930,8 @@ def first_step_check(
                 kind,
                 "logprobs (mean)",
                 PASS if mean <= tolerance.mean else FAIL,
-                trainer=f"mean {mean:.3g}",
-                engine=f"max {float(worst[i]):.3g} ({count} tokens)",
+                trainer=f"mean |diff| {mean:.3g}",
+                engine=f"max |diff| {float(worst[i]):.3g}, {count} tokens",
                 cause=""
                 if mean <= tolerance.mean
                 else (gaps[kind].where if kind in gaps else "on another rank"),
@@ -928,7 +941,7 @@ def first_step_check(
         command = f"videorl models check {config.model.path} --engine {config.rollout.engine} --config CONFIG"
         text = (
             f"the rollout engine's log-probs differ from the actor's on the first batch (mean tolerance "
-            f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table()}\nInvestigate with `{command}`; "
+            f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table(mean=True)}\nInvestigate with `{command}`; "
             "set rollout.parity_check=warn to train anyway, or rollout.parity_tolerance to another limit."
         )
         if config.rollout.parity_check == "first_step":
