@@ -100,7 +100,7 @@ def main() -> None:
             for key, values in SHAPE_3B.items():
                 config[key] = {**config[key], **values} if isinstance(values, dict) else values
             (model_dir / "config.json").write_text(json.dumps(config))
-        backend = Qwen2_5VLBackend(model_dir)
+        backend: Any = Qwen2_5VLBackend(model_dir)  # the family class, typed by the ModelBackend protocol at use
         start = time.perf_counter()
         _reset(torch, cuda)
         with torch.device(device):
