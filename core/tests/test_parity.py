@@ -154,3 +154,21 @@ def test_gaps_per_modality_of_the_prompts() -> None:
     assert gaps["video"].count == 5 and gaps["video"].mean == pytest.approx((0.1 + 0.5) / 5)
     assert gaps["video"].worst == pytest.approx(0.5) and gaps["video"].where.startswith("sample 'v1' token 2")
     assert gaps["text"].mean == pytest.approx(0.25 / 2)
+
+
+def test_grids_and_media_items_the_engine_request_carries() -> None:
+    from videorl.parity import compare_grids, compare_items
+
+    assert compare_grids("v", [(4, 12, 16)], [(4, 12, 16)]).status == "PASS"
+    resized = compare_grids("v", [(4, 12, 16), (2, 8, 8)], [(4, 12, 16), (2, 4, 4)])
+    assert (resized.status, resized.position, resized.trainer, resized.engine) == (
+        "FAIL",
+        1,
+        (2, 8, 8),
+        (2, 4, 4),
+    )
+    assert "resized or resampled" in resized.cause
+    assert compare_grids("v", [(4, 12, 16)], None, "no processor").status == "n/a"
+    dropped = compare_items("two", {"video": 2, "image": 0}, {"video": 1}, "2 span(s)")
+    assert (dropped.status, dropped.trainer, dropped.engine) == ("FAIL", "2 video(s)", "1 video(s)")
+    assert compare_items("two", {"video": 2, "image": 0}, {"video": 2}, "2 span(s)").status == "PASS"
