@@ -269,12 +269,14 @@ def run(
 
 
 def _plot(run_dir: Path, control_rows: Sequence[dict[str, Any]], *, title: str) -> Path | None:
+    """``curves.png`` of the run's metrics with ``control_rows`` (step 0 and the control) merged in."""
     from videorl.atomic import atomic_write_bytes
     from videorl.commands.plot import curves, render
     from videorl.train.metrics import METRICS_FILE, read_metrics
 
     try:
-        png = render(curves([*read_metrics(run_dir / METRICS_FILE), *control_rows]), title=title)
+        rows = sorted([*read_metrics(run_dir / METRICS_FILE), *control_rows], key=lambda row: row["step"])
+        png = render(curves(rows), title=title)
     except ImportError:
         return None
     target = run_dir / "curves.png"
