@@ -17,13 +17,13 @@ from videorl.plugins import Plugins
 )
 @click.option(
     "--task",
-    type=click.Choice(["colour", "order"]),
-    default="colour",
+    type=click.Choice(["order", "colour"]),
+    default="order",
     show_default=True,
     help="colour: the colour of the square (one frame answers it); order: the colour it shows first "
     "(only the order of the frames answers it).",
 )
-@click.option("--steps", type=int, default=None, help="GRPO steps (default: the task's).")
+@click.option("--steps", type=int, default=150, show_default=True, help="GRPO steps.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--family", default="qwen2_5_vl", show_default=True, help="Model family of the tiny model.")
 @click.option("--engine", default="hf", show_default=True, help="Rollout engine (hf or vllm).")
@@ -33,7 +33,7 @@ def demo_command(
     plugins: Plugins,
     out: Path,
     task: str,
-    steps: int | None,
+    steps: int,
     seed: int,
     family: str,
     engine: str,
@@ -56,9 +56,8 @@ def demo_command(
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     minutes = (time.monotonic() - start) / 60
-    done = steps if steps is not None else demo.TASKS[task].steps
     click.echo(
-        f"held-out accuracy: {result.before:.3f} before training -> {result.after:.3f} after {done} steps"
+        f"held-out accuracy: {result.before:.3f} before training -> {result.after:.3f} after {steps} steps"
     )
     click.echo(
         f"reversed control:  {result.control_before:.3f} before training -> {result.control_after:.3f} "
