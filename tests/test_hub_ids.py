@@ -13,6 +13,8 @@ import pytest
 
 from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError
+from videorl.plugins import load_plugins
+from videorl.train.compose import make_backend
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
@@ -66,13 +68,12 @@ def test_a_local_folder_named_like_an_id_wins(hub: Path, tmp_path: Path) -> None
 
 
 def test_a_missing_snapshot_names_the_id_and_the_download_command(hub: Path, tmp_path: Path) -> None:
+    config: TrainConfig = load_config(_train_config(tmp_path, "tiny-org/absent-vl"))
+    assert config.model.path == "tiny-org/absent-vl"  # checked, printed or planned without the model
     with pytest.raises(ConfigError) as caught:
-        load_config(_train_config(tmp_path, "tiny-org/absent-vl"))
+        make_backend(config, load_plugins())
     message = str(caught.value)
-    assert (
-        "train.yaml:2: model.path: tiny-org/absent-vl: no such folder, and the Hub model tiny-org/absent-vl"
-        in message
-    )
+    assert "tiny-org/absent-vl: no such folder, and the Hub model tiny-org/absent-vl is not in the" in message
     assert f"({tmp_path / 'hf' / 'hub'}); download it first: hf download tiny-org/absent-vl" in message
 
 

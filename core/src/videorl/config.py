@@ -16,6 +16,7 @@ pixels per video frame, 1,048,576 per image, 4,096 response tokens). Dependencie
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import os
@@ -811,16 +812,16 @@ def _against(base: Path) -> Any:
     return resolve
 
 
-def _resolve_hub_model(config: TrainConfig, ctx: _Context) -> None:
-    """``model.path`` given as a Hub id becomes its snapshot folder in the local cache (:mod:`videorl.hub`)."""
+def _resolve_hub_model(config: TrainConfig) -> None:
+    """``model.path`` given as a Hub id becomes its snapshot folder when the local cache holds it
+    (:mod:`videorl.hub`); otherwise it stays as given (a config is checked, printed or planned on
+    machines without the model), and loading the model says what to download."""
     from videorl.hub import is_hub_id, resolve_model
 
     if not is_hub_id(config.model.path) or Path(config.model.path).exists():
         return
-    try:
+    with contextlib.suppress(ConfigError):
         config.model.path = str(resolve_model(config.model.path))
-    except ConfigError as exc:
-        ctx.problem(("model", "path"), f"model.path: {exc}")
 
 
 def load_config(
@@ -861,7 +862,7 @@ def load_config(
     if not ctx.problems:  # range checks only make sense on well-typed values
         _check(config, (), ctx)
     if isinstance(config, TrainConfig) and not ctx.problems:
-        _resolve_hub_model(config, ctx)
+        _resolve_hub_model(config)
     if ctx.problems:
         header = f"invalid configuration{f' in {path}' if path is not None else ''}:"
         raise ConfigError("\n  ".join([header, *ctx.problems]))

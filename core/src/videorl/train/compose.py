@@ -130,11 +130,13 @@ def _dataset_template(spec: str | None, plugins: Plugins) -> PromptTemplate | No
 def make_backend(config: TrainConfig, plugins: Plugins) -> ModelBackend:
     """The model backend of ``model.family``, or the one serving the checkpoint's ``model_type``."""
     from videorl.backend import backend_for_model
+    from videorl.hub import resolve_model
 
+    path = resolve_model(config.model.path)  # a Hub id the cache lacks: the error names the download
     if config.model.family:
-        backend: ModelBackend = plugins.model_backends.create(config.model.family, path=Path(config.model.path))
+        backend: ModelBackend = plugins.model_backends.create(config.model.family, path=path)
         return backend
-    return backend_for_model(config.model.path, plugins.model_backends)
+    return backend_for_model(path, plugins.model_backends)
 
 
 def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -> PromptEncoder:
