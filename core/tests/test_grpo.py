@@ -233,3 +233,40 @@ def test_group_advantages_are_normalised_within_each_group() -> None:
     flat = grpo.assign_advantages(config("algorithm.norm_adv_by_std=true"), groups)
     std = math.sqrt(0.5)  # sample std of (1, 0)
     assert [t.advantage for t in flat] == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0], rel=1e-4)
+
+
+PINNED_ADVANTAGES = [
+    "0x1.6a09c40000000p-1",
+    "-0x1.6a09c40000000p-1",
+    "-0x1.6a09ba0000000p-1",
+    "0x1.6a09ba0000000p-1",
+]
+PINNED_LOSS = "0x1.21b0a00000000p-8"
+PINNED_CLIP_FRACTION = "0x1.745d1745d1746p-3"  # 2 of 11 tokens
+PINNED_WEIGHT_SUM = "0x1.33f5ee8600000p+2"
+PINNED_WEIGHT_SQ = "0x1.30ac269813f83p+6"
+
+
+def pinned_step(*overrides: str) -> tuple[list[float], dict[str, float], torch.Tensor]:
+    """GRPO's advantages and two optimizer steps (so the second sees ratios off 1, some clipped) on a
+    fixed batch: what the pinning test below compares, bit for bit, with the numbers of the loop before
+    algorithms became components."""
+    trajectories = batch()
+    groups = [trajectories[:2], trajectories[2:]]
+    for t, r in zip(trajectories, [1.0, 0.0, 0.25, 1.0]):
+        t.reward = r
+    cfg = config("data.rollout_batch_size=2", "actor.global_batch_size=1", "rollout.n=2", *overrides)
+    flat = grpo.assign_advantages(cfg, groups)
+    a = actor(lr=2.0)
+    metrics = grpo.update(cfg, a, flat, Dist(), StageTimer())
+    return [t.advantage for t in flat], metrics, params(a)
+
+
+def test_grpo_is_bit_for_bit_the_loop_before_algorithm_components() -> None:
+    advantages, metrics, weights = pinned_step()
+    # recorded with the code of commit 0361d6a (grpo_advantages + policy_loss called by the loop)
+    assert [a.hex() for a in advantages] == PINNED_ADVANTAGES
+    assert metrics["actor/loss"].hex() == PINNED_LOSS
+    assert metrics["actor/clip_fraction"].hex() == PINNED_CLIP_FRACTION
+    assert float(weights.double().sum()).hex() == PINNED_WEIGHT_SUM
+    assert float((weights.double() ** 2).sum()).hex() == PINNED_WEIGHT_SQ
