@@ -265,3 +265,67 @@ def test_pip_install_of_a_plugin_folder_writes_nothing_into_it(tmp_path: Path, p
     assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
     (dist_info,) = site.glob("videorl_*.dist-info")
     assert (dist_info / "entry_points.txt").read_text().startswith("[videorl]\n")
+
+
+# --- a tracker installed as a package (register_loggers) -----------------------------------------
+
+LITE = '''
+"""A stranger's experiment tracker: every row and summary as a line of RUN/lite.jsonl."""
+
+import json
+
+from videorl.api import hookimpl
+
+
+class LiteLogger:
+    def __init__(self, run, *, tag="none"):
+        self.path = run.run_dir / "lite.jsonl"
+        self.write({"open": run.kind, "tag": tag, "requirements": run.metadata["requirements"],
+                    "model": run.config["model"]["path"]})
+
+    def write(self, item):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(item) + "\\n")
+
+    def log(self, step, row):
+        self.write({"step": step, **row})
+
+    def log_summary(self, summary):
+        self.write({"summary": dict(summary)})
+
+    def close(self):
+        self.write({"close": True})
+
+
+@hookimpl
+def register_loggers(register):
+    register("lite", LiteLogger)
+'''
+
+
+def test_a_tracker_installed_as_a_package_logs_an_evaluation(tmp_path: Path) -> None:
+    project = tmp_path / "videorl-lite"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(ACME_PYPROJECT.replace("acme", "lite").replace("0.3.0", "0.2.0"))
+    (project / "videorl_lite.py").write_text(textwrap.dedent(LITE))
+    env = env_for(install(project, tmp_path), tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    listed = {p["name"]: p for p in json.loads(videorl(env, work, "plugins", "--json").stdout)}
+    assert listed["videorl-lite"]["components"] == {"loggers": ["lite"]}
+
+    videorl(env, work, "models", "tiny", "qwen2_5_vl", "model")
+    data = tmp_path / "mvbench"
+    (data / "json").mkdir(parents=True)
+    row = {"video": "absent.mp4", "question": "Is it there?", "candidates": ["yes", "no"], "answer": "yes"}
+    (data / "json" / "object_existence.json").write_text(json.dumps([row]))
+    videorl(env, work, "eval", "run", "--model", "model", "--benchmark", "mvbench", "--data-root", str(data),
+            "--out", "run", "--max-tokens", "2", "--quiet", "--logger", "lite", "--logger-option", "lite.tag=t1")  # fmt: skip
+    lines = [json.loads(line) for line in (work / "run" / "lite.jsonl").read_text().splitlines()]
+    assert [next(iter(item)) for item in lines] == ["open", "summary", "close"]
+    assert lines[0]["open"] == "eval" and lines[0]["tag"] == "t1"
+    assert "videorl-lite==0.2.0" in lines[0]["requirements"]
+    assert lines[0]["model"] == str((work / "model").resolve())
+    summary = json.loads((work / "run" / "results.json").read_text())["benchmarks"]["mvbench"]
+    figures = lines[1]["summary"]
+    assert figures["mvbench/overall"] == summary["overall"] and figures["mvbench/n"] == 1
