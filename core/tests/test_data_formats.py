@@ -181,3 +181,12 @@ def test_cache_build_reads_parquet_and_reports_rows(run_cli: Any, make_clip: Any
         json.loads(line) for line in (tmp_path / "cache" / "build-failures.jsonl").read_text().splitlines()
     ]
     assert failure["where"] == f"{data}:2" and "missing the question" in failure["reason"]
+
+
+def test_read_rows_numbers_parquet_rows_and_refuses_a_folder(tmp_path: Path) -> None:
+    from videorl.data import read_rows
+
+    data = _parquet(tmp_path / "train.parquet", ROWS)
+    assert [(n, r["problem_id"]) for n, r in read_rows(data)] == [(1, "a"), (2, "b"), (3, "c")]
+    with pytest.raises(DataError, match=rf"^{tmp_path}: a folder, where one dataset file is read here"):
+        list(read_rows(tmp_path))

@@ -81,6 +81,8 @@ def read_rows(path: str | os.PathLike[str], errors: list[DataError] | None = Non
     JSON is collected there and skipped. Another suffix is an error listing the formats read."""
     where = str(path)
     suffix = Path(path).suffix.lower()
+    if Path(path).is_dir():
+        raise DataError(f"{where}: a folder, where one dataset file is read here; give one of its data files")
     if suffix not in ROW_FORMATS:
         raise unsupported(Path(path))
     if suffix in (".parquet", ".arrow"):
