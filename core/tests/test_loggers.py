@@ -286,3 +286,17 @@ def test_the_documented_logger_config_loads_and_runs(
         "train/wandb",
         "train/mlflow",
     }
+
+
+def test_without_tensorboard_the_default_loggers_warn_and_go_on(
+    tmp_path: Path, plugins: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # the library is not installed
+    with pytest.warns(
+        RuntimeWarning, match=r"TensorBoard logging is off: .*pip install tensorboard, or leave"
+    ):
+        writer = _writer(tmp_path, plugins)  # trainer.loggers' default: [jsonl, tensorboard]
+    with writer:
+        writer.log(1, {"x": 1.0})
+        assert list(writer.loggers.loggers) == ["jsonl"]
+    assert not (tmp_path / "run" / "tensorboard").exists()

@@ -112,6 +112,11 @@ def _missing(package: str, extra: str, exc: ImportError) -> ConfigError:
     return ConfigError(f"the {extra} logger needs {package}: pip install 'videorl[{extra}]' ({exc})")
 
 
+class LoggerUnavailable(VideorlError):
+    """Raised by a logger's factory that cannot run here and is fine to go without (TensorBoard, on by
+    default, without its library): reported as a warning and left out, the run goes on."""
+
+
 # --- first-party loggers --------------------------------------------------------------------------
 
 
@@ -160,7 +165,10 @@ class TensorBoardLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise _missing("tensorboard", "tensorboard", exc) from None
+            raise LoggerUnavailable(
+                f"TensorBoard logging is off: {exc} (pip install tensorboard, or leave tensorboard out of "
+                "trainer.loggers)"
+            ) from None
         purge = run.start_step + 1 if run.start_step > 0 else None
         self._tb = SummaryWriter(log_dir=log_dir or str(run.run_dir / TENSORBOARD_DIR), purge_step=purge)
         if run.start_step == 0:
@@ -292,7 +300,8 @@ def open_loggers(
     run: RunContext,
 ) -> dict[str, Logger]:
     """The loggers ``names`` (registered names), each made with ``options[name]``; one that cannot be
-    made is a :class:`ConfigError` naming it (the loggers already open are closed)."""
+    made is a :class:`ConfigError` naming it (the loggers already open are closed), except one that
+    raises :class:`LoggerUnavailable`: a warning, and the run goes without it."""
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise ConfigError(
@@ -305,6 +314,8 @@ def open_loggers(
                 opened[name] = registry.create(name, run=run, **dict(options.get(name) or {}))
             except TypeError as exc:
                 raise ConfigError(f"logger {name!r}: {exc}") from None
+            except LoggerUnavailable as exc:
+                warnings.warn(str(exc), RuntimeWarning, stacklevel=3)
     except BaseException:
         for logger in opened.values():
             logger.close()
