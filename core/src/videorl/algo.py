@@ -1,4 +1,5 @@
-"""The GRPO algorithm's pieces: advantages, the DAPO clip-higher loss, KL, entropy, batching rules.
+"""The algorithms' pieces: advantages (GRPO, RLOO, REINFORCE++), losses (PPO clip, GSPO, CISPO),
+KL, entropy, batching rules.
 
 Pure functions on tensors (or plain sequences for the batching rules); the training loop composes
 them. No function modifies its inputs in place (FSDP2 refuses in-place ops on the views it returns).
@@ -16,21 +17,26 @@ from typing import Literal
 
 import torch
 
-LossAggMode = Literal["token-mean", "seq-mean-token-mean"]
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 __all__ = [
     "LossAggMode",
     "MixPolicyDecision",
     "PolicyLoss",
     "aggregate",
+    "batch_whitened_advantages",
+    "cispo_loss",
     "entropy_from_logits",
     "grpo_advantages",
+    "gspo_loss",
     "informative_groups",
     "kl_k3",
     "mask_logits",
     "mix_policy_decision",
+    "overlong_penalty",
     "pack_by_token_budget",
     "policy_loss",
+    "rloo_advantages",
 ]
 
 
@@ -54,6 +60,50 @@ def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6, norm_by_std: bo
         centered = centered / (std + eps)
     constant = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
     return torch.where(constant, torch.zeros_like(centered), centered)
+
+
+def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """RLOO: each reward minus the mean of the *other* rewards of its group, ``n/(n-1)·(r - mean)``.
+
+    A group of one has no other response to compare with: 0.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
+    rewards = rewards.to(torch.float32)
+    n = rewards.shape[1]
+    if n < 2:
+        return torch.zeros_like(rewards)
+    return (rewards - rewards.mean(dim=1, keepdim=True)) * (n / (n - 1))
+
+
+def batch_whitened_advantages(
+    rewards: torch.Tensor, *, eps: float = 1e-6, group_baseline: bool = False
+) -> torch.Tensor:
+    """REINFORCE++: rewards normalised over the whole batch, ``(r - mean) / (std + eps)``.
+
+    ``group_baseline`` (REINFORCE++-baseline) subtracts each group's mean first. ``std`` is the
+    unbiased standard deviation over every response of the batch; a batch whose (centred) rewards are
+    all equal gets exactly 0.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
+    values = rewards.to(torch.float32)
+    if group_baseline:
+        values = values - values.mean(dim=1, keepdim=True)
+    if values.numel() < 2 or bool(values.amax() == values.amin()):
+        return torch.zeros_like(values)
+    return (values - values.mean()) / (values.std() + eps)
+
+
+def overlong_penalty(
+    lengths: torch.Tensor, max_length: int, buffer: int, factor: float = 1.0
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment, added to the reward: 0 up to ``max_length - buffer`` tokens,
+    then falling linearly to ``-factor`` at ``max_length`` (and ``-factor`` beyond)."""
+    if buffer <= 0:
+        return torch.zeros_like(lengths, dtype=torch.float32)
+    over = lengths.to(torch.float32) - (max_length - buffer)
+    return -factor * torch.clamp(over / buffer, min=0.0, max=1.0)
 
 
 def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
@@ -115,6 +165,8 @@ def aggregate(
 
     ``token-mean``: the sum over valid tokens divided by their count. ``seq-mean-token-mean``: the
     mean over each sequence's valid tokens, then the mean over sequences that have any.
+    ``seq-mean-token-sum-norm`` (Dr. GRPO): the sum over valid tokens divided by a constant, by
+    default the padded size ``B × T`` (pass ``sequences × max response length``).
     ``denominator`` replaces the count (of tokens, or of sequences): pass the count of the whole
     mini-batch when gradients are accumulated over micro-batches, so that every token (sequence)
     weighs the same whatever micro-batch it was packed in.
@@ -130,8 +182,14 @@ def aggregate(
         count = (
             (tokens > 0).sum().to(values.dtype) if denominator is None else torch.tensor(float(denominator))
         )
+    elif mode == "seq-mean-token-sum-norm":
+        total = (values * mask).sum()
+        count = torch.tensor(float(mask.numel() if denominator is None else denominator))
     else:
-        raise ValueError(f"unknown loss aggregation mode {mode!r}; use 'token-mean' or 'seq-mean-token-mean'")
+        raise ValueError(
+            f"unknown loss aggregation mode {mode!r}; use 'token-mean', 'seq-mean-token-mean' or "
+            "'seq-mean-token-sum-norm'"
+        )
     return total / count.clamp(min=1).to(values.device)
 
 
@@ -171,6 +229,76 @@ def policy_loss(
     count = valid.sum().clamp(min=1)
     with torch.no_grad():
         clip_fraction = ((clipped > unclipped).to(per_token.dtype) * valid).sum() / count
+        approx_kl = (-log_ratio * valid).sum() / count
+    return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
+
+
+def gspo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    token_level: bool = False,
+    denominator: float | None = None,
+) -> PolicyLoss:
+    """GSPO: the PPO clip on the sequence-level, length-normalised ratio
+    ``s_i = exp(mean_t(log_prob - old_log_prob))``, averaged over sequences.
+
+    ``token_level`` (GSPO-token): ``s_i,t = sg[s_i] · exp(log_prob_t - sg[log_prob_t])``, equal in
+    value to ``s_i`` but with a per-token gradient, so per-token advantages ``(B, T)`` can differ along
+    a response. ``denominator`` replaces the count of sequences.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    valid = mask.to(log_probs.dtype)
+    lengths = valid.sum(dim=-1).clamp(min=1)
+    log_ratio = log_probs - old_log_probs
+    seq_log_ratio = (log_ratio * valid).sum(dim=-1) / lengths
+    if token_level:
+        ratio = torch.exp(seq_log_ratio.detach().unsqueeze(-1) + log_probs - log_probs.detach())
+    else:
+        ratio = torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(log_probs)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    count = valid.sum().clamp(min=1)
+    with torch.no_grad():
+        clip_fraction = ((clipped > unclipped).to(per_token.dtype) * valid).sum() / count
+        approx_kl = (-log_ratio * valid).sum() / count
+    loss = aggregate(per_token, mask, "seq-mean-token-mean", denominator=denominator)
+    return PolicyLoss(loss, clip_fraction, approx_kl)
+
+
+def cispo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 1.0,
+    clip_high: float = 0.28,
+    mode: LossAggMode = "token-mean",
+    denominator: float | None = None,
+) -> PolicyLoss:
+    """CISPO: ``-sg[clip(ratio, 1 - clip_low, 1 + clip_high)] · A · log_prob`` per token.
+
+    The importance weight is clipped and detached, so a clipped token still carries the gradient
+    ``-w·A`` of its log-prob (PPO's clip zeroes it). ``clip_fraction``: the share of valid tokens
+    whose weight was clipped.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    log_ratio = log_probs - old_log_probs
+    ratio = torch.exp(log_ratio.detach())
+    weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = -weight * advantages * log_probs
+    valid = mask.to(per_token.dtype)
+    count = valid.sum().clamp(min=1)
+    with torch.no_grad():
+        clip_fraction = ((weight != ratio).to(per_token.dtype) * valid).sum() / count
         approx_kl = (-log_ratio * valid).sum() / count
     return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
 

@@ -31,6 +31,36 @@ def register_loggers(register: Register) -> None:
     register("mlflow", "videorl.train.loggers:MlflowLogger", description="MLflow (videorl[mlflow])")
 
 
+_COMPONENTS = "videorl.algorithms.components"
+
+
+@hookimpl
+def register_advantage_estimators(register: Register) -> None:
+    register("grpo", f"{_COMPONENTS}:GRPOEstimator", description="group-normalised rewards")
+    register("rloo", f"{_COMPONENTS}:RLOOEstimator", description="leave-one-out group baseline")
+    register(
+        "reinforce_pp", f"{_COMPONENTS}:ReinforcePlusPlusEstimator", aliases=("reinforce++",),
+        description="rewards whitened over the batch",
+    )  # fmt: skip
+
+
+@hookimpl
+def register_policy_losses(register: Register) -> None:
+    register("ppo_clip", f"{_COMPONENTS}:PPOClipLoss", description="PPO clip, DAPO clip-higher")
+    register("gspo", f"{_COMPONENTS}:GSPOLoss", description="sequence-level ratio (GSPO, GSPO-token)")
+    register("cispo", f"{_COMPONENTS}:CISPOLoss", description="clipped detached IS weight × log-prob")
+
+
+@hookimpl
+def register_algorithm_presets(register: Register) -> None:
+    for name, attr in (
+        ("grpo", "GRPO"), ("dr_grpo", "DR_GRPO"), ("dapo", "DAPO"), ("gspo", "GSPO"), ("gspo_token", "GSPO_TOKEN"),
+        ("cispo", "CISPO"), ("rloo", "RLOO"), ("reinforce_pp", "REINFORCE_PP"),
+        ("reinforce_pp_baseline", "REINFORCE_PP_BASELINE"),
+    ):  # fmt: skip
+        register(name, f"{_COMPONENTS}:{attr}")
+
+
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     from videorl.commands import plugins

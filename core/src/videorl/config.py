@@ -254,7 +254,19 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
-    adv_estimator: Literal["grpo"] = option("grpo", "Advantage estimator: group-normalised rewards (GRPO).")
+    preset: str | None = option(
+        None,
+        "A registered algorithm preset (grpo, dr_grpo, dapo, gspo, gspo_token, cispo, rloo, reinforce_pp, "
+        "reinforce_pp_baseline; see docs/algorithms.md): sets the keys below that you leave at their default.",
+    )
+    adv_estimator: str = option("grpo", "A registered advantage estimator (grpo, rloo, reinforce_pp).")
+    estimator_options: dict[str, Any] = option(
+        factory=dict, help="Options of the advantage estimator (the run's config.yaml lists them all, resolved)."
+    )
+    policy_loss: str = option("ppo_clip", "A registered policy loss (ppo_clip, gspo, cispo).")
+    loss_options: dict[str, Any] = option(
+        factory=dict, help="Options of the policy loss (the run's config.yaml lists them all, resolved)."
+    )
     norm_adv_by_std: bool = option(
         True, "Divide by the group's standard deviation (false: subtract the mean only, as in Dr. GRPO)."
     )
@@ -274,6 +286,14 @@ class AlgorithmConfig:
     dynamic_sampling_max_tries: int = option(
         20, "Most generation rounds to fill one batch with dynamic sampling."
     )
+    overlong_buffer: int = option(
+        0, "DAPO overlong shaping: the last L_cache tokens before rollout.max_response_length, over which "
+        "the reward falls linearly by up to overlong_penalty; 0: off.",
+    )
+    overlong_penalty: float = option(1.0, "The overlong shaping's largest penalty (at the length limit).")
+    overlong_filtering: bool = option(
+        False, "DAPO overlong filtering: truncated responses (finish reason length) are left out of the loss."
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -288,6 +308,10 @@ class AlgorithmConfig:
                 problems.append((key, "must be >= 0"))
         if self.dynamic_sampling_max_tries < 1:
             problems.append(("dynamic_sampling_max_tries", "must be >= 1"))
+        if self.overlong_buffer < 0:
+            problems.append(("overlong_buffer", "must be >= 0"))
+        if not self.overlong_penalty >= 0:
+            problems.append(("overlong_penalty", "must be >= 0"))
         return problems
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from videorl import algo
+from videorl import algo, algorithms
 from videorl.alignment import check_response_tokens
 from videorl.model_inputs import response_stats
 from videorl.parity import first_step_check, modality_gaps
@@ -43,7 +43,7 @@ from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
-    from videorl.config import TrainConfig
+    from videorl.config import AlgorithmConfig, TrainConfig
     from videorl.data import Sample
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
@@ -337,6 +337,7 @@ def update(
     gradient of the mini-batch's token-mean loss however it is split into micro-batches and ranks.
     """
     cfg = config.algorithm
+    policy_loss = algorithms.build(cfg).loss
     forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
     n = config.rollout.n
     groups = [list(trajectories[i : i + n]) for i in range(0, len(trajectories), n)]
@@ -356,7 +357,8 @@ def update(
     sums: dict[str, float] = defaultdict(float)
     actor.model.train()
     for u, mini in enumerate(minis, start=1):
-        counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in mini)), float(len(mini))])
+        trained = [t for t in mini if _trained(cfg, t)]
+        counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in trained)), float(len(trained))])
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
         batches = _micro_batches(mini, budget, dist)
         for j, batch in enumerate(batches, start=1):
@@ -364,12 +366,13 @@ def update(
             logp, entropy, mask = _forward(
                 actor.model, actor.backend, batch, forbidden, actor.compute_dtype, entropy_grad=cfg.entropy_coef > 0
             )
+            if cfg.overlong_filtering:
+                keep = torch.tensor([_trained(cfg, t) for t in batch], device=mask.device)
+                mask = mask * keep.to(mask.dtype).unsqueeze(-1)
             old_logp = _rows([old[id(t)] for t in batch], logp) if old else logp.detach()
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
-            pl = algo.policy_loss(
-                logp, old_logp, adv, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                mode=cfg.loss_agg_mode, denominator=tokens if cfg.loss_agg_mode == "token-mean" else responses,
-            )
+            scale = algorithms.LossScale(tokens, responses, config.rollout.max_response_length)
+            pl = policy_loss.loss(logp, old_logp, adv, mask, scale)
             loss, valid = pl.loss, mask.float()
             if cfg.entropy_coef > 0:
                 loss = loss - cfg.entropy_coef * (entropy * valid).sum() / tokens
@@ -406,6 +409,11 @@ def update(
         if sums[f"gap_tokens/{kind}"]:
             out[f"rollout/logprob_diff/{kind}"] = sums[f"gap/{kind}"] / sums[f"gap_tokens/{kind}"]
     return out
+
+
+def _trained(cfg: AlgorithmConfig, t: Trajectory) -> bool:
+    """Whether the update trains on ``t``: DAPO's overlong filtering leaves truncated responses out."""
+    return not (cfg.overlong_filtering and t.completion.finish_reason == "length")
 
 
 def _reference_rows(
@@ -587,11 +595,16 @@ def sleep_engine(engine: RolloutEngine) -> None:
 
 
 def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]]) -> list[Trajectory]:
-    """Set every trajectory's group-normalised advantage; the trajectories, flattened in group order."""
-    advantages = algo.grpo_advantages(
-        torch.tensor([[t.reward for t in g] for g in groups]),
-        eps=config.algorithm.adv_eps, norm_by_std=config.algorithm.norm_adv_by_std,
-    )
+    """Set every trajectory's advantage by the run's estimator (on the rewards with DAPO's overlong
+    shaping, when on); the trajectories, flattened in group order."""
+    cfg = config.algorithm
+    rewards = torch.tensor([[t.reward for t in g] for g in groups])
+    if cfg.overlong_buffer > 0:
+        lengths = torch.tensor([[len(t.completion.token_ids) for t in g] for g in groups])
+        rewards = rewards + algo.overlong_penalty(
+            lengths, config.rollout.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
+        )
+    advantages = algorithms.build(cfg).estimator.advantages(rewards)
     flat = []
     for g, group in enumerate(groups):
         for j, t in enumerate(group):

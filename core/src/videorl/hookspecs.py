@@ -45,10 +45,13 @@ __all__ = [
     "PROJECT",
     "hookimpl",
     "hookspec",
+    "register_advantage_estimators",
+    "register_algorithm_presets",
     "register_benchmarks",
     "register_commands",
     "register_loggers",
     "register_model_backends",
+    "register_policy_losses",
     "register_prompt_templates",
     "register_rewards",
     "register_rollout_engines",
@@ -121,6 +124,39 @@ def register_loggers(register: Register) -> None:
     implementing :class:`videorl.api.Logger` (``log(step, row)``, ``log_summary(summary)``,
     ``close()``). Import the tracker's library inside the factory, so that it loads only when enabled.
     A logger that raises is reported and left out; training goes on.
+    """
+
+
+@hookspec
+def register_advantage_estimators(register: Register) -> None:
+    """Register advantage estimators, the names ``algorithm.adv_estimator`` refers to.
+
+    An estimator target is a dataclass whose fields are its options (each with a default and a
+    ``metadata={"help": ...}`` text; ``algorithm.estimator_options`` sets them); an instance implements
+    :class:`videorl.api.AdvantageEstimator`: ``advantages(rewards)`` maps the ``(groups, n)`` rewards of
+    a step to advantages of the same shape. Check one with
+    :func:`videorl.testing.assert_algorithm_contract`.
+    """
+
+
+@hookspec
+def register_policy_losses(register: Register) -> None:
+    """Register policy losses, the names ``algorithm.policy_loss`` refers to.
+
+    A loss target is a dataclass whose fields are its options (``algorithm.loss_options``); an instance
+    implements :class:`videorl.api.PolicyLossFunction`: ``loss(log_probs, old_log_probs, advantages,
+    mask, scale)`` returns a :class:`videorl.api.PolicyLoss`. Any loss combines with any estimator.
+    Check one with :func:`videorl.testing.assert_algorithm_contract`.
+    """
+
+
+@hookspec
+def register_algorithm_presets(register: Register) -> None:
+    """Register algorithm presets, the names ``algorithm.preset`` refers to.
+
+    A preset target is a :class:`videorl.api.Preset` (as a ``"module:attr"`` string) or a factory
+    returning one: ``algorithm.*`` settings (``adv_estimator``, ``policy_loss``, their option mappings,
+    section keys such as ``dynamic_sampling``) that apply where the run's config keeps the default.
     """
 
 

@@ -42,6 +42,9 @@ KINDS: dict[str, str] = {
     "prompt_templates": "register_prompt_templates",
     "rollout_engines": "register_rollout_engines",
     "loggers": "register_loggers",
+    "advantage_estimators": "register_advantage_estimators",
+    "policy_losses": "register_policy_losses",
+    "algorithm_presets": "register_algorithm_presets",
 }
 
 _SINGULAR = {
@@ -51,6 +54,9 @@ _SINGULAR = {
     "prompt_templates": "prompt template",
     "rollout_engines": "rollout engine",
     "loggers": "logger",
+    "advantage_estimators": "advantage estimator",
+    "policy_losses": "policy loss",
+    "algorithm_presets": "algorithm preset",
 }
 
 

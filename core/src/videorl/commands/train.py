@@ -77,6 +77,13 @@ def train_command(
             )
         except VideorlError as exc:
             raise click.ClickException(str(exc)) from None
+    from videorl import algorithms
+
+    try:  # the preset applied and every option spelled out: what --print-config and the run's config show
+        config.algorithm = algorithms.resolve(config.algorithm, plugins)
+    except VideorlError as exc:
+        raise click.ClickException(f"{config_file}: {exc}") from None
+    algorithms.use_plugins(plugins)
     if print_config:  # after the run's plugins are loaded: they may provide the rewards it names
         from videorl.rewards.router import RewardRouter
 
