@@ -19,13 +19,14 @@ def test_a_short_demo_run_learns_the_colour_from_pixels(tmp_path: Path) -> None:
         tmp_path,
         load_plugins(),
         task="colour",
-        steps=100,
+        steps=150,  # at 100 steps held-out accuracy still swings between 0.4 and 0.75
         seed=0,
         val_clips=32,
         extra=["trainer.progress_bar=false"],
     )
     assert result.before <= 0.3  # a random policy: chance (0.25) or worse, without the answer format
-    assert result.after >= 0.5, f"held-out accuracy {result.after} after 100 steps (chance 0.25)"
+    assert result.after >= 0.9, f"held-out accuracy {result.after} after 150 steps (chance 0.25)"
+    assert result.control_after >= 0.8  # any frame answers the colour: reversing the clips changes nothing
     assert result.curve is not None and result.curve.stat().st_size > 10_000
     assert (result.run_dir / "checkpoints").is_dir()
 
