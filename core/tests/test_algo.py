@@ -1,4 +1,4 @@
-"""The GRPO pieces against values worked out by hand (in the comments)."""
+"""The algorithms' pieces against values worked out by hand (in the comments)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,29 @@ import torch
 
 from videorl.algo import (
     aggregate,
+    batch_whitened_advantages,
+    cispo_loss,
     entropy_from_logits,
     grpo_advantages,
+    gspo_loss,
     informative_groups,
     kl_k3,
     mask_logits,
     mix_policy_decision,
+    overlong_penalty,
     pack_by_token_budget,
     policy_loss,
+    rloo_advantages,
 )
 from videorl.model_inputs import token_logprobs
 
 LN = math.log
+
+
+def close(actual: torch.Tensor | list, expected: list, atol: float = 1e-6) -> None:
+    torch.testing.assert_close(
+        torch.as_tensor(actual).double(), torch.tensor(expected).double(), atol=atol, rtol=0
+    )
 
 
 # --- advantages --------------------------------------------------------------------------------
@@ -50,6 +61,32 @@ def test_grpo_advantages_without_std_and_with_a_single_response() -> None:
     assert grpo_advantages(torch.tensor([[0.7]])).tolist() == [[0.0]]
     with pytest.raises(ValueError, match="groups, n"):
         grpo_advantages(torch.tensor([1.0, 0.0]))
+
+
+def test_rloo_advantages_by_hand() -> None:
+    # group (1, 0, 0.5): 1 - mean(0, 0.5) = 0.75; 0 - mean(1, 0.5) = -0.75; 0.5 - mean(1, 0) = 0
+    out = rloo_advantages(torch.tensor([[1.0, 0.0, 0.5], [2.0, 2.0, 2.0]]))
+    close(out, [[0.75, -0.75, 0.0], [0.0, 0.0, 0.0]])
+    assert rloo_advantages(torch.tensor([[3.0], [1.0]])).tolist() == [[0.0], [0.0]]  # no other response
+
+
+def test_reinforce_plus_plus_whitens_over_the_batch() -> None:
+    rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    # batch (1, 0, 1, 1): mean 0.75, unbiased std sqrt((3 · 0.25² + 0.75²) / 3) = 0.5
+    out = batch_whitened_advantages(rewards, eps=0.0)
+    close(out, [[0.5, -1.5], [0.5, 0.5]])
+    # baseline variant: centred per group (0.5, -0.5, 0, 0), mean 0, std sqrt(0.5 / 3)
+    base = batch_whitened_advantages(rewards, eps=0.0, group_baseline=True)
+    s = math.sqrt(0.5 / 3)
+    close(base, [[0.5 / s, -0.5 / s], [0.0, 0.0]])
+    assert batch_whitened_advantages(torch.ones(2, 2)).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_overlong_penalty_by_hand() -> None:
+    # limit 10, buffer 4: no penalty up to 6 tokens, then -(len - 6) / 4, -1 at the limit
+    out = overlong_penalty(torch.tensor([5, 6, 8, 10]), 10, 4, factor=0.5)
+    assert out.tolist() == pytest.approx([0.0, 0.0, -0.25, -0.5])
+    assert overlong_penalty(torch.tensor([10]), 10, 0).tolist() == [0.0]  # off
 
 
 def test_informative_groups_drops_groups_with_equal_rewards() -> None:
@@ -170,6 +207,70 @@ def test_policy_loss_aggregation_modes_and_denominator() -> None:
     # per-token advantages broadcast the same way as per-sequence ones
     per_token = policy_loss(log_probs, old, advantages[:, None].expand(2, 3), mask)
     assert per_token.loss.item() == pytest.approx(-0.236, abs=1e-6)
+
+
+def test_dr_grpo_aggregation_divides_by_a_constant() -> None:
+    values = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    mask = torch.tensor([[1, 1], [1, 0]], dtype=torch.bool)
+    # sum of valid tokens 6, over B × T = 4 by default, over 2 responses × 10 (max length) when given
+    assert aggregate(values, mask, "seq-mean-token-sum-norm").item() == pytest.approx(1.5)
+    assert aggregate(values, mask, "seq-mean-token-sum-norm", denominator=20).item() == pytest.approx(0.3)
+
+
+def test_cispo_loss_keeps_the_gradient_of_clipped_tokens() -> None:
+    log_probs, old, advantages, mask = _loss_inputs()
+    out = cispo_loss(log_probs, old, advantages, mask, clip_low=1.0, clip_high=0.28)
+    # per token -sg[w]·A·logp with w = clip(r, 0, 1.28): A=+1 w (1.28, 1.1, 0.5); A=-1 w (0.5, 0.9)
+    terms = [-1.28 * LN(1.5), -1.1 * LN(1.1), -0.5 * LN(0.5), 0.5 * LN(0.5), 0.9 * LN(0.9)]
+    assert out.loss.item() == pytest.approx(sum(terms) / 5, abs=1e-6)
+    assert out.clip_fraction.item() == pytest.approx(1 / 5)  # the r = 1.5 token
+    out.loss.backward()
+    # d/d logp = -w·A / 5, the clipped token included (PPO gives it 0: see the test above)
+    assert log_probs.grad is not None
+    assert log_probs.grad.flatten().tolist() == pytest.approx([-0.256, -0.22, -0.1, 0.1, 0.18, 0.0], abs=1e-6)
+
+
+def _gspo_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # sequence 0: log-ratios (ln 2, 0), s = exp(ln 2 / 2) = √2; sequence 1: one token, ratio 1
+    log_probs = torch.tensor([[LN(0.5), LN(0.25)], [LN(0.5), 0.0]], requires_grad=True)
+    old = torch.tensor([[LN(0.25), LN(0.25)], [LN(0.5), 0.0]])
+    return log_probs, old, torch.tensor([[1, 1], [1, 0]], dtype=torch.bool)
+
+
+@pytest.mark.parametrize("token_level", [False, True])
+def test_gspo_loss_by_hand(token_level: bool) -> None:
+    log_probs, old, mask = _gspo_inputs()
+    out = gspo_loss(log_probs, old, torch.tensor([-1.0, 1.0]), mask, token_level=token_level)
+    # A=-1: max(√2, clip(√2, 1 - 3e-4, 1 + 4e-4)) = √2 (unclipped); A=+1, s=1: -1. Mean over sequences.
+    assert out.loss.item() == pytest.approx((math.sqrt(2) - 1) / 2, abs=1e-6)
+    assert out.clip_fraction.item() == pytest.approx(0.0)
+    out.loss.backward()
+    # d/d logp_t: sequence 0 (1/2)·(1/2 tokens)·√2 on each token; sequence 1 (1/2)·(-1); GSPO-token with one
+    # advantage per sequence has the same gradient (the paper's point)
+    assert log_probs.grad is not None
+    r = math.sqrt(2) / 4
+    close(log_probs.grad, [[r, r], [-0.5, 0.0]])
+
+
+def test_gspo_clips_the_sequence_ratio_and_gspo_token_differs_with_per_token_advantages() -> None:
+    log_probs, old, mask = _gspo_inputs()
+    clipped = gspo_loss(log_probs, old, torch.tensor([1.0, 1.0]), mask)
+    # A=+1: max(-√2, -(1 + 4e-4)) = -1.0004 (clipped, no gradient); sequence 1: -1
+    assert clipped.loss.item() == pytest.approx((-1.0004 - 1) / 2, abs=1e-6)
+    assert clipped.clip_fraction.item() == pytest.approx(2 / 3)
+    advantages = torch.tensor([[-1.0, 0.0], [1.0, 0.0]])  # per token: only sequence 0's first token counts
+    grads = []
+    for token_level in (False, True):
+        lp = log_probs.detach().clone().requires_grad_(True)
+        out = gspo_loss(lp, old, advantages, mask, token_level=token_level)
+        assert out.loss.item() == pytest.approx((math.sqrt(2) / 2 - 1) / 2, abs=1e-6)
+        out.loss.backward()
+        assert lp.grad is not None
+        grads.append(lp.grad.tolist())
+    # sequence-level: s depends on both tokens, (1/2)(1/2)(√2/2) each; token-level: (1/2)(1/2)√2 on token 0
+    r = math.sqrt(2) / 8
+    close(grads[0], [[r, r], [-0.5, 0.0]])
+    close(grads[1], [[2 * r, 0.0], [-0.5, 0.0]])
 
 
 def test_kl_k3_by_hand() -> None:

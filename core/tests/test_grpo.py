@@ -270,3 +270,65 @@ def test_grpo_is_bit_for_bit_the_loop_before_algorithm_components() -> None:
     assert metrics["actor/clip_fraction"].hex() == PINNED_CLIP_FRACTION
     assert float(weights.double().sum()).hex() == PINNED_WEIGHT_SUM
     assert float((weights.double() ** 2).sum()).hex() == PINNED_WEIGHT_SQ
+
+
+ESTIMATORS = ["grpo", "rloo", "reinforce_pp"]
+LOSSES = ["ppo_clip", "gspo", "cispo"]
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("loss", LOSSES)
+def test_every_estimator_runs_a_step_with_every_loss(estimator: str, loss: str) -> None:
+    advantages, metrics, weights = pinned_step(
+        f"algorithm.adv_estimator={estimator}", f"algorithm.policy_loss={loss}"
+    )
+    assert math.isfinite(metrics["actor/loss"]) and any(a != 0 for a in advantages)
+    assert not torch.equal(weights, params(actor()))  # the step trained
+
+
+def test_presets_change_the_numbers_and_dr_grpo_is_unnormalised() -> None:
+    _, grpo_metrics, _ = pinned_step()
+    dr_adv, dr_metrics, _ = pinned_step("algorithm.preset=dr_grpo", "rollout.max_response_length=8")
+    # rewards (1, 0) and (0.25, 1): r - mean, no std division
+    assert dr_adv == pytest.approx([0.5, -0.5, -0.375, 0.375])
+    assert dr_metrics["actor/loss"] != grpo_metrics["actor/loss"]
+    assert pinned_step("algorithm.preset=rloo")[0] == pytest.approx(
+        [1.0, -1.0, -0.75, 0.75]
+    )  # n/(n-1)·(r - mean)
+
+
+def test_overlong_shaping_lowers_the_reward_of_long_responses_before_the_estimator() -> None:
+    groups = [[trajectory("a", [1], [2] * 2, 0.0), trajectory("a", [1], [2] * 8, 0.0)]]
+    for t in groups[0]:
+        t.reward = 1.0
+    cfg = config(
+        "rollout.max_response_length=8", "algorithm.overlong_buffer=4", "algorithm.adv_estimator=rloo"
+    )
+    flat = grpo.assign_advantages(cfg, groups)
+    # shaped rewards 1 + 0 and 1 - 1 (8 tokens = the limit); RLOO: ±1; the logged rewards stay 1
+    assert [t.advantage for t in flat] == pytest.approx([1.0, -1.0])
+    assert [t.reward for t in flat] == [1.0, 1.0]
+
+
+def test_overlong_filtering_leaves_truncated_responses_out_of_the_loss() -> None:
+    trajectories = batch()
+    truncated = trajectories[2]
+    truncated.completion = Completion(truncated.completion.token_ids, truncated.completion.logprobs, "length")
+    filtered = actor()
+    m_filtered = grpo.update(
+        config("algorithm.overlong_filtering=true"), filtered, trajectories, Dist(), StageTimer()
+    )
+    without = actor()
+    rest = [t for t in trajectories if t is not truncated]
+    m_without = grpo.update(config(), without, rest, Dist(), StageTimer())
+    # ratio 1: -(1·2 - 1·1 - 0.5·3) / 6 tokens, the 5-token truncated response left out
+    assert m_filtered["actor/loss"] == pytest.approx(-(2 - 1 - 1.5) / 6, abs=1e-6)
+    assert m_without["actor/loss"] == pytest.approx(m_filtered["actor/loss"], abs=1e-7)
+    torch.testing.assert_close(params(filtered), params(without), atol=1e-7, rtol=0)
+
+
+def test_dr_grpo_divides_the_loss_by_responses_times_the_length_limit() -> None:
+    cfg = config("algorithm.preset=dr_grpo", "rollout.max_response_length=8")
+    metrics = grpo.update(cfg, actor(), batch(), Dist(), StageTimer())
+    # ratio 1: -sum(A · |response|) / (4 responses × 8) = -(2 - 1 + 2.5 - 1.5) / 32, not / 11 tokens
+    assert metrics["actor/loss"] == pytest.approx(-2 / 32, abs=1e-6)
