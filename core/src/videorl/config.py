@@ -813,9 +813,9 @@ def _names_a_file(key: str, value: str, base: Path) -> bool:
     return True
 
 
-def _map_paths(raw: dict[str, Any], base: Path, change: Any) -> None:
-    """Replace, in place, every path value of :data:`PATH_KEYS` in ``raw`` by ``change(path)``."""
-    for key in PATH_KEYS:
+def _map_paths(raw: dict[str, Any], base: Path, change: Any, keys: Sequence[str] = PATH_KEYS) -> None:
+    """Replace, in place, every path value of ``keys`` (:data:`PATH_KEYS`) in ``raw`` by ``change(path)``."""
+    for key in keys:
         *sections, name = key.split(".")
         node: Any = raw
         for section in sections:
@@ -877,9 +877,10 @@ def load_config(
             raise ConfigError(f"{where}: the config must be a mapping of keys, got {type(data).__name__}")
         raw = data
         ctx.origins.update({key: f"{where}:{line}" for key, line in lines.items()})
-        if schema is TrainConfig:
+        path_keys = PATH_KEYS if schema is TrainConfig else getattr(schema, "path_keys", ())
+        if path_keys:
             base = Path(path).absolute().parent
-            _map_paths(raw, base, _against(base))
+            _map_paths(raw, base, _against(base), path_keys)
     for text in overrides:
         _apply_override(raw, text, ctx)
     config = _build(schema, raw, (), ctx)

@@ -13,7 +13,7 @@ Torch is imported inside the functions that need it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from videorl.backend import PromptInput
 from videorl.media.loader import MediaLoader
@@ -21,7 +21,7 @@ from videorl.media.loader import MediaLoader
 if TYPE_CHECKING:
     import torch
 
-    from videorl.backend import ModelBackend
+    from videorl.backend import ModelBackend, VisualBudget
     from videorl.benchmark import Benchmark, BenchmarkRow
     from videorl.media import DecodeParams, ImageParams, MediaCache, VideoMetadata
 
@@ -34,17 +34,16 @@ CLIP_POLICY = (
 )
 
 
-def visual_params(backend: ModelBackend, **video: Any) -> tuple[DecodeParams, ImageParams]:
-    """Evaluation's video and image budgets: the model family's (``backend.budget``, which training
-    uses for every ``data.video_*``/``data.image_*`` key left null, so one frame cache serves both),
-    with the video settings given (``fps``, ``max_frames``, ``min_pixels``, ``max_pixels``,
-    ``total_pixels``)."""
+def visual_params(backend: ModelBackend, budget: VisualBudget | None = None) -> tuple[DecodeParams, ImageParams]:
+    """Evaluation's video and image parameters: ``budget`` (the eval config's ``data.*`` keys over the
+    family's, :meth:`~videorl.eval.config.EvalDataConfig.visual_budget`), by default the model family's
+    (``backend.budget``, which training uses for every ``data.video_*``/``data.image_*`` key left null,
+    so one frame cache serves both), at the backend's geometry."""
     from videorl.media import DecodeParams, ImageParams
 
-    video_params = DecodeParams.from_budget(
-        backend.budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, **video
-    )
-    return video_params, ImageParams.from_budget(backend.budget, factor=backend.factor)
+    budget = budget or backend.budget
+    video = DecodeParams.from_budget(budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size)
+    return video, ImageParams.from_budget(budget, factor=backend.factor)
 
 
 class RowInputs:
