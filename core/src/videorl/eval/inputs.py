@@ -34,7 +34,9 @@ CLIP_POLICY = (
 )
 
 
-def visual_params(backend: ModelBackend, budget: VisualBudget | None = None) -> tuple[DecodeParams, ImageParams]:
+def visual_params(
+    backend: ModelBackend, budget: VisualBudget | None = None
+) -> tuple[DecodeParams, ImageParams]:
     """Evaluation's video and image parameters: ``budget`` (the eval config's ``data.*`` keys over the
     family's, :meth:`~videorl.eval.config.EvalDataConfig.visual_budget`), by default the model family's
     (``backend.budget``, which training uses for every ``data.video_*``/``data.image_*`` key left null,
@@ -42,7 +44,9 @@ def visual_params(backend: ModelBackend, budget: VisualBudget | None = None) -> 
     from videorl.media import DecodeParams, ImageParams
 
     budget = budget or backend.budget
-    video = DecodeParams.from_budget(budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size)
+    video = DecodeParams.from_budget(
+        budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size
+    )
     return video, ImageParams.from_budget(budget, factor=backend.factor)
 
 

@@ -75,7 +75,9 @@ class EvalTask:
     data_root: Path
 
 
-def load_task(benchmarks: Registry[Any], name: str, data_root: Path | str, *, limit: int | None = None) -> EvalTask:
+def load_task(
+    benchmarks: Registry[Any], name: str, data_root: Path | str, *, limit: int | None = None
+) -> EvalTask:
     """The rows of benchmark ``name`` under ``data_root`` (the first ``limit`` when given).
 
     A missing directory or a malformed annotation raises the adapter's :class:`DataError`, which
@@ -235,8 +237,10 @@ class Evaluator:
         ready: queue.Queue[Any] = queue.Queue(maxsize=self.queue_size)
         done: queue.Queue[Any] = queue.Queue()
         run = _Run(self, times, ready, done)
-        threads = [threading.Thread(target=run.guard(run.load, jobs), name=f"eval-load-{i}", daemon=True)
-                   for i in range(self.workers)]
+        threads = [
+            threading.Thread(target=run.guard(run.load, jobs), name=f"eval-load-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
         threads.append(threading.Thread(target=run.guard(run.generate), name="eval-engine", daemon=True))
         for thread in threads:
             thread.start()
@@ -289,7 +293,9 @@ class Evaluator:
 class _Run:
     """The state the stages of one :meth:`Evaluator._pipeline` share."""
 
-    def __init__(self, evaluator: Evaluator, times: StageTimes, ready: queue.Queue[Any], done: queue.Queue[Any]) -> None:
+    def __init__(
+        self, evaluator: Evaluator, times: StageTimes, ready: queue.Queue[Any], done: queue.Queue[Any]
+    ) -> None:
         self.ev = evaluator
         self.times = times
         self.ready = ready
@@ -423,7 +429,11 @@ class _Run:
         except Exception as exc:
             self.times.engine_s += time.perf_counter() - start
             if len(batch) == 1:
-                batch[0].error, batch[0].stage, batch[0].encoded = f"engine error: {_reason(exc)}", "engine", None
+                batch[0].error, batch[0].stage, batch[0].encoded = (
+                    f"engine error: {_reason(exc)}",
+                    "engine",
+                    None,
+                )
                 self.done.put(batch[0])
             else:  # find the sample that breaks the batch; the others still get their answers
                 for item in batch:
@@ -517,4 +527,3 @@ def timing_summary(report: RunReport) -> str:
         f"engine busy {t.engine_s:.1f} s in {t.engine_calls} calls, idle {t.engine_idle_s:.1f} s; "
         f"load {t.load_s:.1f} s, encode {t.encode_s:.1f} s, scoring {t.score_s:.1f} s (summed over samples)"
     )
-

@@ -52,19 +52,36 @@ class DecodeParams:
 
     def __post_init__(self) -> None:
         _check(self.factor >= 1, f"factor must be a positive integer, got {self.factor}")
-        _check(self.temporal_patch_size >= 1, f"temporal_patch_size must be >= 1, got {self.temporal_patch_size}")
+        _check(
+            self.temporal_patch_size >= 1, f"temporal_patch_size must be >= 1, got {self.temporal_patch_size}"
+        )
         _check(self.fps > 0, f"fps must be positive, got {self.fps}")
         _check(
             self.max_frames >= self.temporal_patch_size,
             f"max_frames ({self.max_frames}) must be at least temporal_patch_size ({self.temporal_patch_size})",
         )
         _check(self.min_frames >= 1, f"min_frames must be >= 1, got {self.min_frames}")
-        _check(0 <= self.min_pixels <= self.max_pixels, f"need 0 <= min_pixels ({self.min_pixels}) <= max_pixels ({self.max_pixels})")
-        _check(self.max_pixels >= self.factor**2, f"max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)")
-        _check(self.total_pixels is None or self.total_pixels > 0, f"total_pixels must be positive, got {self.total_pixels}")
-        _check(self.interpolation in INTERPOLATIONS, f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+        _check(
+            0 <= self.min_pixels <= self.max_pixels,
+            f"need 0 <= min_pixels ({self.min_pixels}) <= max_pixels ({self.max_pixels})",
+        )
+        _check(
+            self.max_pixels >= self.factor**2,
+            f"max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)",
+        )
+        _check(
+            self.total_pixels is None or self.total_pixels > 0,
+            f"total_pixels must be positive, got {self.total_pixels}",
+        )
+        _check(
+            self.interpolation in INTERPOLATIONS,
+            f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}",
+        )
         _check(self.start is None or self.start >= 0, f"start must be >= 0 seconds, got {self.start}")
-        _check(self.end is None or self.end > (self.start or 0), f"end ({self.end} s) must be after start ({self.start or 0} s)")
+        _check(
+            self.end is None or self.end > (self.start or 0),
+            f"end ({self.end} s) must be after start ({self.start or 0} s)",
+        )
 
     @property
     def has_range(self) -> bool:
@@ -124,9 +141,18 @@ class ImageParams:
 
     def __post_init__(self) -> None:
         _check(self.factor >= 1, f"factor must be a positive integer, got {self.factor}")
-        _check(0 <= self.min_pixels <= self.max_pixels, f"need 0 <= image min_pixels ({self.min_pixels}) <= max_pixels ({self.max_pixels})")
-        _check(self.max_pixels >= self.factor**2, f"image max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)")
-        _check(self.interpolation in INTERPOLATIONS, f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+        _check(
+            0 <= self.min_pixels <= self.max_pixels,
+            f"need 0 <= image min_pixels ({self.min_pixels}) <= max_pixels ({self.max_pixels})",
+        )
+        _check(
+            self.max_pixels >= self.factor**2,
+            f"image max_pixels ({self.max_pixels}) is below one patch ({self.factor}²)",
+        )
+        _check(
+            self.interpolation in INTERPOLATIONS,
+            f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}",
+        )
 
     @classmethod
     def from_budget(cls, budget: VisualBudget, *, factor: int, **overrides: Any) -> ImageParams:
