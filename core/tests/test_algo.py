@@ -23,6 +23,7 @@ from videorl.algo import (
     pack_by_token_budget,
     policy_loss,
     rloo_advantages,
+    rollout_correction,
 )
 from videorl.model_inputs import token_logprobs
 
@@ -335,3 +336,41 @@ def test_mix_policy_unconditional_and_conditional() -> None:
         mix_policy_decision([True], None, threshold=0.5)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         mix_policy_decision([True], [[1.0]], threshold=1.5)
+
+
+def _correction_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # π_old / π_rollout per token: sequence 0 (4, 1, 0.25), sequence 1 (1.5, 1.2, padding)
+    old = torch.full((2, 3), LN(0.5))
+    ratios = torch.tensor([[4.0, 1.0, 0.25], [1.5, 1.2, 7.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    return old, old - torch.log(ratios), mask
+
+
+def test_token_level_tis_truncates_and_mis_drops() -> None:
+    old, rollout, mask = _correction_inputs()
+    tis = rollout_correction(old, rollout, mask, mode="tis", cap=2.0)
+    close(tis.weights, [[2.0, 1.0, 0.25], [1.5, 1.2, 1.0]])  # padding: weight 1, never counted
+    assert tis.changed.tolist() == [[True, False, False], [False, False, False]]
+    mis = rollout_correction(old, rollout, mask, mode="mis", cap=2.0)  # keep [0.5, 2]
+    close(mis.weights, [[0.0, 1.0, 0.0], [1.5, 1.2, 1.0]])
+    assert mis.changed.tolist() == [[True, False, True], [False, False, False]]
+
+
+def test_sequence_level_weights_are_the_product_of_the_token_ratios() -> None:
+    old, rollout, mask = _correction_inputs()
+    # sequence 0: 4 · 1 · 0.25 = 1; sequence 1: 1.5 · 1.2 = 1.8 (padding not counted)
+    tis = rollout_correction(old, rollout, mask, mode="tis", level="sequence", cap=2.0)
+    close(tis.weights, [[1.0] * 3, [1.8] * 3], atol=1e-5)
+    capped = rollout_correction(old, rollout, mask, mode="tis", level="sequence", cap=1.5)
+    close(capped.weights, [[1.0] * 3, [1.5] * 3], atol=1e-5)
+    assert capped.changed.tolist() == [[False] * 3, [True, True, False]]
+    mis = rollout_correction(old, rollout, mask, mode="mis", level="sequence", cap=1.5)
+    close(mis.weights, [[1.0] * 3, [0.0] * 3], atol=1e-5)
+
+
+def test_rollout_correction_leaves_offline_tokens_alone_and_rejects_a_cap_of_one() -> None:
+    old, rollout, mask = _correction_inputs()
+    offline = torch.full_like(rollout, float("nan"))
+    close(rollout_correction(old, offline, mask, mode="mis", cap=2.0).weights, [[1.0] * 3, [1.0] * 3])
+    with pytest.raises(ValueError, match="cap must be > 1"):
+        rollout_correction(old, rollout, mask, mode="tis", cap=1.0)

@@ -332,3 +332,29 @@ def test_dr_grpo_divides_the_loss_by_responses_times_the_length_limit() -> None:
     metrics = grpo.update(cfg, actor(), batch(), Dist(), StageTimer())
     # ratio 1: -sum(A · |response|) / (4 responses × 8) = -(2 - 1 + 2.5 - 1.5) / 32, not / 11 tokens
     assert metrics["actor/loss"] == pytest.approx(-2 / 32, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("mode", "loss", "weight_mean", "changed"),
+    [
+        # response b0 (5 tokens, A = 0.5) has weight 3 on every token, the others 1; ratio 1, so
+        # tis: -(1·2 - 1·1 + 0.5·5·2 - 0.5·3) / 11 (b0 truncated to 2); mis: b0 dropped (weight 0)
+        ("tis", -(2 - 1 + 5 - 1.5) / 11, (2 + 1 + 10 + 3) / 11, "truncated_fraction"),
+        ("mis", -(2 - 1 + 0 - 1.5) / 11, (2 + 1 + 0 + 3) / 11, "masked_fraction"),
+    ],
+)
+def test_rollout_correction_weighs_the_advantages_and_logs_per_modality(
+    mode: str, loss: float, weight_mean: float, changed: str
+) -> None:
+    a, trajectories = actor(), batch()
+    for t in trajectories:  # the engine's log-probs: the trainer's, except 1/3 of the probability on b0
+        logp = grpo._forward(a.model, a.backend, [t], [])[0][0].detach()
+        gap = math.log(3.0) if t is trajectories[2] else 0.0
+        t.completion = Completion(t.completion.token_ids, (logp - gap).tolist(), "stop")
+    cfg = config(f"algorithm.rollout_correction={mode}", "algorithm.rollout_correction_cap=2")
+    metrics = grpo.update(cfg, a, trajectories, Dist(), StageTimer())
+    assert metrics["actor/loss"] == pytest.approx(loss, abs=1e-5)
+    for suffix in ("", "/text"):  # the batch is all text
+        assert metrics[f"rollout_correction/weight_mean{suffix}"] == pytest.approx(weight_mean, abs=1e-5)
+        assert metrics[f"rollout_correction/{changed}{suffix}"] == pytest.approx(5 / 11)
+    assert "rollout_correction/weight_mean/video" not in metrics

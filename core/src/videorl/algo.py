@@ -18,11 +18,16 @@ from typing import Literal
 import torch
 
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+CorrectionMode = Literal["tis", "mis"]
+CorrectionLevel = Literal["token", "sequence"]
 
 __all__ = [
+    "CorrectionLevel",
+    "CorrectionMode",
     "LossAggMode",
     "MixPolicyDecision",
     "PolicyLoss",
+    "RolloutCorrection",
     "aggregate",
     "batch_whitened_advantages",
     "cispo_loss",
@@ -37,6 +42,7 @@ __all__ = [
     "pack_by_token_budget",
     "policy_loss",
     "rloo_advantages",
+    "rollout_correction",
 ]
 
 
@@ -301,6 +307,51 @@ def cispo_loss(
         clip_fraction = ((weight != ratio).to(per_token.dtype) * valid).sum() / count
         approx_kl = (-log_ratio * valid).sum() / count
     return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
+
+
+@dataclass
+class RolloutCorrection:
+    """Importance weights for the gap between the rollout engine's and the trainer's log-probs."""
+
+    weights: torch.Tensor  # (B, T), detached: multiplies each token's advantage (0: dropped by MIS)
+    changed: torch.Tensor  # (B, T) bool: tokens whose weight was truncated (TIS) or that were dropped (MIS)
+
+
+def rollout_correction(
+    old_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    mode: CorrectionMode,
+    level: CorrectionLevel = "token",
+    cap: float = 2.0,
+) -> RolloutCorrection:
+    """TIS / MIS weights from ``w = π_old / π_rollout``, per token or per sequence.
+
+    ``level="token"``: ``w_t = exp(old_t - rollout_t)``; ``"sequence"``: ``w = exp(Σ_t (old_t - rollout_t))``
+    over the valid tokens, the same for every token of the sequence. ``tis``: ``min(w, cap)``; ``mis``:
+    ``w`` inside ``[1/cap, cap]``, else 0 (the token or sequence is dropped from the loss). A NaN rollout
+    log-prob (an offline response: no engine ran it) gets weight 1.
+    """
+    if cap <= 1:
+        raise ValueError(f"the rollout correction cap must be > 1, got {cap}")
+    valid = mask.to(torch.bool)
+    log_w = torch.where(torch.isnan(rollout_log_probs) | ~valid, 0.0, old_log_probs - rollout_log_probs)
+    log_w = log_w.detach().to(torch.float32)
+    if level == "sequence":
+        log_w = log_w.sum(dim=-1, keepdim=True).expand_as(log_w)
+    elif level != "token":
+        raise ValueError(f"unknown rollout correction level {level!r}; use 'token' or 'sequence'")
+    w = torch.exp(log_w)
+    if mode == "tis":
+        changed = w > cap
+        weights = torch.clamp(w, max=cap)
+    elif mode == "mis":
+        changed = (w > cap) | (w < 1.0 / cap)
+        weights = torch.where(changed, torch.zeros_like(w), w)
+    else:
+        raise ValueError(f"unknown rollout correction mode {mode!r}; use 'tis' or 'mis'")
+    return RolloutCorrection(weights, changed & valid)
 
 
 def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, *, clamp: float = 10.0) -> torch.Tensor:

@@ -294,6 +294,15 @@ class AlgorithmConfig:
     overlong_filtering: bool = option(
         False, "DAPO overlong filtering: truncated responses (finish reason length) are left out of the loss."
     )
+    rollout_correction: Literal["none", "tis", "mis"] = option(
+        "none",
+        "Correct for the rollout engine's log-probs differing from the trainer's: tis weighs each token's "
+        "advantage by min(π_old/π_rollout, C); mis drops tokens (or sequences) whose weight leaves [1/C, C].",
+    )
+    rollout_correction_level: Literal["token", "sequence"] = option(
+        "token", "token: one weight per token; sequence: the product of the sequence's token ratios."
+    )
+    rollout_correction_cap: float = option(2.0, "C of the rollout correction (> 1).")
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -312,6 +321,8 @@ class AlgorithmConfig:
             problems.append(("overlong_buffer", "must be >= 0"))
         if not self.overlong_penalty >= 0:
             problems.append(("overlong_penalty", "must be >= 0"))
+        if not self.rollout_correction_cap > 1:
+            problems.append(("rollout_correction_cap", "must be > 1"))
         return problems
 
 

@@ -371,6 +371,8 @@ def update(
                 mask = mask * keep.to(mask.dtype).unsqueeze(-1)
             old_logp = _rows([old[id(t)] for t in batch], logp) if old else logp.detach()
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
+            if cfg.rollout_correction != "none":
+                adv = adv.unsqueeze(-1) * _rollout_correction(cfg, batch, old_logp, mask, sums)
             scale = algorithms.LossScale(tokens, responses, config.rollout.max_response_length)
             pl = policy_loss.loss(logp, old_logp, adv, mask, scale)
             loss, valid = pl.loss, mask.float()
@@ -408,7 +410,34 @@ def update(
     for kind in ("video", "image", "text"):
         if sums[f"gap_tokens/{kind}"]:
             out[f"rollout/logprob_diff/{kind}"] = sums[f"gap/{kind}"] / sums[f"gap_tokens/{kind}"]
+    if cfg.rollout_correction != "none":
+        changed = "truncated_fraction" if cfg.rollout_correction == "tis" else "masked_fraction"
+        for kind in ("", "/video", "/image", "/text"):
+            if sums[f"rc_tokens{kind}"]:
+                out[f"rollout_correction/weight_mean{kind}"] = sums[f"rc_weight{kind}"] / sums[f"rc_tokens{kind}"]
+                out[f"rollout_correction/{changed}{kind}"] = sums[f"rc_changed{kind}"] / sums[f"rc_tokens{kind}"]
     return out
+
+
+def _rollout_correction(
+    cfg: AlgorithmConfig, batch: Sequence[Trajectory], old_logp: torch.Tensor, mask: torch.Tensor,
+    sums: dict[str, float],
+) -> torch.Tensor:
+    """The TIS / MIS weights of ``batch``'s tokens (``π_old / π_rollout``, the engine's log-probs being
+    the rollout's), counted into ``sums`` overall and per modality of the prompts."""
+    rollout = _rows([torch.tensor(t.completion.logprobs, dtype=torch.float32) for t in batch], old_logp)
+    correction = algo.rollout_correction(
+        old_logp, rollout, mask, mode=cfg.rollout_correction,  # type: ignore[arg-type]
+        level=cfg.rollout_correction_level, cap=cfg.rollout_correction_cap,
+    )  # fmt: skip
+    valid = mask.to(torch.float32)
+    for row, t in enumerate(batch):
+        kind = t.prompt.require_encoded().prompt.data_type
+        for key in ("", f"/{kind}"):
+            sums[f"rc_weight{key}"] += float((correction.weights[row] * valid[row]).sum())
+            sums[f"rc_changed{key}"] += float(correction.changed[row].sum())
+            sums[f"rc_tokens{key}"] += float(valid[row].sum())
+    return correction.weights
 
 
 def _trained(cfg: AlgorithmConfig, t: Trajectory) -> bool:
