@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from videorl import algorithms
-from videorl.algorithms.components import CISPOLoss, GRPOEstimator, GSPOLoss, PPOClipLoss
-from videorl.config import AlgorithmConfig, load_config
+from videorl.algorithms import PolicyLoss
+from videorl.algorithms.components import (
+    CISPOLoss,
+    GRPOEstimator,
+    GSPOLoss,
+    PPOClipLoss,
+    ReinforcePlusPlusEstimator,
+    RLOOEstimator,
+)
+from videorl.config import AlgorithmConfig, TrainConfig, load_config
 from videorl.errors import ConfigError
 from videorl.plugins import load_plugins
-from videorl.testing import CliResult
+from videorl.testing import CliResult, assert_algorithm_contract
 
 PLUGINS = load_plugins(entry_points=False)
 
 
 def resolve(*overrides: str) -> AlgorithmConfig:
-    config = load_config(None, ["model.path=/m", "data.train_files=[a]", *overrides])
+    config: TrainConfig = load_config(None, ["model.path=/m", "data.train_files=[a]", *overrides])
     return algorithms.resolve(config.algorithm, PLUGINS)
 
 
@@ -75,7 +85,7 @@ def test_a_section_key_is_the_option_of_that_name_only_when_changed() -> None:
     ],
 )
 def test_an_unknown_component_or_option_names_the_component(overrides: list[str], message: str) -> None:
-    config = load_config(None, ["model.path=/m", "data.train_files=[a]", *overrides])
+    config: TrainConfig = load_config(None, ["model.path=/m", "data.train_files=[a]", *overrides])
     with pytest.raises(ConfigError) as info:
         algorithms.build(config.algorithm, PLUGINS)
     assert message in str(info.value)
@@ -98,3 +108,34 @@ def test_print_config_shows_the_resolved_algorithm_and_rejects_a_typo(
     bad = run_cli("train", str(path), "--print-config", "algorithm.loss_options={clip_hi: 1}")
     assert bad.exit_code != 0 and "the policy loss 'cispo' has no option 'clip_hi'" in bad.stderr
     assert str(path) in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "component",
+    [GRPOEstimator, RLOOEstimator, ReinforcePlusPlusEstimator, PPOClipLoss, GSPOLoss, CISPOLoss],
+)
+def test_the_built_ins_pass_the_third_party_contract(component: type) -> None:
+    assert isinstance(assert_algorithm_contract(component), component)
+
+
+def test_the_contract_rejects_an_option_without_help_and_a_loss_that_ignores_the_mask() -> None:
+    @dataclasses.dataclass
+    class NoHelp:
+        eps: float = 0.1
+
+        def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+            return rewards
+
+    with pytest.raises(AssertionError, match="option 'eps' has no help text"):
+        assert_algorithm_contract(NoHelp)
+
+    @dataclasses.dataclass
+    class Unmasked:
+        def loss(self, log_probs, old_log_probs, advantages, mask, scale):  # type: ignore[no-untyped-def]
+            if advantages.dim() == 1:
+                advantages = advantages.unsqueeze(-1)
+            loss = -(advantages * log_probs).mean()
+            return PolicyLoss(loss, torch.tensor(0.0), torch.tensor(0.0))
+
+    with pytest.raises(AssertionError, match="padding tokens get a gradient"):
+        assert_algorithm_contract(Unmasked)

@@ -17,6 +17,8 @@ from typing import Literal
 
 import torch
 
+from videorl.algorithms import PolicyLoss
+
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 CorrectionMode = Literal["tis", "mis"]
 CorrectionLevel = Literal["token", "sequence"]
@@ -197,15 +199,6 @@ def aggregate(
             "'seq-mean-token-sum-norm'"
         )
     return total / count.clamp(min=1).to(values.device)
-
-
-@dataclass
-class PolicyLoss:
-    """The clipped policy-gradient loss and what to log about it."""
-
-    loss: torch.Tensor  # scalar, differentiable
-    clip_fraction: torch.Tensor  # share of valid tokens where the clipped term was taken
-    approx_kl: torch.Tensor  # mean over valid tokens of old_log_prob - log_prob (detached)
 
 
 def policy_loss(

@@ -5,6 +5,7 @@ third party would. Importing this module is cheap: no torch, no vllm.
 """
 
 from videorl import answers
+from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction, Preset
 from videorl.alignment import (
     check_alignment,
     check_batch_alignment,
@@ -58,6 +59,7 @@ from videorl.train.loggers import Logger, RunContext
 from videorl.workers import LineWorker, LineWorkers
 
 __all__ = [
+    "AdvantageEstimator",
     "AlignmentError",
     "Benchmark",
     "BenchmarkRow",
@@ -68,10 +70,14 @@ __all__ = [
     "LineWorker",
     "LineWorkers",
     "Logger",
+    "LossScale",
     "MediaInfo",
     "ModelBackend",
     "ModelInputs",
     "OverlongPrompt",
+    "PolicyLoss",
+    "PolicyLossFunction",
+    "Preset",
     "PromptInput",
     "PromptTemplate",
     "Register",

@@ -39,6 +39,7 @@ from videorl.rewards.types import RewardInput, RewardOutput
 __all__ = [
     "CliResult",
     "FakeEntryPoint",
+    "assert_algorithm_contract",
     "assert_backend_contract",
     "assert_benchmark_contract",
     "assert_reward_contract",
@@ -319,6 +320,76 @@ def assert_benchmark_contract(
     json.dumps(summary)
     check(summary, dict(expected or {}), name)
     return rows
+
+
+def assert_algorithm_contract(component_class: type, **options: Any) -> Any:
+    """Check an advantage estimator or a policy loss (a class registered by
+    ``register_advantage_estimators`` / ``register_policy_losses``) on small random tensors.
+
+    - it is a dataclass whose every field (option) has a default and a ``help`` text in its metadata,
+      and it is made from its defaults (or ``options``);
+    - an estimator's ``advantages`` maps ``(groups, n)`` rewards to finite advantages of the same shape,
+      the same on a second call, without changing its input;
+    - a loss's ``loss`` returns a :class:`~videorl.api.PolicyLoss` with a finite scalar loss, the same for
+      per-sequence ``(B,)`` and per-token ``(B, T)`` advantages (rollout correction passes the latter),
+      linear in the advantages (twice the advantages, twice the loss: the correction's weights rely on it),
+      finite gradients that are 0 at padding, and inputs left unchanged.
+
+    Returns the instance.
+    """
+    import dataclasses
+
+    import torch
+
+    from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction
+
+    name = component_class.__name__
+    assert dataclasses.is_dataclass(component_class), f"{name}: must be a dataclass (its fields are its options)"
+    for f in dataclasses.fields(component_class):
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        assert has_default, f"{name}: option {f.name!r} has no default"
+        assert f.metadata.get("help"), f"{name}: option {f.name!r} has no help text (metadata={{'help': ...}})"
+    component: Any = component_class(**options)
+    is_estimator = isinstance(component, AdvantageEstimator)
+    is_loss = isinstance(component, PolicyLossFunction)
+    assert is_estimator or is_loss, f"{name}: has neither advantages(rewards) nor loss(...)"
+    generator = torch.Generator().manual_seed(0)
+    if is_estimator:
+        rewards = torch.rand(3, 4, generator=generator)
+        rewards[1] = 0.5  # a group of equal rewards
+        before = rewards.clone()
+        out = component.advantages(rewards)
+        assert isinstance(out, torch.Tensor) and out.shape == rewards.shape, f"{name}: advantages shape"
+        assert torch.isfinite(out).all(), f"{name}: advantages are not finite: {out}"
+        assert torch.equal(rewards, before), f"{name}: advantages changed its input"
+        assert torch.equal(component.advantages(rewards), out), f"{name}: advantages are not deterministic"
+    if is_loss:
+        base = torch.log(torch.rand(3, 4, generator=generator) * 0.8 + 0.1)
+        old = base + 0.1 * torch.randn(3, 4, generator=generator)
+        mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.bool)
+        advantages = torch.tensor([1.0, -0.5, 0.25])
+        scale = LossScale(tokens=7.0, responses=3.0, max_response_length=4)
+        results = []
+        for adv in (advantages, advantages.unsqueeze(-1).expand(3, 4).clone(), 2 * advantages):
+            log_probs = base.clone().requires_grad_(True)
+            old_before, adv_before = old.clone(), adv.clone()
+            out = component.loss(log_probs, old, adv, mask, scale)
+            assert isinstance(out, PolicyLoss), f"{name}: loss must return a videorl.api.PolicyLoss"
+            assert out.loss.dim() == 0 and torch.isfinite(out.loss), f"{name}: the loss is not a finite scalar"
+            out.loss.backward()
+            grad = log_probs.grad
+            assert grad is not None and torch.isfinite(grad).all(), f"{name}: gradients are not finite"
+            assert bool((grad[~mask] == 0).all()), f"{name}: padding tokens get a gradient"
+            assert torch.equal(old, old_before) and torch.equal(adv, adv_before), f"{name}: changed its inputs"
+            results.append(float(out.loss.detach()))
+        per_sequence, per_token, doubled = results
+        assert math.isclose(per_sequence, per_token, rel_tol=1e-5, abs_tol=1e-7), (
+            f"{name}: per-token advantages give {per_token}, per-sequence ones {per_sequence}"
+        )
+        assert math.isclose(doubled, 2 * per_sequence, rel_tol=1e-4, abs_tol=1e-7), (
+            f"{name}: the loss is not linear in the advantages ({doubled} for twice, {per_sequence} for once)"
+        )
+    return component
 
 
 def _contract_video(side: int, frames: int, seed: int) -> tuple[Any, Any]:

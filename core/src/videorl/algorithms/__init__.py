@@ -25,7 +25,6 @@ from videorl.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from videorl.algo import PolicyLoss
     from videorl.config import AlgorithmConfig
     from videorl.plugins import Plugins
     from videorl.registry import Registry
@@ -35,6 +34,7 @@ __all__ = [
     "AdvantageEstimator",
     "Algorithm",
     "LossScale",
+    "PolicyLoss",
     "PolicyLossFunction",
     "Preset",
     "build",
@@ -51,6 +51,15 @@ class AdvantageEstimator(Protocol):
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """``(G, n)`` float32 rewards (group ``g``'s ``n`` responses in row ``g``) -> ``(G, n)`` advantages."""
         ...
+
+
+@dataclass
+class PolicyLoss:
+    """A policy loss of one micro-batch and what to log about it."""
+
+    loss: torch.Tensor  # scalar, differentiable
+    clip_fraction: torch.Tensor  # share of valid tokens where the clip (or weight clip) applied
+    approx_kl: torch.Tensor  # mean over valid tokens of old_log_prob - log_prob (detached)
 
 
 @dataclass(frozen=True)
