@@ -139,7 +139,9 @@ class DataConfig:
         None, "Most pixels per image after resizing; null: the model family's (Qwen: 1048576)."
     )
     max_prompt_length: int = option(
-        20000, "Most prompt tokens (text and visual); a longer prompt is an error naming the sample."
+        24576,
+        "Most prompt tokens (text and visual); a longer prompt is an error naming the sample (at load for "
+        "cached videos). The default fits the default video budget of every Qwen-VL family plus text.",
     )
     rollout_batch_size: int = option(256, "Prompts per training step (each gets rollout.n responses).")
     shuffle: bool = option(True, "Shuffle the training data each epoch (seeded by seed and the epoch).")
