@@ -22,6 +22,7 @@ from videorl.algo import (
     overlong_penalty,
     pack_by_token_budget,
     policy_loss,
+    remax_advantages,
     rloo_advantages,
     rollout_correction,
 )
@@ -69,6 +70,16 @@ def test_rloo_advantages_by_hand() -> None:
     out = rloo_advantages(torch.tensor([[1.0, 0.0, 0.5], [2.0, 2.0, 2.0]]))
     close(out, [[0.75, -0.75, 0.0], [0.0, 0.0, 0.0]])
     assert rloo_advantages(torch.tensor([[3.0], [1.0]])).tolist() == [[0.0], [0.0]]  # no other response
+
+
+def test_remax_advantages_subtract_the_greedy_reward() -> None:
+    # the last column is the greedy response's reward: 1 - 0.25, 0 - 0.25, and 0 for the greedy one
+    close(
+        remax_advantages(torch.tensor([[1.0, 0.0, 0.25], [0.5, 0.5, 0.5]])),
+        [[0.75, -0.25, 0.0], [0.0, 0.0, 0.0]],
+    )
+    with pytest.raises(ValueError, match="greedy reward last"):
+        remax_advantages(torch.tensor([[1.0]]))
 
 
 def test_reinforce_plus_plus_whitens_over_the_batch() -> None:

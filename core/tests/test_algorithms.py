@@ -17,6 +17,7 @@ from videorl.algorithms.components import (
     GSPOLoss,
     PPOClipLoss,
     ReinforcePlusPlusEstimator,
+    ReMaxEstimator,
     RLOOEstimator,
 )
 from videorl.config import AlgorithmConfig, TrainConfig, load_config
@@ -112,7 +113,15 @@ def test_print_config_shows_the_resolved_algorithm_and_rejects_a_typo(
 
 @pytest.mark.parametrize(
     "component",
-    [GRPOEstimator, RLOOEstimator, ReinforcePlusPlusEstimator, PPOClipLoss, GSPOLoss, CISPOLoss],
+    [
+        GRPOEstimator,
+        RLOOEstimator,
+        ReMaxEstimator,
+        ReinforcePlusPlusEstimator,
+        PPOClipLoss,
+        GSPOLoss,
+        CISPOLoss,
+    ],
 )
 def test_the_built_ins_pass_the_third_party_contract(component: type) -> None:
     assert isinstance(assert_algorithm_contract(component), component)

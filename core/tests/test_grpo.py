@@ -19,6 +19,7 @@ import torch
 from videorl import grpo
 from videorl.config import TrainConfig, load_config
 from videorl.data import Sample
+from videorl.errors import ConfigError
 from videorl.grpo import Actor, Dist, StageTimer, Trajectory
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded
 from videorl.rollout import Completion
@@ -358,3 +359,45 @@ def test_rollout_correction_weighs_the_advantages_and_logs_per_modality(
         assert metrics[f"rollout_correction/weight_mean{suffix}"] == pytest.approx(weight_mean, abs=1e-5)
         assert metrics[f"rollout_correction/{changed}{suffix}"] == pytest.approx(5 / 11)
     assert "rollout_correction/weight_mean/video" not in metrics
+
+
+class GreedyAwareEngine:
+    """Samples tokens 4, 5, ... (one per response); greedily (temperature 0) answers token 3."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+
+    def generate(self, prompts: Sequence[EncodedPrompt], params: Any) -> list[list[Completion]]:
+        self.params.append(params)
+        if params.temperature == 0:
+            return [[Completion([3], [-0.5], "stop")] for _ in prompts]
+        return [[Completion([4 + i], [-1.0], "stop") for i in range(params.n)] for _ in prompts]
+
+
+def token_scorer(trajectories: Sequence[Trajectory]) -> None:
+    for t in trajectories:
+        t.reward = {3: 0.5, 4: 1.0, 5: 0.0}[t.completion.token_ids[0]]
+
+
+def test_remax_generates_a_greedy_baseline_that_is_scored_but_not_trained_on() -> None:
+    cfg = config("algorithm.preset=remax")
+    engine = GreedyAwareEngine()
+    prompts = [trajectory("a", [1, 2], [4], 0.0).prompt]
+    groups, _ = grpo.rollout_groups(cfg, prompts, engine, token_scorer, FakeBackend(), seed=0)  # type: ignore[arg-type]
+    # the sampled pair, then one greedy response (n=1, temperature 0) marked as the baseline
+    assert [(p.n, p.temperature) for p in engine.params] == [(2, 1.0), (1, 0)]
+    assert [(t.completion.token_ids, t.baseline) for t in groups[0]] == [
+        ([4], False),
+        ([5], False),
+        ([3], True),
+    ]
+    flat = grpo.assign_advantages(cfg, groups)
+    assert [t.completion.token_ids for t in flat] == [[4], [5]]  # the baseline is left out of the update
+    assert [t.advantage for t in flat] == pytest.approx([1.0 - 0.5, 0.0 - 0.5])
+    metrics = grpo.update(cfg, actor(), flat, Dist(), StageTimer())
+    assert metrics["actor/loss"] == pytest.approx(-(0.5 - 0.5) / 2, abs=1e-6)  # ratio 1, one token each
+
+
+def test_remax_without_baselines_is_an_error_not_a_silent_grpo() -> None:
+    with pytest.raises(ConfigError, match="needs a greedy baseline response per prompt"):
+        grpo.assign_advantages(config("algorithm.adv_estimator=remax"), [batch()[:2]])

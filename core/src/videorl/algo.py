@@ -43,6 +43,7 @@ __all__ = [
     "overlong_penalty",
     "pack_by_token_budget",
     "policy_loss",
+    "remax_advantages",
     "rloo_advantages",
     "rollout_correction",
 ]
@@ -82,6 +83,18 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     if n < 2:
         return torch.zeros_like(rewards)
     return (rewards - rewards.mean(dim=1, keepdim=True)) * (n / (n - 1))
+
+
+def remax_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """ReMax: each sampled reward minus the reward of its prompt's greedy response, which is the last
+    column of ``rewards`` ``(G, n + 1)``; the greedy response's own advantage is 0 (it is not trained on)."""
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(
+            f"rewards must be shaped (groups, n + 1) with the greedy reward last, got {tuple(rewards.shape)}"
+        )
+    rewards = rewards.to(torch.float32)
+    advantages = rewards - rewards[:, -1:]
+    return torch.cat([advantages[:, :-1], torch.zeros_like(advantages[:, -1:])], dim=1)
 
 
 def batch_whitened_advantages(

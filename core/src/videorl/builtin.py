@@ -38,6 +38,7 @@ _COMPONENTS = "videorl.algorithms.components"
 def register_advantage_estimators(register: Register) -> None:
     register("grpo", f"{_COMPONENTS}:GRPOEstimator", description="group-normalised rewards")
     register("rloo", f"{_COMPONENTS}:RLOOEstimator", description="leave-one-out group baseline")
+    register("remax", f"{_COMPONENTS}:ReMaxEstimator", description="greedy response's reward as baseline")
     register(
         "reinforce_pp", f"{_COMPONENTS}:ReinforcePlusPlusEstimator", aliases=("reinforce++",),
         description="rewards whitened over the batch",
@@ -55,7 +56,7 @@ def register_policy_losses(register: Register) -> None:
 def register_algorithm_presets(register: Register) -> None:
     for name, attr in (
         ("grpo", "GRPO"), ("dr_grpo", "DR_GRPO"), ("dapo", "DAPO"), ("gspo", "GSPO"), ("gspo_token", "GSPO_TOKEN"),
-        ("cispo", "CISPO"), ("rloo", "RLOO"), ("reinforce_pp", "REINFORCE_PP"),
+        ("cispo", "CISPO"), ("rloo", "RLOO"), ("remax", "REMAX"), ("reinforce_pp", "REINFORCE_PP"),
         ("reinforce_pp_baseline", "REINFORCE_PP_BASELINE"),
     ):  # fmt: skip
         register(name, f"{_COMPONENTS}:{attr}")

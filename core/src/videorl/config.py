@@ -258,10 +258,11 @@ class RolloutConfig:
 class AlgorithmConfig:
     preset: str | None = option(
         None,
-        "A registered algorithm preset (grpo, dr_grpo, dapo, gspo, gspo_token, cispo, rloo, reinforce_pp, "
-        "reinforce_pp_baseline; see docs/algorithms.md): sets the keys below that you leave at their default.",
+        "A registered algorithm preset (grpo, dr_grpo, dapo, gspo, gspo_token, cispo, rloo, remax, "
+        "reinforce_pp, reinforce_pp_baseline; see docs/algorithms.md): sets the keys below that you leave at "
+        "their default.",
     )
-    adv_estimator: str = option("grpo", "A registered advantage estimator (grpo, rloo, reinforce_pp).")
+    adv_estimator: str = option("grpo", "A registered advantage estimator (grpo, rloo, remax, reinforce_pp).")
     estimator_options: dict[str, Any] = option(
         factory=dict, help="Options of the advantage estimator (the run's config.yaml lists them all, resolved)."
     )

@@ -8,9 +8,11 @@ them (``videorl.train.compose``). One step, for the prompts of this rank:
 2. rollout   ``n`` responses per prompt; mix-policy may put the sample's offline trajectory in the
              last slot of its group;
 3. reward    route each response to its ``problem_type``'s reward;
-4. advantage group-normalise the rewards (dynamic sampling first drops groups with equal rewards);
-5. update    teacher-forced forward on the same prompt ids and grids, DAPO clip-higher loss at token
-             level over micro-batches packed by a token budget, one optimizer step per mini-batch;
+4. advantage the run's estimator (:mod:`videorl.algorithms`; GRPO by default) on the rewards (dynamic
+             sampling first drops groups with equal rewards);
+5. update    teacher-forced forward on the same prompt ids and grids, the run's policy loss (PPO with
+             DAPO's clip-higher by default) over micro-batches packed by a token budget, one optimizer
+             step per mini-batch;
 6. sync      refresh the engine's weights; log metrics; checkpoint every N steps.
 
 Under FSDP every rank runs this same function on its share of the prompts; token counts and
@@ -35,6 +37,7 @@ import torch
 
 from videorl import algo, algorithms
 from videorl.alignment import check_response_tokens
+from videorl.errors import ConfigError
 from videorl.model_inputs import response_stats
 from videorl.parity import first_step_check, modality_gaps
 from videorl.rewards.types import RewardInput
@@ -125,6 +128,7 @@ class Trajectory:
     group: int
     completion: Completion
     offline: bool = False
+    baseline: bool = False  # an estimator's extra response (ReMax's greedy one): scored, never trained on
     reward: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
     advantage: float = 0.0
@@ -227,7 +231,31 @@ def rollout_groups(
     timer = timer or StageTimer()
     with timer("rollout", f"{len(prompts)} prompts × {config.rollout.n}"):
         outputs = engine.generate([p.require_encoded() for p in prompts], sampling_params(config, seed=seed))
-    return finish_groups(config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer)
+    groups, metrics = finish_groups(config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer)
+    if getattr(algorithms.build(config.algorithm).estimator, "greedy_baseline", False):
+        with timer("rollout", f"{len(prompts)} greedy baselines"):
+            greedy = engine.generate(
+                [p.require_encoded() for p in prompts], validation_params(config.rollout.max_response_length)
+            )
+        add_baselines(config, groups, [g[0] for g in greedy], scorer, backend, timer)
+    return groups, metrics
+
+
+def add_baselines(
+    config: TrainConfig, groups: Sequence[list[Trajectory]], completions: Sequence[Completion], scorer: Scorer,
+    backend: ModelBackend, timer: StageTimer,
+) -> None:
+    """Score one extra response per group (an estimator's baseline, e.g. ReMax's greedy one) and append it
+    to its group, marked ``baseline``: the estimator sees its reward, the update never trains on it."""
+    forbidden = backend.forbidden_token_ids() | set(config.model.suppress_token_ids)
+    extra = []
+    for group, completion in zip(groups, completions, strict=True):
+        check_response_tokens(group[0].prompt.sample.id, completion.token_ids, forbidden)
+        extra.append(Trajectory(group[0].prompt, group[0].group, completion, baseline=True))
+    with timer("reward"):
+        scorer(extra)
+    for group, t in zip(groups, extra):
+        group.append(t)
 
 
 def finish_groups(
@@ -633,12 +661,19 @@ def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]
         rewards = rewards + algo.overlong_penalty(
             lengths, config.rollout.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
         )
-    advantages = algorithms.build(cfg).estimator.advantages(rewards)
+    estimator = algorithms.build(cfg).estimator
+    if getattr(estimator, "greedy_baseline", False) and not all(g and g[-1].baseline for g in groups):
+        raise ConfigError(
+            f"algorithm.adv_estimator {cfg.adv_estimator!r} needs a greedy baseline response per prompt, "
+            "which this rollout did not generate (the Ray controller does not yet); train without --ray"
+        )
+    advantages = estimator.advantages(rewards)
     flat = []
     for g, group in enumerate(groups):
         for j, t in enumerate(group):
             t.advantage = float(advantages[g, j])
-            flat.append(t)
+            if not t.baseline:
+                flat.append(t)
     return flat
 
 

@@ -7,6 +7,7 @@ Each component is a dataclass whose fields are its options; the formulas live in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -45,6 +46,17 @@ class ReinforcePlusPlusEstimator:
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         return algo.batch_whitened_advantages(rewards, eps=self.adv_eps, group_baseline=self.group_baseline)
+
+
+@dataclass
+class ReMaxEstimator:
+    """ReMax: each sampled reward minus the reward of the prompt's greedy response."""
+
+    #: the rollout layer adds one greedy (temperature 0) response per prompt, last in its group, never trained on
+    greedy_baseline: ClassVar[bool] = True
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        return algo.remax_advantages(rewards)
 
 
 # --- policy losses --------------------------------------------------------------------------------
@@ -156,6 +168,9 @@ CISPO = Preset(
     {"adv_estimator": "grpo", "policy_loss": "cispo"}, "CISPO: clipped importance-weight REINFORCE"
 )
 RLOO = Preset({"adv_estimator": "rloo", "policy_loss": "ppo_clip"}, "RLOO: leave-one-out baseline")
+REMAX = Preset(
+    {"adv_estimator": "remax", "policy_loss": "ppo_clip"}, "ReMax: the greedy response's reward as baseline"
+)
 REINFORCE_PP = Preset(
     {"adv_estimator": "reinforce_pp", "policy_loss": "ppo_clip"}, "REINFORCE++: batch-normalised advantages"
 )
