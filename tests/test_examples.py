@@ -143,7 +143,7 @@ def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(
     assert done.returncode == 0, done.stderr[-4000:]
     assert (
         "data.rollout_batch_size is 32 but the training data has 16 samples: each step repeats every "
-        "sample about 2 times (32 prompts × 4 responses = 128 per step)"
+        "sample about 2× (32 prompts × 4 responses = 128 per step)"
     ) in done.stderr
     assert "step 1: rollout 32 prompts × 4" in done.stderr
     assert (

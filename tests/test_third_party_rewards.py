@@ -226,6 +226,21 @@ def test_a_config_plugins_file_with_plain_function_rewards_trains(task: Any, tmp
     assert len(recorded[0]["sha256"]) == 64
 
 
+def test_a_plugins_override_is_relative_to_the_working_directory(task: Any, tmp_path: Path) -> None:
+    """``plugins=[...]`` on the command line is the CWD's, like every other path given as an override."""
+    (tmp_path / "quick").mkdir()
+    (tmp_path / "quick" / "my_reward.py").write_text(QUICK_REWARD)
+    (tmp_path / "conf").mkdir()
+    config = tmp_path / "conf" / "train.yaml"  # another folder than the plugin's and the CWD (tmp_path)
+    config.write_text("")
+    data = _rows(task, tmp_path / "quick.jsonl", [{"problem_type": "short", "problem": "Q", "answer": "x"}])
+    run = tmp_path / "run"
+    done = _train(task, config, run, data, None, "plugins=[quick/my_reward.py]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = json.loads((run / "run.json").read_text())["plugins"]
+    assert [(p["name"], p["file"]) for p in recorded] == [("my_reward", str(tmp_path / "quick" / "my_reward.py"))]
+
+
 def test_a_config_plugin_that_does_not_import_is_named(task: Any, tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
     data = _rows(

@@ -70,7 +70,7 @@ def train_command(
         try:
             plugins = load_run_plugins(
                 config.plugins,
-                base=Path(config_file).absolute().parent,
+                base=Path.cwd(),  # load_config made the file's .py paths absolute; overrides' are the CWD's
                 disable=flags.get("disable_plugin", ()),
                 extra=flags.get("plugin", ()),
                 strict=flags.get("strict_plugins") or None,

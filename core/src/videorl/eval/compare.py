@@ -207,7 +207,7 @@ def compare_results(
             else:
                 deltas.append(averages[run] - averages[0])
                 delta_intervals.append(None)
-        label = f"overall ({len(common)} benchmarks in {'both' if len(runs) == 2 else 'all'} runs)"
+        label = f"overall ({len(common)} benchmark{'' if len(common) == 1 else 's'} in {'both' if len(runs) == 2 else 'all'} runs)"
         rows.append(ComparisonRow(AVERAGE, label, averages, intervals, tuple(deltas), tuple(delta_intervals)))
     return rows
 

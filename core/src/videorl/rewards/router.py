@@ -14,6 +14,7 @@ output (math, code) bound themselves with subprocesses they can kill.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import logging
 import math
@@ -223,8 +224,11 @@ class RewardRouter:
                 if len(unknown) > 1
                 else ""
             )
+            known = sorted({*self._keys, *self._routes})
+            close = difflib.get_close_matches(normalize_name(problem_type), known, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise DataError(
-                f"problem_type {problem_type!r} of sample {ids[0]!r}{more} has no reward. "
+                f"problem_type {problem_type!r} of sample {ids[0]!r}{more} has no reward.{hint} "
                 f"{self._registered_text()}{others} Fix the sample, route the type in rewards.routes, or "
                 "install a reward plugin that registers it."
             )

@@ -366,9 +366,9 @@ def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEnc
     if 0 < len(samples) < d.rollout_batch_size:
         log.warning(
             "data.rollout_batch_size is %d but the training data has %d samples: each step repeats every "
-            "sample about %d times (%d prompts × %d responses = %d per step). Set data.rollout_batch_size "
+            "sample about %.3g× (%d prompts × %d responses = %d per step). Set data.rollout_batch_size "
             "(and actor.global_batch_size) to at most %d for a step that sees each sample once.",
-            d.rollout_batch_size, len(samples), round(d.rollout_batch_size / len(samples)), d.rollout_batch_size,
+            d.rollout_batch_size, len(samples), d.rollout_batch_size / len(samples), d.rollout_batch_size,
             config.rollout.n, d.rollout_batch_size * config.rollout.n, len(samples),
         )
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
