@@ -61,9 +61,14 @@ def evr1_style_entry(path: Path, frames: Any, meta: Any) -> None:
     torch.save(
         {
             "frames": torch.from_numpy(frames).float(),
-            "metadata": {"fps": meta.source_fps, "frames_indices": list(meta.frame_indices),
-                         "total_num_frames": meta.total_frames, "duration": meta.duration,
-                         "width": meta.width, "height": meta.height},
+            "metadata": {
+                "fps": meta.source_fps,
+                "frames_indices": list(meta.frame_indices),
+                "total_num_frames": meta.total_frames,
+                "duration": meta.duration,
+                "width": meta.width,
+                "height": meta.height,
+            },
             "sample_fps": meta.sampled_fps,
             "preprocess_version": "qwen3vl_patch16_v1",
         },
@@ -88,9 +93,15 @@ def measure_clip(clip: Path, cache: MediaCache, work: Path, repeats: int) -> dic
 
     evr1_s = timed(evr1_load, repeats)
     return {
-        "frames": meta.num_frames, "height": meta.height, "width": meta.width,
-        "decode_s": decode_s, "cached_load_s": load_s, "read_s": read_s, "evr1_load_s": evr1_s,
-        "entry_bytes": entry.stat().st_size, "evr1_bytes": evr1.stat().st_size,
+        "frames": meta.num_frames,
+        "height": meta.height,
+        "width": meta.width,
+        "decode_s": decode_s,
+        "cached_load_s": load_s,
+        "read_s": read_s,
+        "evr1_load_s": evr1_s,
+        "entry_bytes": entry.stat().st_size,
+        "evr1_bytes": evr1.stat().st_size,
     }
 
 
@@ -132,7 +143,12 @@ def main() -> None:
         for i in range(args.build_clips):
             path = work / f"build_{i}.mp4"
             if not path.exists():
-                write_video(path, textured_frames(round(30 * args.build_seconds), 720, 1280, seed=10 + i), fps=30, crf=23)
+                write_video(
+                    path,
+                    textured_frames(round(30 * args.build_seconds), 720, 1280, seed=10 + i),
+                    fps=30,
+                    crf=23,
+                )
             build_clips.append(path)
 
         cache = MediaCache(work / "cache")

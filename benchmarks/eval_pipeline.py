@@ -57,13 +57,21 @@ def write_benchmark(root: Path, videos: int) -> None:
     rows = []
     for i in range(videos):
         write_video(folder / f"clip-{i}.mp4", textured_frames(180, 240, 320, seed=i), fps=30.0)
-        rows.append({"video": f"clip-{i}.mp4", "question": QUESTIONS[i % len(QUESTIONS)].format(i),
-                     "candidates": CANDIDATES, "answer": CANDIDATES[i % len(CANDIDATES)]})
+        rows.append(
+            {
+                "video": f"clip-{i}.mp4",
+                "question": QUESTIONS[i % len(QUESTIONS)].format(i),
+                "candidates": CANDIDATES,
+                "answer": CANDIDATES[i % len(CANDIDATES)],
+            }
+        )
     (root / "json").mkdir(parents=True, exist_ok=True)
     (root / "json" / "object_existence.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
 
 
-def sequential(task: Any, inputs: Any, engine: Any, sampling: Any, out: Path) -> tuple[float, dict[str, float]]:
+def sequential(
+    task: Any, inputs: Any, engine: Any, sampling: Any, out: Path
+) -> tuple[float, dict[str, float]]:
     """Decode, encode, generate, score and save, one sample at a time."""
     from videorl.eval import Prediction, append_prediction, predictions_path, score_row
 
@@ -81,8 +89,9 @@ def sequential(task: Any, inputs: Any, engine: Any, sampling: Any, out: Path) ->
         t3 = time.perf_counter()
         response = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
         result = score_row(task.benchmark, row, Prediction(row.id, response))
-        append_prediction(path, {"id": row.id, "response": response, "prediction": result.prediction,
-                                 "score": result.score})
+        append_prediction(
+            path, {"id": row.id, "response": response, "prediction": result.prediction, "score": result.score}
+        )
         t4 = time.perf_counter()
         for key, value in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             stages[key] += value
@@ -96,16 +105,30 @@ def responses(out: Path, name: str) -> dict[str, str | None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--videos", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--batch-wait", type=float, default=BATCH_WAIT_S,
-                        help="Seconds the engine may wait for a fuller batch (the evaluator's default).")
-    parser.add_argument("--repeats", type=int, default=2, help="Alternated runs of each side; the best is kept.")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads, both sides (0: torch's default, one per core).")
-    parser.add_argument("--workdir", type=Path, default=None, help="Keep files here (default: a temporary folder).")
+    parser.add_argument(
+        "--batch-wait",
+        type=float,
+        default=BATCH_WAIT_S,
+        help="Seconds the engine may wait for a fuller batch (the evaluator's default).",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="Alternated runs of each side; the best is kept."
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads, both sides (0: torch's default, one per core).",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="Keep files here (default: a temporary folder)."
+    )
     args = parser.parse_args()
 
     import torch
@@ -129,8 +152,9 @@ def main() -> None:
         write_benchmark(root, args.videos)
         task = load_task(plugins.benchmarks, "mvbench", root)
         backend = backend_for_model(model_dir, plugins.model_backends)
-        video = DecodeParams.from_budget(backend.budget, factor=backend.factor,
-                                         temporal_patch_size=backend.temporal_patch_size, **VIDEO)
+        video = DecodeParams.from_budget(
+            backend.budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size, **VIDEO
+        )
         image = ImageParams.from_budget(backend.budget, factor=backend.factor)
         engine = HFEngine(backend, backend.load_model(dtype=torch.float32))
         sampling = SamplingParams(n=1, temperature=0.0, max_tokens=MAX_TOKENS, seed=0)
@@ -138,23 +162,39 @@ def main() -> None:
         def inputs(cache: MediaCache) -> RowInputs:
             return RowInputs(backend, cache, video, image)
 
-        warm = inputs(MediaCache(None, "realtime_only"))  # one untimed sample warms up torch and the processor
+        warm = inputs(
+            MediaCache(None, "realtime_only")
+        )  # one untimed sample warms up torch and the processor
         engine.generate([backend.encode(warm.prompt(task.benchmark, task.rows[0]))], sampling)
 
         runs: list[dict[str, Any]] = []
         for r in range(args.repeats):  # alternated, fresh cache each time; the best of each side is kept
             seq_s, seq_stages = sequential(task, warm, engine, sampling, work / f"sequential-{r}")
-            cache = MediaCache(work / f"cache-{r}", strict_params=False, threads=1)  # loaders decode in parallel
-            evaluator = Evaluator(inputs(cache), engine, sampling, workers=args.workers, batch_size=args.batch_size,
-                                  batch_wait=args.batch_wait)
+            cache = MediaCache(
+                work / f"cache-{r}", strict_params=False, threads=1
+            )  # loaders decode in parallel
+            evaluator = Evaluator(
+                inputs(cache),
+                engine,
+                sampling,
+                workers=args.workers,
+                batch_size=args.batch_size,
+                batch_wait=args.batch_wait,
+            )
             cold = evaluator.run([task], work / f"pipelined-{r}")
             hot = evaluator.run([task], work / f"pipelined-warm-{r}")
             expected = responses(work / f"sequential-{r}", task.name)
-            same = expected == responses(work / f"pipelined-{r}", task.name) == responses(
-                work / f"pipelined-warm-{r}", task.name
+            same = (
+                expected
+                == responses(work / f"pipelined-{r}", task.name)
+                == responses(work / f"pipelined-warm-{r}", task.name)
             )
-            assert len(expected) == args.videos and same, "the pipelined evaluator's predictions differ from the loop's"
-            runs.append({"seq": (seq_s, seq_stages), "cold": cold.times, "hot": hot.times, "responses": expected})
+            assert len(expected) == args.videos and same, (
+                "the pipelined evaluator's predictions differ from the loop's"
+            )
+            runs.append(
+                {"seq": (seq_s, seq_stages), "cold": cold.times, "hot": hot.times, "responses": expected}
+            )
         assert all(run["responses"] == runs[0]["responses"] for run in runs)
         seq_s, seq_stages = min((run["seq"] for run in runs), key=lambda x: x[0])
         cold_t = min((run["cold"] for run in runs), key=lambda t: t.wall_s)
@@ -172,11 +212,20 @@ def main() -> None:
             "sequential_stages": seq_stages,
             "pipelined_stages": cold_t.as_dict(),
             "pipelined_warm_stages": hot_t.as_dict(),
-            "settings": {"model": f"tiny {FAMILY}", "engine": "hf fp32 greedy", "max_tokens": MAX_TOKENS, **VIDEO,
-                         "video": "320x240 30 fps 6 s H.264", "workers": args.workers, "batch_size": args.batch_size,
-                         "batch_wait_s": args.batch_wait,
-                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                         "repeats": args.repeats, "load_average": round(os.getloadavg()[0], 2)},
+            "settings": {
+                "model": f"tiny {FAMILY}",
+                "engine": "hf fp32 greedy",
+                "max_tokens": MAX_TOKENS,
+                **VIDEO,
+                "video": "320x240 30 fps 6 s H.264",
+                "workers": args.workers,
+                "batch_size": args.batch_size,
+                "batch_wait_s": args.batch_wait,
+                "cpus": os.cpu_count(),
+                "torch_threads": torch.get_num_threads(),
+                "repeats": args.repeats,
+                "load_average": round(os.getloadavg()[0], 2),
+            },
         }
         print(json.dumps(result))
     finally:

@@ -37,7 +37,16 @@ from typing import Any
 
 STAGES = ("step", "rollout", "reward", "actor", "weight_sync", "data")
 LAUNCHERS = {
-    "torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "videorl.cli", "train"],
+    "torchrun": [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "videorl.cli",
+        "train",
+    ],
     "ray_colocated": ["-m", "videorl.cli", "train"],
     "ray_split": ["-m", "videorl.cli", "train"],
 }
@@ -52,21 +61,34 @@ def prepare(workdir: Path, prompts: int, n: int, steps: int) -> tuple[Path, list
     from videorl import demo
     from videorl.plugins import load_plugins
 
-    model, train, val = demo.prepare(workdir / "task", load_plugins(), family="qwen2_5_vl", seed=0,
-                                     train=prompts * steps, val=2)
+    model, train, val = demo.prepare(
+        workdir / "task", load_plugins(), family="qwen2_5_vl", seed=0, train=prompts * steps, val=2
+    )
     config = workdir / "empty.yaml"
     config.write_text("seed: 5\n")
     overrides = [
         *demo.demo_overrides(workdir / "task", model, train, val, steps=steps, seed=5, engine="hf"),
-        f"data.rollout_batch_size={prompts}", f"actor.global_batch_size={prompts}", f"rollout.n={n}",
-        "trainer.save_every=0", "trainer.val_every=0", "trainer.progress_bar=false", "data.val_files=[]",
+        f"data.rollout_batch_size={prompts}",
+        f"actor.global_batch_size={prompts}",
+        f"rollout.n={n}",
+        "trainer.save_every=0",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+        "data.val_files=[]",
     ]
     return config, overrides
 
 
 def run_once(name: str, config: Path, overrides: list[str], out: Path) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
-    command = [sys.executable, *LAUNCHERS[name], str(config), *overrides, f"output_dir={out}", *RAY_ARGS[name]]
+    command = [
+        sys.executable,
+        *LAUNCHERS[name],
+        str(config),
+        *overrides,
+        f"output_dir={out}",
+        *RAY_ARGS[name],
+    ]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     wall = time.perf_counter() - start
@@ -103,15 +125,27 @@ def main() -> None:
             for row in rows[1:]:
                 for stage in STAGES:
                     stage_times[name][stage].append(row.get(f"time/{stage}", 0.0))
-                for key in ("ray/sent_bytes_per_sample", "ray/received_bytes_per_sample", "ray/weight_sync_bytes",
-                            "tokens/step"):
+                for key in (
+                    "ray/sent_bytes_per_sample",
+                    "ray/received_bytes_per_sample",
+                    "ray/weight_sync_bytes",
+                    "tokens/step",
+                ):
                     if key in row:
                         extra[name][key].append(row[key])
     reference = losses["torchrun"]
-    same = {name: max(abs(a - b) for a, b in zip(loss, reference, strict=True)) for name, loss in losses.items()}
+    same = {
+        name: max(abs(a - b) for a, b in zip(loss, reference, strict=True)) for name, loss in losses.items()
+    }
 
-    report: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds, "prompts": args.prompts, "n": args.n,
-                              "cpus": os.cpu_count(), "max_loss_difference_to_torchrun": same}
+    report: dict[str, Any] = {
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "prompts": args.prompts,
+        "n": args.n,
+        "cpus": os.cpu_count(),
+        "max_loss_difference_to_torchrun": same,
+    }
     for name in LAUNCHERS:
         medians = {stage: statistics.median(values) for stage, values in stage_times[name].items()}
         entry: dict[str, Any] = {
@@ -122,7 +156,9 @@ def main() -> None:
         if name != "torchrun":
             base = stage_times["torchrun"]
             entry["step_ratio_to_torchrun"] = round(medians["step"] / statistics.median(base["step"]), 3)
-            entry["wall_ratio_to_torchrun"] = round(entry["wall_seconds"] / statistics.median(walls["torchrun"]), 3)
+            entry["wall_ratio_to_torchrun"] = round(
+                entry["wall_seconds"] / statistics.median(walls["torchrun"]), 3
+            )
         report[name] = entry
     print(json.dumps(report))
 

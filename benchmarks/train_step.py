@@ -105,7 +105,9 @@ class StageMedia:
             return self._memo[encoded.sample_id]
         fresh = self._encode(stage, self.samples[encoded.sample_id]).require_encoded()
         if fresh.prompt_ids != encoded.prompt_ids:
-            raise AssertionError(f"{stage}: sample {encoded.sample_id!r} encodes to other prompt ids than at the data stage")
+            raise AssertionError(
+                f"{stage}: sample {encoded.sample_id!r} encodes to other prompt ids than at the data stage"
+            )
         if memo:
             self._memo[encoded.sample_id] = fresh
         return fresh
@@ -147,7 +149,9 @@ class RecordingBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def collate(self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None) -> ModelInputs:
+    def collate(
+        self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None
+    ) -> ModelInputs:
         self.last = (list(encoded), responses)
         return self.inner.collate(encoded, responses)
 
@@ -199,9 +203,16 @@ def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
 
     try:
         train(
-            config, actor=actor, engine=StagedEngine(training.engine, media), rewards=training.rewards,
-            data=training.data, encode=media.encode, io=training.io, dist=training.dist,
-            engine_shares_actor=training.engine_shares_actor, on_step=on_step,
+            config,
+            actor=actor,
+            engine=StagedEngine(training.engine, media),
+            rewards=training.rewards,
+            data=training.data,
+            encode=media.encode,
+            io=training.io,
+            dist=training.dist,
+            engine_shares_actor=training.engine_shares_actor,
+            on_step=on_step,
         )
     finally:
         training.close()
@@ -221,7 +232,9 @@ def write_clips(out: Path, count: int, *, height: int, width: int, seconds: floa
         path = out / f"clip_{i:03d}_{width}x{height}_{seconds:g}s_{fps:g}fps.mp4"
         if not path.exists():
             partial = path.with_name(f".{path.name}.tmp.mp4")
-            write_video(partial, textured_frames(round(seconds * fps), height, width, seed=i), fps=fps, crf=23)
+            write_video(
+                partial, textured_frames(round(seconds * fps), height, width, seed=i), fps=fps, crf=23
+            )
             partial.rename(path)
         clips.append(path)
     return clips
@@ -232,9 +245,14 @@ def write_dataset(path: Path, clips: Sequence[Path]) -> Path:
     (mix-policy gives the groups non-zero advantages, so the weights change every step)."""
     rows = [
         {
-            "id": f"clip-{i:03d}", "data_type": "video", "problem_type": "multiple choice",
-            "problem": "What colour is the square?", "options": OPTIONS, "answer": "A",
-            "videos": [str(clip)], "offline_output": "<answer>A</answer>",
+            "id": f"clip-{i:03d}",
+            "data_type": "video",
+            "problem_type": "multiple choice",
+            "problem": "What colour is the square?",
+            "options": OPTIONS,
+            "answer": "A",
+            "videos": [str(clip)],
+            "offline_output": "<answer>A</answer>",
         }
         for i, clip in enumerate(clips)
     ]
@@ -248,21 +266,51 @@ def cache_dir(work: Path, frames: int, max_pixels: int) -> Path:
 
 
 def overrides(
-    work: Path, model: Path, dataset: Path, mode: str, *, run: str, prompts: int, n: int, steps: int,
-    frames: int, max_pixels: int, response: int, seed: int,
+    work: Path,
+    model: Path,
+    dataset: Path,
+    mode: str,
+    *,
+    run: str,
+    prompts: int,
+    n: int,
+    steps: int,
+    frames: int,
+    max_pixels: int,
+    response: int,
+    seed: int,
 ) -> list[str]:
     """The ``videorl train`` overrides of one run (only ``data.source_mode`` differs between modes)."""
     return [
-        f"seed={seed}", f"output_dir={work / 'runs' / run}", f"model.path={model}", "model.dtype=float32",
-        f"data.train_files=[{dataset}]", f"data.cache_dir={cache_dir(work, frames, max_pixels)}", f"data.source_mode={mode}",
-        "data.video_fps=2.0", f"data.video_max_frames={frames}", f"data.video_min_pixels={max_pixels}",
-        f"data.video_max_pixels={max_pixels}", "data.max_prompt_length=20000",
-        f"data.rollout_batch_size={prompts}", "data.thinking=false", f"data.prompt_template={work / 'prompt.jinja'}",
-        "rollout.engine=hf", f"rollout.n={n}", f"rollout.max_response_length={response}",
-        "rollout.enable_mix_policy=true", "algorithm.use_kl_loss=true", f"actor.global_batch_size={prompts}",
-        "actor.gradient_checkpointing=false", "optim.lr=1e-3", "optim.weight_decay=0.0",
-        f"trainer.max_steps={steps}", f"trainer.save_every={steps}", "trainer.keep_last=1",
-        "trainer.loggers=[jsonl]", "trainer.progress_bar=false",
+        f"seed={seed}",
+        f"output_dir={work / 'runs' / run}",
+        f"model.path={model}",
+        "model.dtype=float32",
+        f"data.train_files=[{dataset}]",
+        f"data.cache_dir={cache_dir(work, frames, max_pixels)}",
+        f"data.source_mode={mode}",
+        "data.video_fps=2.0",
+        f"data.video_max_frames={frames}",
+        f"data.video_min_pixels={max_pixels}",
+        f"data.video_max_pixels={max_pixels}",
+        "data.max_prompt_length=20000",
+        f"data.rollout_batch_size={prompts}",
+        "data.thinking=false",
+        f"data.prompt_template={work / 'prompt.jinja'}",
+        "rollout.engine=hf",
+        f"rollout.n={n}",
+        f"rollout.max_response_length={response}",
+        "rollout.enable_mix_policy=true",
+        "algorithm.use_kl_loss=true",
+        f"actor.global_batch_size={prompts}",
+        "actor.gradient_checkpointing=false",
+        "optim.lr=1e-3",
+        "optim.weight_decay=0.0",
+        f"trainer.max_steps={steps}",
+        f"trainer.save_every={steps}",
+        "trainer.keep_last=1",
+        "trainer.loggers=[jsonl]",
+        "trainer.progress_bar=false",
     ]
 
 
@@ -276,13 +324,21 @@ def prepare(work: Path, plugins: Plugins, args: argparse.Namespace) -> tuple[Pat
         backend_cls.build_tiny(model, seed=args.seed, width=64)
     (work / "prompt.jinja").write_text(PROMPT, encoding="utf-8")
     height, width = (int(x) for x in args.size.split("x")[::-1])
-    clips = write_clips(work / "clips", args.prompts, height=height, width=width, seconds=args.seconds, fps=args.source_fps)
+    clips = write_clips(
+        work / "clips", args.prompts, height=height, width=width, seconds=args.seconds, fps=args.source_fps
+    )
     dataset = write_dataset(work / "train.jsonl", clips)
     params = DecodeParams(
-        factor=backend_cls.factor, temporal_patch_size=backend_cls.temporal_patch_size, fps=2.0,
-        max_frames=args.frames, min_pixels=args.max_pixels, max_pixels=args.max_pixels,
+        factor=backend_cls.factor,
+        temporal_patch_size=backend_cls.temporal_patch_size,
+        fps=2.0,
+        max_frames=args.frames,
+        min_pixels=args.max_pixels,
+        max_pixels=args.max_pixels,
     )
-    report = build_cache(clips, params, cache_dir(work, args.frames, args.max_pixels), workers=1, progress=False)
+    report = build_cache(
+        clips, params, cache_dir(work, args.frames, args.max_pixels), workers=1, progress=False
+    )
     if report.failures:
         raise RuntimeError(f"caching the clips failed: {report.failures}")
     return model, dataset
@@ -295,8 +351,11 @@ def stage_seconds(row: Mapping[str, float]) -> dict[str, float]:
     """Seconds per stage of one step, from the loop's ``time/*`` metrics."""
     reference = row.get("time/reference", 0.0)
     return {
-        "data": row["time/data"], "rollout": row["time/rollout"], "reference": reference,
-        "actor_update": row["time/actor"] - reference, "step": row["time/step"],
+        "data": row["time/data"],
+        "rollout": row["time/rollout"],
+        "reference": reference,
+        "actor_update": row["time/actor"] - reference,
+        "step": row["time/step"],
     }
 
 
@@ -324,7 +383,9 @@ def summarise(runs: Mapping[str, Sequence[Sequence[Mapping[str, float]]]]) -> di
         summary["media_seconds"] = {s: statistics.median(m[s] for m in media) for s in STAGES}
         summary["tokens_per_step"] = statistics.fmean(r["tokens/step"] for r in rows)
         summary["tokens_per_s"] = summary["tokens_per_step"] / summary["step"]
-        summary["loads_per_step"] = {k.split("/", 1)[1]: v for k, v in sorted(rows[0].items()) if k.startswith("loads/")}
+        summary["loads_per_step"] = {
+            k.split("/", 1)[1]: v for k, v in sorted(rows[0].items()) if k.startswith("loads/")
+        }
         for x, m in zip(seconds, media):
             for s in STAGES:
                 compute[s].append(x[s] - m[s])
@@ -338,7 +399,8 @@ def summarise(runs: Mapping[str, Sequence[Sequence[Mapping[str, float]]]]) -> di
     pooled = {s: statistics.median(compute[s]) for s in STAGES}
     out["compute_seconds"] = pooled
     out["ratio_same_compute"] = {
-        s: (pooled[s] + out[first]["media_seconds"][s]) / (pooled[s] + out[second]["media_seconds"][s]) for s in STAGES
+        s: (pooled[s] + out[first]["media_seconds"][s]) / (pooled[s] + out[second]["media_seconds"][s])
+        for s in STAGES
     }
     out["seed_ratio"] = SEED_RATIOS
     return out
@@ -377,10 +439,23 @@ def main() -> None:
         plan = [("warmup", MODES[1], args.warmup)] * (args.warmup > 0)
         plan += [(f"{mode}-{r}", mode, args.steps) for r in range(args.rounds) for mode in MODES]
         for run, mode, steps in plan:
-            config: TrainConfig = load_config(None, overrides(
-                work, model, dataset, mode, run=run, prompts=args.prompts, n=args.n, steps=steps,
-                frames=args.frames, max_pixels=args.max_pixels, response=args.response, seed=args.seed,
-            ))
+            config: TrainConfig = load_config(
+                None,
+                overrides(
+                    work,
+                    model,
+                    dataset,
+                    mode,
+                    run=run,
+                    prompts=args.prompts,
+                    n=args.n,
+                    steps=steps,
+                    frames=args.frames,
+                    max_pixels=args.max_pixels,
+                    response=args.response,
+                    seed=args.seed,
+                ),
+            )
             rows = run_mode(config, plugins)
             if run != "warmup":
                 runs[mode].append(rows)
@@ -391,10 +466,16 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     width, height = args.size.split("x")
     result["setup"] = {
-        "model": f"tiny {args.family} (text width 64, random)", "device": "cpu", "torch_threads": args.threads,
+        "model": f"tiny {args.family} (text width 64, random)",
+        "device": "cpu",
+        "torch_threads": args.threads,
         "clips": f"{args.prompts} × {width}×{height} H.264, {args.seconds:g} s at {args.source_fps:g} fps",
-        "frames": args.frames, "max_pixels_per_frame": args.max_pixels, "prompts_per_step": args.prompts,
-        "n": args.n, "max_response_tokens": args.response, "timed_steps_per_mode": args.rounds * args.steps,
+        "frames": args.frames,
+        "max_pixels_per_frame": args.max_pixels,
+        "prompts_per_step": args.prompts,
+        "n": args.n,
+        "max_response_tokens": args.response,
+        "timed_steps_per_mode": args.rounds * args.steps,
         "mean_prompt_tokens": probe["prompt_tokens/mean"],
         "wall_s": time.perf_counter() - start,
     }

@@ -71,9 +71,17 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     model = backend.load_model(dtype=torch.float32).train()
     side = 336
     video = torch.randint(0, 256, (frames, 3, side, side), dtype=torch.uint8)
-    meta = VideoMetadata(source_fps=2.0, total_frames=frames, duration=frames / 2, frame_indices=tuple(range(frames)),
-                         timestamps=tuple(i / 2 for i in range(frames)), source_width=side, source_height=side,
-                         width=side, height=side)
+    meta = VideoMetadata(
+        source_fps=2.0,
+        total_frames=frames,
+        duration=frames / 2,
+        frame_indices=tuple(range(frames)),
+        timestamps=tuple(i / 2 for i in range(frames)),
+        source_width=side,
+        source_height=side,
+        width=side,
+        height=side,
+    )
     encoded = backend.encode(PromptInput("long", "Describe the video.", videos=[(video, meta)]))
     forbidden = sorted(backend.forbidden_token_ids())
     allowed = [i for i in range(len(backend.tokenizer)) if i not in set(forbidden)]
@@ -89,7 +97,9 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
         logits = model(**inputs.model_kwargs()).logits
         logp = response_logprobs(logits, inputs, forbidden=forbidden)
         width, rwidth = inputs.prompt_width, logp.shape[1]
-        entropy = algo.entropy_from_logits(algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden))
+        entropy = algo.entropy_from_logits(
+            algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden)
+        )
         assert inputs.response_mask is not None
         mask = inputs.response_mask.float()
     else:
@@ -99,8 +109,11 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     loss.backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        "variant": variant, "peak_growth_mb": round(peak - before, 1), "prompt_tokens": len(encoded),
-        "loss": float(loss), "entropy": float((entropy.detach() * mask).sum() / mask.sum()),
+        "variant": variant,
+        "peak_growth_mb": round(peak - before, 1),
+        "prompt_tokens": len(encoded),
+        "loss": float(loss),
+        "entropy": float((entropy.detach() * mask).sum() / mask.sum()),
         "logp": logp.detach()[mask.bool()].tolist(),
     }
 
@@ -121,20 +134,42 @@ def main() -> None:
         results = {}
         for variant in ("before", "after"):
             done = subprocess.run(
-                [sys.executable, __file__, "--variant", variant, "--model", str(model), "--frames", str(args.frames),
-                 "--rows", str(args.rows), "--response", str(args.response)],
-                capture_output=True, text=True, check=True,
+                [
+                    sys.executable,
+                    __file__,
+                    "--variant",
+                    variant,
+                    "--model",
+                    str(model),
+                    "--frames",
+                    str(args.frames),
+                    "--rows",
+                    str(args.rows),
+                    "--response",
+                    str(args.response),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             results[variant] = json.loads(done.stdout.strip().splitlines()[-1])
     b, a = results["before"], results["after"]
     gap = max(abs(x - y) for x, y in zip(b["logp"], a["logp"]))
-    print(json.dumps({
-        "prompt_tokens": b["prompt_tokens"], "rows": args.rows, "response_tokens": args.response, "vocab": VOCAB,
-        "peak_growth_mb": {"before": b["peak_growth_mb"], "after": a["peak_growth_mb"]},
-        "ratio": round(b["peak_growth_mb"] / max(a["peak_growth_mb"], 1e-9), 2),
-        "loss": {"before": b["loss"], "after": a["loss"]}, "max_logprob_gap": gap,
-        "entropy": {"before": b["entropy"], "after": a["entropy"]},
-    }))
+    print(
+        json.dumps(
+            {
+                "prompt_tokens": b["prompt_tokens"],
+                "rows": args.rows,
+                "response_tokens": args.response,
+                "vocab": VOCAB,
+                "peak_growth_mb": {"before": b["peak_growth_mb"], "after": a["peak_growth_mb"]},
+                "ratio": round(b["peak_growth_mb"] / max(a["peak_growth_mb"], 1e-9), 2),
+                "loss": {"before": b["loss"], "after": a["loss"]},
+                "max_logprob_gap": gap,
+                "entropy": {"before": b["entropy"], "after": a["entropy"]},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

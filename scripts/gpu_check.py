@@ -37,14 +37,26 @@ sys.path[:0] = [str(ROOT / "core" / "src"), str(ROOT / "plugins" / "models" / "s
 #: Qwen2.5-VL-3B-Instruct's shape (its config.json), weights random
 SHAPE_3B: dict[str, Any] = {
     "text_config": {
-        "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
-        "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 128000,
-        "layer_types": ["full_attention"] * 36, "max_window_layers": 70, "tie_word_embeddings": True,
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "max_position_embeddings": 128000,
+        "layer_types": ["full_attention"] * 36,
+        "max_window_layers": 70,
+        "tie_word_embeddings": True,
         "rope_parameters": {"mrope_section": [16, 24, 24], "rope_theta": 1000000.0, "rope_type": "default"},
     },
     "vision_config": {
-        "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
-        "fullatt_block_indexes": [7, 15, 23, 31], "window_size": 112,
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 2048,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+        "window_size": 112,
     },
     "tie_word_embeddings": True,
 }
@@ -90,7 +102,9 @@ def main() -> None:
     device = local_device()
     compute = torch.bfloat16 if cuda else torch.float32
     out: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if cuda else "cpu", "shape": args.shape, "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "shape": args.shape,
+        "torch": torch.__version__,
         "attention": attention_implementation(compute) or "sdpa",
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,18 +114,25 @@ def main() -> None:
             for key, values in SHAPE_3B.items():
                 config[key] = {**config[key], **values} if isinstance(values, dict) else values
             (model_dir / "config.json").write_text(json.dumps(config))
-        backend: Any = Qwen2_5VLBackend(model_dir)  # the family class, typed by the ModelBackend protocol at use
+        backend: Any = Qwen2_5VLBackend(
+            model_dir
+        )  # the family class, typed by the ModelBackend protocol at use
         start = time.perf_counter()
         _reset(torch, cuda)
         with torch.device(device):
-            model = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(model_dir), dtype=torch.float32)
+            model = AutoModelForImageTextToText.from_config(
+                AutoConfig.from_pretrained(model_dir), dtype=torch.float32
+            )
         model = backend.prepare_model(model)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         use_fast_attention(model, compute)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, **fused_adamw_options(device))
         actor = Actor(model, optimizer, backend, compute_dtype=compute)
-        out["load"] = {"seconds": round(time.perf_counter() - start, 2), "peak_gb": _peak_gb(torch, cuda),
-                       "parameters": sum(p.numel() for p in model.parameters())}
+        out["load"] = {
+            "seconds": round(time.perf_counter() - start, 2),
+            "peak_gb": _peak_gb(torch, cuda),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
 
         h, w = fit_to_budget(args.side, args.side, factor=backend.factor, min_pixels=3136, max_pixels=262144)
         g = torch.Generator().manual_seed(0)
@@ -119,21 +140,35 @@ def main() -> None:
         for i in range(args.prompts):
             frames = torch.randint(0, 256, (args.frames, 3, h, w), dtype=torch.uint8, generator=g)
             meta = VideoMetadata(
-                source_fps=30.0, total_frames=15 * args.frames, duration=args.frames / 2.0,
+                source_fps=30.0,
+                total_frames=15 * args.frames,
+                duration=args.frames / 2.0,
                 frame_indices=tuple(15 * k for k in range(args.frames)),
-                timestamps=tuple(k / 2.0 for k in range(args.frames)), source_width=w, source_height=h,
-                width=w, height=h,
+                timestamps=tuple(k / 2.0 for k in range(args.frames)),
+                source_width=w,
+                source_height=h,
+                width=w,
+                height=h,
             )
-            encoded = backend.encode(PromptInput(f"video-{i}", "What happens in the video?", videos=[(frames, meta)]))
+            encoded = backend.encode(
+                PromptInput(f"video-{i}", "What happens in the video?", videos=[(frames, meta)])
+            )
             sample = SimpleNamespace(id=f"video-{i}", problem_type="free-form", origin="gpu_check")
             prompts.append(Prompt(sample, encoded, None))  # type: ignore[arg-type]
         out["prompt_tokens"] = [len(p.require_encoded()) for p in prompts]
 
-        config = load_config(None, [
-            f"model.path={model_dir}", "data.train_files=[unused.jsonl]", f"rollout.n={args.n}",
-            f"rollout.max_response_length={args.response}", f"data.rollout_batch_size={args.prompts}",
-            f"actor.global_batch_size={args.prompts}", "actor.gradient_checkpointing=true",
-        ])
+        config = load_config(
+            None,
+            [
+                f"model.path={model_dir}",
+                "data.train_files=[unused.jsonl]",
+                f"rollout.n={args.n}",
+                f"rollout.max_response_length={args.response}",
+                f"data.rollout_batch_size={args.prompts}",
+                f"actor.global_batch_size={args.prompts}",
+                "actor.gradient_checkpointing=true",
+            ],
+        )
         engine = HFEngine(backend, model)
         rng = random.Random(0)
         steps = []
@@ -141,14 +176,24 @@ def main() -> None:
             timer = StageTimer()
             row: dict[str, Any] = {"step": step}
             _reset(torch, cuda)
-            with timer("rollout"), torch.autocast(device.type, dtype=compute, enabled=compute != torch.float32):
-                groups = engine.generate([p.require_encoded() for p in prompts], sampling_params(config, seed=step))
+            with (
+                timer("rollout"),
+                torch.autocast(device.type, dtype=compute, enabled=compute != torch.float32),
+            ):
+                groups = engine.generate(
+                    [p.require_encoded() for p in prompts], sampling_params(config, seed=step)
+                )
             generated = sum(len(c.token_ids) for g in groups for c in g)
-            row["rollout"] = {"seconds": round(timer.seconds["rollout"], 2), "generated_tokens": generated,
-                              "tokens_per_s": round(generated / timer.seconds["rollout"], 1),
-                              "peak_gb": _peak_gb(torch, cuda)}
-            trajectories = [[Trajectory(p, i, c, reward=float(rng.random() < 0.5)) for c in group]
-                            for i, (p, group) in enumerate(zip(prompts, groups))]
+            row["rollout"] = {
+                "seconds": round(timer.seconds["rollout"], 2),
+                "generated_tokens": generated,
+                "tokens_per_s": round(generated / timer.seconds["rollout"], 1),
+                "peak_gb": _peak_gb(torch, cuda),
+            }
+            trajectories = [
+                [Trajectory(p, i, c, reward=float(rng.random() < 0.5)) for c in group]
+                for i, (p, group) in enumerate(zip(prompts, groups))
+            ]
             flat = assign_advantages(config, trajectories)
             _reset(torch, cuda)
             update_start = time.perf_counter()
@@ -157,9 +202,14 @@ def main() -> None:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - update_start
             tokens = metrics["tokens/step"]
-            row["update"] = {"seconds": round(seconds, 2), "tokens": int(tokens),
-                             "tokens_per_s": round(tokens / seconds, 1), "peak_gb": _peak_gb(torch, cuda),
-                             "loss": metrics["actor/loss"], "grad_norm": metrics["actor/grad_norm"]}
+            row["update"] = {
+                "seconds": round(seconds, 2),
+                "tokens": int(tokens),
+                "tokens_per_s": round(tokens / seconds, 1),
+                "peak_gb": _peak_gb(torch, cuda),
+                "loss": metrics["actor/loss"],
+                "grad_norm": metrics["actor/grad_norm"],
+            }
             if not all(math.isfinite(row["update"][k]) for k in ("loss", "grad_norm")):
                 raise RuntimeError(f"step {step}: non-finite loss or gradient norm: {row['update']}")
             row["step_seconds"] = round(row["rollout"]["seconds"] + seconds, 2)

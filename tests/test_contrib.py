@@ -23,7 +23,9 @@ CONTRIB = ROOT / "contrib"
 def _litter() -> list[str]:
     """What builds and test runs leave in contrib/: build/, *.egg-info, __pycache__, .pytest_cache."""
     names = {"build", "__pycache__", ".pytest_cache"}
-    return sorted(str(p) for p in CONTRIB.rglob("*") if p.is_dir() and (p.name in names or p.suffix == ".egg-info"))
+    return sorted(
+        str(p) for p in CONTRIB.rglob("*") if p.is_dir() and (p.name in names or p.suffix == ".egg-info")
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +37,19 @@ def _leaves_the_checkout_clean() -> Iterator[None]:
 
 def _pip_install_target(package: Path, target: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(target), str(package)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(package),
+        ],
         check=True,
         capture_output=True,
     )
@@ -52,7 +65,10 @@ def _env_with(target: Path) -> dict[str, str]:
 def _plugins_json(env: dict[str, str] | None = None) -> dict[str, dict]:
     out = subprocess.run(
         [sys.executable, "-m", "videorl.cli", "plugins", "--json"],
-        capture_output=True, text=True, check=True, env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     ).stdout
     return {p["name"]: p for p in json.loads(out)}
 
@@ -65,19 +81,38 @@ def test_contrib_example_is_not_installed_by_default_and_is_discovered_once_inst
     env = _env_with(target)
     entry = _plugins_json(env)["videorl-reward-counting"]
     assert entry["status"] == "ok" and entry["version"] == "0.1.0"
-    assert entry["components"] == {"prompt_templates": ["counting", "counting/thinking"], "rewards": ["counting"]}
+    assert entry["components"] == {
+        "prompt_templates": ["counting", "counting/thinking"],
+        "rewards": ["counting"],
+    }
     assert entry["hooks"] == ["register_prompt_templates", "register_rewards"]
     tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "videorl.testing", "-p", "no:cacheprovider", "-o", "addopts=",
-         str(CONTRIB / "videorl-reward-counting" / "tests")],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "videorl.testing",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            str(CONTRIB / "videorl-reward-counting" / "tests"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "name"), [("rewards", "shot count"), ("benchmarks", "toy bench")])
-def test_plugin_template_renders_installs_and_passes_its_own_tests(tmp_path: Path, kind: str, name: str) -> None:
+def test_plugin_template_renders_installs_and_passes_its_own_tests(
+    tmp_path: Path, kind: str, name: str
+) -> None:
     from cookiecutter.main import cookiecutter
 
     out = Path(
@@ -103,8 +138,14 @@ def test_plugin_template_renders_installs_and_passes_its_own_tests(tmp_path: Pat
             f"src/videorl_{underscored}/plugin.py",
             f"src/videorl_{underscored}/{module}",
             "tests/test_plugin.py",
-            *([f"src/videorl_{underscored}/templates/{underscored}.jinja",
-               f"src/videorl_{underscored}/templates/{underscored}.thinking.jinja"] if kind == "rewards" else []),
+            *(
+                [
+                    f"src/videorl_{underscored}/templates/{underscored}.jinja",
+                    f"src/videorl_{underscored}/templates/{underscored}.thinking.jinja",
+                ]
+                if kind == "rewards"
+                else []
+            ),
         ]
     )
     target = tmp_path / "site"
@@ -115,7 +156,10 @@ def test_plugin_template_renders_installs_and_passes_its_own_tests(tmp_path: Pat
     assert entry["status"] == "ok" and entry["components"] == {kind: [underscored], **templates}
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p videorl.testing", str(out / "tests")],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
 
@@ -125,7 +169,9 @@ def test_llava_onevision_backend_installs_is_listed_and_passes_its_own_tests(tmp
     assert "videorl-models-llava-onevision" not in _plugins_json()
     # installed from a copy, so that the build leaves nothing in the checkout
     package = tmp_path / "videorl-models-llava-onevision"
-    shutil.copytree(CONTRIB / package.name, package, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copytree(
+        CONTRIB / package.name, package, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
     target = tmp_path / "site"
     _pip_install_target(package, target)
     env = {**_env_with(target), "OMP_NUM_THREADS": "1"}
@@ -136,7 +182,10 @@ def test_llava_onevision_backend_installs_is_listed_and_passes_its_own_tests(tmp
 
     listed = subprocess.run(
         [sys.executable, "-m", "videorl.cli", "models", "list", "--json"],
-        capture_output=True, text=True, check=True, env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     ).stdout
     backends = {row["family"]: row for row in json.loads(listed)}
     assert backends["llava_onevision"]["model_types"] == ["llava_onevision"]
@@ -146,12 +195,19 @@ def test_llava_onevision_backend_installs_is_listed_and_passes_its_own_tests(tmp
     # the tests import the installed copy, not the checkout's sources
     where = subprocess.run(
         [sys.executable, "-c", "import videorl_models_llava_onevision as m; print(m.__file__)"],
-        capture_output=True, text=True, check=True, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=tmp_path,
     ).stdout.strip()
     assert Path(where).is_relative_to(target), where
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(package / "tests")],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert " passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout

@@ -165,7 +165,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
 # --- clip bounds --------------------------------------------------------------------------------
 
 
-def test_row_inputs_sample_the_clip_itself_through_the_cache(tmp_path: Path, backend: Any, plugins: Any) -> None:
+def test_row_inputs_sample_the_clip_itself_through_the_cache(
+    tmp_path: Path, backend: Any, plugins: Any
+) -> None:
     root = write_mvbench(tmp_path / "mvbench", plain=1, clipped=1, index_video=True)
     task = load_task(plugins.benchmarks, "mvbench", root)
     inputs = make_inputs(backend, tmp_path / "cache", fps=4.0, max_frames=4)
@@ -174,7 +176,7 @@ def test_row_inputs_sample_the_clip_itself_through_the_cache(tmp_path: Path, bac
     # 40 frames at 20 fps (2 s); the clip shows frames 20..39: 1 s × 4 fps = 4 frames, nearest to
     # 20 + linspace(0, 19, 4) = 20, 26.33, 32.67, 39 (the whole video's 4 frames would leave 2 inside)
     prompt = inputs.prompt(task.benchmark, clipped)
-    (frames, meta), = prompt.videos
+    ((frames, meta),) = prompt.videos
     assert meta.frame_indices == (20, 26, 33, 39)
     assert [read_index(f.numpy()) for f in frames] == [20, 26, 33, 39]
     assert meta.timestamps == pytest.approx((1.0, 1.3, 1.65, 1.95))
@@ -184,10 +186,15 @@ def test_row_inputs_sample_the_clip_itself_through_the_cache(tmp_path: Path, bac
     assert unclipped.videos[0][1].frame_indices == (0, 13, 26, 39)  # 2 s capped at 4: linspace(0, 39, 4)
     # built on first use; the two videos have the same content, the clip has an entry of its own
     entries = [read_header(p) for p in MediaCache(tmp_path / "cache").entry_paths()]
-    assert sorted((e.params.start, e.params.end) for e in entries if e.params.start is not None) == [(1.0, 2.0)]
+    assert sorted((e.params.start, e.params.end) for e in entries if e.params.start is not None) == [
+        (1.0, 2.0)
+    ]
     assert len(entries) == 2
-    with pytest.raises(MediaError, match=r"action_sequence-0\.mp4: the time range from 5 s to 6 s starts past the "
-                                         r"end of the video \(2 s long\)"):
+    with pytest.raises(
+        MediaError,
+        match=r"action_sequence-0\.mp4: the time range from 5 s to 6 s starts past the "
+        r"end of the video \(2 s long\)",
+    ):
         inputs.video(clipped.video, (5.0, 6.0))
 
 
@@ -210,11 +217,14 @@ def test_failed_samples_count_as_wrong_and_the_score_is_the_official_one(
         "mvbench:action_sequence/1": "<answer>C</answer>",  # wrong (B)
     }
     engine = engine_kind(backend.tokenizer, answers, broken=["mvbench:object_existence/3"])
-    evaluator = Evaluator(make_inputs(backend, tmp_path / "cache"), engine, GREEDY, workers=2, batch_size=3,
-                          queue_size=3)
+    evaluator = Evaluator(
+        make_inputs(backend, tmp_path / "cache"), engine, GREEDY, workers=2, batch_size=3, queue_size=3
+    )
     report = evaluator.run([task], tmp_path / "run")
     engine.close()
-    if isinstance(engine, ScriptedAsyncEngine):  # every prompt submitted at once, at most queue_size in flight
+    if isinstance(
+        engine, ScriptedAsyncEngine
+    ):  # every prompt submitted at once, at most queue_size in flight
         assert evaluator.describe()["engine_mode"] == "submit" and 1 <= engine.most_in_flight <= 3
 
     summary = report.results["mvbench"].summary
@@ -223,7 +233,9 @@ def test_failed_samples_count_as_wrong_and_the_score_is_the_official_one(
     assert summary["metrics"]["accuracy (pooled)"] == pytest.approx(3 / 7)
     assert summary["n"] == 7 and summary["n_failed"] == 2
     reasons = {f["id"]: f["reason"] for f in summary["failed"]}
-    assert "file not found" in reasons["object_existence/4"] and "absent-4.mp4" in reasons["object_existence/4"]
+    assert (
+        "file not found" in reasons["object_existence/4"] and "absent-4.mp4" in reasons["object_existence/4"]
+    )
     assert reasons["object_existence/3"].startswith("engine error: RuntimeError: the engine crashed")
 
     records = lines(tmp_path / "run" / "mvbench" / "predictions.jsonl")
@@ -246,7 +258,9 @@ def test_the_engine_waits_for_full_batches_but_not_past_the_last_row(
 ) -> None:
     task = load_task(plugins.benchmarks, "mvbench", write_mvbench(tmp_path / "mvbench", plain=7))
     engine = ScriptedEngine(backend.tokenizer, {f"mvbench:{r.id}": "A" for r in task.rows})
-    evaluator = Evaluator(make_inputs(backend, tmp_path / "cache"), engine, GREEDY, batch_size=3, batch_wait=30)
+    evaluator = Evaluator(
+        make_inputs(backend, tmp_path / "cache"), engine, GREEDY, batch_size=3, batch_wait=30
+    )
     report = evaluator.run([task], tmp_path / "run")
     assert [len(c) for c in engine.calls] == [3, 3, 1]
     assert report.times.wall_s < 15  # the last, partial batch went as soon as the loaders were done
@@ -261,19 +275,25 @@ def test_a_resumed_run_skips_what_is_saved_and_reruns_failed_and_torn_records(
     saved = run / "mvbench" / "predictions.jsonl"
     saved.parent.mkdir(parents=True)
     saved.write_text(
-        json.dumps({"id": "object_existence/0", "response": "A"}) + "\n"
-        + json.dumps({"id": "object_existence/1", "error": "engine error: out of memory"}) + "\n"
+        json.dumps({"id": "object_existence/0", "response": "A"})
+        + "\n"
+        + json.dumps({"id": "object_existence/1", "error": "engine error: out of memory"})
+        + "\n"
         + '{"id": "object_existence/2", "resp',  # the line a kill cut short
         encoding="utf-8",
     )
     answers = {f"mvbench:object_existence/{i}": "<answer>A</answer>" for i in range(4)}
     engine = ScriptedEngine(backend.tokenizer, answers)
-    report = Evaluator(make_inputs(backend, tmp_path / "cache"), engine, GREEDY, batch_size=8).run([task], run)
+    report = Evaluator(make_inputs(backend, tmp_path / "cache"), engine, GREEDY, batch_size=8).run(
+        [task], run
+    )
     assert sorted(i for c in engine.calls for i in c) == [f"mvbench:object_existence/{i}" for i in (1, 2, 3)]
     assert report.times.resumed == 1 and report.results["mvbench"].summary["overall"] == 1.0
     ids = [r["id"] for r in lines(saved)]  # the torn line was cut off; the failed record is superseded
     assert ids[:2] == ["object_existence/0", "object_existence/1"] and sorted(ids[2:]) == [
-        "object_existence/1", "object_existence/2", "object_existence/3"
+        "object_existence/1",
+        "object_existence/2",
+        "object_existence/3",
     ]
     assert read_predictions(saved)["object_existence/1"].response == "<answer>A</answer>"
 
@@ -283,8 +303,22 @@ def test_a_resumed_run_skips_what_is_saved_and_reruns_failed_and_torn_records(
 
 def _run_args(model: Path, root: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "eval", "run", "--model", str(model), "--benchmark", "mvbench", "--data-root", str(root),
-        "--out", str(out), "--cache-dir", str(out.parent / "cache"), "--max-tokens", "6", "--quiet", *extra,
+        "eval",
+        "run",
+        "--model",
+        str(model),
+        "--benchmark",
+        "mvbench",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(out.parent / "cache"),
+        "--max-tokens",
+        "6",
+        "--quiet",
+        *extra,
     ]
 
 
@@ -294,8 +328,25 @@ def test_run_records_every_setting_and_eval_score_reproduces_it(
     model = tiny_model_dir(FAMILY)
     root = write_mvbench(tmp_path / "mvbench", plain=4, clipped=1, missing=[2])
     out = tmp_path / "run"
-    result = run_cli(*_run_args(model, root, out, "--fps", "1", "--max-frames", "4", "--max-pixels", "6000",
-                                "--batch-size", "2", "--workers", "2", "--limit", "4"))
+    result = run_cli(
+        *_run_args(
+            model,
+            root,
+            out,
+            "--fps",
+            "1",
+            "--max-frames",
+            "4",
+            "--max-pixels",
+            "6000",
+            "--batch-size",
+            "2",
+            "--workers",
+            "2",
+            "--limit",
+            "4",
+        )
+    )
     result.assert_success()
     assert "mvbench: accuracy" in result.output and "failed=1" in result.output
 
@@ -315,24 +366,55 @@ def test_run_records_every_setting_and_eval_score_reproduces_it(
     assert summary["n"] == 4 and summary["n_failed"] == 1  # action_sequence/0 + object_existence/0,1,2
     assert data["timing"]["samples"] == 4
 
-    rescored = run_cli("eval", "score", "--benchmark", "mvbench", "--data-root", str(root), "--predictions",
-                       str(out / "mvbench" / "predictions.jsonl"), "--json")
+    rescored = run_cli(
+        "eval",
+        "score",
+        "--benchmark",
+        "mvbench",
+        "--data-root",
+        str(root),
+        "--predictions",
+        str(out / "mvbench" / "predictions.jsonl"),
+        "--json",
+    )
     rescored.assert_success()
     # --limit 4 kept four rows; eval score reads all five, so the fifth counts as a missing prediction
     full = rescored.json()
     assert full["n"] == 5 and {"id": "object_existence/3", "reason": "missing prediction"} in full["failed"]
-    rescored = run_cli(*_run_args(model, root, out, "--fps", "1", "--max-frames", "4", "--max-pixels", "6000",
-                                  "--limit", "5"))
+    rescored = run_cli(
+        *_run_args(
+            model, root, out, "--fps", "1", "--max-frames", "4", "--max-pixels", "6000", "--limit", "5"
+        )
+    )
     rescored.assert_success()  # resumed: the fifth row is new, the failed one is tried again
     summary = json.loads((out / "results.json").read_text())["benchmarks"]["mvbench"]
     assert summary["n"] == 5 and summary["n_failed"] == 1
-    again = run_cli("eval", "score", "--benchmark", "mvbench", "--data-root", str(root), "--predictions",
-                    str(out / "mvbench" / "predictions.jsonl"), "--json", "--resamples", "0")
+    again = run_cli(
+        "eval",
+        "score",
+        "--benchmark",
+        "mvbench",
+        "--data-root",
+        str(root),
+        "--predictions",
+        str(out / "mvbench" / "predictions.jsonl"),
+        "--json",
+        "--resamples",
+        "0",
+    )
     again.assert_success()
-    assert again.json() == summary  # rescoring the saved responses gives the run's summary (no intervals asked)
+    assert (
+        again.json() == summary
+    )  # rescoring the saved responses gives the run's summary (no intervals asked)
     ids = sorted(r["id"] for r in lines(out / "mvbench" / "predictions.jsonl"))
-    assert ids == ["action_sequence/0", "object_existence/0", "object_existence/1", "object_existence/2",
-                   "object_existence/2", "object_existence/3"]
+    assert ids == [
+        "action_sequence/0",
+        "object_existence/0",
+        "object_existence/1",
+        "object_existence/2",
+        "object_existence/2",
+        "object_existence/3",
+    ]
 
     changed = run_cli(*_run_args(model, root, out, "--fps", "2", "--max-frames", "4", "--max-pixels", "6000"))
     assert changed.exit_code != 0
@@ -351,7 +433,9 @@ def test_two_runs_with_different_batching_give_the_same_predictions(
     for name, workers, batch in (("a", 2, 3), ("b", 1, 1)):
         inputs = make_inputs(backend, tmp_path / f"cache-{name}", max_frames=4, max_pixels=6000)
         Evaluator(inputs, engine, GREEDY, workers=workers, batch_size=batch).run([task], tmp_path / name)
-        responses.append({r["id"]: r["response"] for r in lines(tmp_path / name / "mvbench" / "predictions.jsonl")})
+        responses.append(
+            {r["id"]: r["response"] for r in lines(tmp_path / name / "mvbench" / "predictions.jsonl")}
+        )
     assert len(responses[0]) == 7 and responses[0] == responses[1]
     assert len(set(responses[0].values())) >= 2  # the rows get different answers: a mix-up would show
 
@@ -377,7 +461,11 @@ def test_bad_inputs_name_the_directory_or_the_file_and_line(
 
 
 def test_begin_run_merges_benchmarks_and_refuses_other_settings(tmp_path: Path) -> None:
-    base = {"model": {"path": "/m"}, "sampling": {"temperature": 0.0}, "benchmarks": {"a": {"data_root": "/a"}}}
+    base = {
+        "model": {"path": "/m"},
+        "sampling": {"temperature": 0.0},
+        "benchmarks": {"a": {"data_root": "/a"}},
+    }
     begin_run(tmp_path, base)
     begin_run(tmp_path, {**base, "pipeline": {"workers": 4}, "benchmarks": {"b": {"data_root": "/b"}}})
     settings = json.loads((tmp_path / "results.json").read_text())["settings"]
@@ -403,8 +491,12 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_sample(
     args = _run_args(model, root, out, "--workers", "1", "--batch-size", "1")
     args[args.index("--max-tokens") + 1] = "24"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "videorl.cli", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "videorl.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     saved = out / "mvbench" / "predictions.jsonl"
     deadline = time.monotonic() + 300
     try:
@@ -412,7 +504,9 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_sample(
             if saved.exists() and saved.read_bytes().count(b"\n") >= 3:
                 break
             time.sleep(0.02)
-        assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+        assert proc.poll() is None, (
+            f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+        )
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
@@ -442,10 +536,22 @@ def test_the_vllm_engine_gives_the_hf_predictions_with_chunked_prefill(
     run_cli(*_run_args(model, root, tmp_path / "hf")).assert_success()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     # 64 tokens per scheduler step: every prompt (over 100 tokens) is prefilled in chunks
-    args = _run_args(model, root, tmp_path / "vllm", "--engine", "vllm", "--dtype", "float32",
-                     "--max-model-len", "1024", "--max-num-batched-tokens", "64")
-    proc = subprocess.run([sys.executable, "-m", "videorl.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=600)
+    args = _run_args(
+        model,
+        root,
+        tmp_path / "vllm",
+        "--engine",
+        "vllm",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--max-num-batched-tokens",
+        "64",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", *args], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     hf = {r["id"]: r["response"] for r in lines(tmp_path / "hf" / "mvbench" / "predictions.jsonl")}
     vllm = {r["id"]: r["response"] for r in lines(tmp_path / "vllm" / "mvbench" / "predictions.jsonl")}
@@ -459,12 +565,17 @@ def test_the_vllm_engine_gives_the_hf_predictions_with_chunked_prefill(
 def test_rows_sharing_a_video_build_its_cache_entry_once(tmp_path: Path, backend: Any, plugins: Any) -> None:
     root = write_mvbench(tmp_path / "mvbench", plain=2)
     rows = json.loads((root / "json" / "object_existence.json").read_text())
-    rows += [{**rows[0], "question": "Again?"}, {**rows[0], "question": "And again?"}]  # three rows, one video
+    rows += [
+        {**rows[0], "question": "Again?"},
+        {**rows[0], "question": "And again?"},
+    ]  # three rows, one video
     (root / "json" / "object_existence.json").write_text(json.dumps(rows, indent=2))
     task = load_task(plugins.benchmarks, "mvbench", root)
     answers = {f"mvbench:{r.id}": "A" for r in task.rows}
     inputs = make_inputs(backend, tmp_path / "cache")
-    Evaluator(inputs, ScriptedEngine(backend.tokenizer, answers), GREEDY, workers=3).run([task], tmp_path / "run")
+    Evaluator(inputs, ScriptedEngine(backend.tokenizer, answers), GREEDY, workers=3).run(
+        [task], tmp_path / "run"
+    )
     assert len(list(inputs.cache.entry_paths())) == 2
     summary = json.loads((tmp_path / "run" / "results.json").read_text())["benchmarks"]["mvbench"]
     assert summary["overall"] == 0.75  # truths A B A A, every answer A

@@ -19,9 +19,21 @@ def _wheel(project: Path, out: Path) -> zipfile.ZipFile:
     shutil.copytree(project, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     project = source
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "-w", str(out), str(project)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            str(project),
+        ],
+        check=True,
+        capture_output=True,
     )
     (wheel,) = out.glob("*.whl")
     return zipfile.ZipFile(wheel)
@@ -37,12 +49,19 @@ def _read(wheel: zipfile.ZipFile, suffix: str) -> str:
     ("folder", "dist", "package", "data"),
     [
         ("core", "videorl", "videorl", ["videorl/py.typed"]),
-        ("plugins/rewards", "videorl-rewards", "videorl_rewards", ["videorl_rewards/templates/multiple_choice.jinja"]),
+        (
+            "plugins/rewards",
+            "videorl-rewards",
+            "videorl_rewards",
+            ["videorl_rewards/templates/multiple_choice.jinja"],
+        ),
         ("plugins/benchmarks", "videorl-benchmarks", "videorl_benchmarks", []),
         ("plugins/models", "videorl-models", "videorl_models", []),
     ],
 )
-def test_distribution_builds_alone(tmp_path: Path, folder: str, dist: str, package: str, data: list[str]) -> None:
+def test_distribution_builds_alone(
+    tmp_path: Path, folder: str, dist: str, package: str, data: list[str]
+) -> None:
     wheel = _wheel(ROOT / folder, tmp_path)
     names = wheel.namelist()
     assert f"{package}/__init__.py" in names
@@ -68,7 +87,9 @@ def test_a_contrib_sdist_carries_its_build_backend_and_installs(tmp_path: Path, 
     import tarfile
 
     source = tmp_path / plugin
-    shutil.copytree(ROOT / "contrib" / plugin, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copytree(
+        ROOT / "contrib" / plugin, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
     code = "import sys, _build_in_copy as b; print(b.build_sdist(sys.argv[1]))"
     name = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=source, check=True,
                           capture_output=True, text=True).stdout.split()[-1]  # fmt: skip

@@ -27,9 +27,15 @@ def _pieces(task: Any, *extra: str) -> tuple[Any, Any, Any]:
 
     out, model, train, val = task
     plugins = load_plugins()
-    config = load_config(None, [*demo.demo_overrides(out, model, train, val, steps=1, seed=0, engine="hf"), *extra])
+    config = load_config(
+        None, [*demo.demo_overrides(out, model, train, val, steps=1, seed=0, engine="hf"), *extra]
+    )
     backend = make_backend(config, plugins)
-    return config, RewardRouter.from_registry(plugins.rewards, config.rewards), make_encoder(config, backend, plugins)
+    return (
+        config,
+        RewardRouter.from_registry(plugins.rewards, config.rewards),
+        make_encoder(config, backend, plugins),
+    )
 
 
 def test_a_prompt_over_the_limit_is_a_load_time_error_with_its_row_and_tokens(task: Any) -> None:
@@ -56,17 +62,41 @@ def test_the_engine_is_given_room_for_the_longest_prompt_and_response(task: Any)
     seen: dict[str, Any] = {}
 
     class Engine:
-        def __init__(self, backend: Any, model_path: str, *, dtype: str = "auto", seed: int = 0,
-                     max_model_len: int = 4096, visible_devices: str | None = None) -> None:
+        def __init__(
+            self,
+            backend: Any,
+            model_path: str,
+            *,
+            dtype: str = "auto",
+            seed: int = 0,
+            max_model_len: int = 4096,
+            visible_devices: str | None = None,
+        ) -> None:
             seen.update(max_model_len=max_model_len, visible_devices=visible_devices)
 
     plugins = load_plugins()
     plugins.rollout_engines.register("recording", Engine, origin="test")
-    make_engine(plugins, "recording", None, model_path="m", dtype="float32", seed=0,  # type: ignore[arg-type]
-                max_model_len=max_model_len(config), visible_devices="3")
+    make_engine(
+        plugins,
+        "recording",
+        None,
+        model_path="m",
+        dtype="float32",
+        seed=0,  # type: ignore[arg-type]
+        max_model_len=max_model_len(config),
+        visible_devices="3",
+    )
     assert seen == {"max_model_len": 1000, "visible_devices": "3"}
-    make_engine(plugins, "recording", None, model_path="m", dtype="float32", seed=0,  # type: ignore[arg-type]
-                options={"max_model_len": 64}, max_model_len=1000)
+    make_engine(
+        plugins,
+        "recording",
+        None,
+        model_path="m",
+        dtype="float32",
+        seed=0,  # type: ignore[arg-type]
+        options={"max_model_len": 64},
+        max_model_len=1000,
+    )
     assert seen["max_model_len"] == 64  # rollout.engine_options win
 
 
@@ -78,9 +108,15 @@ def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any,
     from videorl.train.compose import build_training
 
     out, model, train, val = task  # one validation sample
-    config = load_config(None, [
-        *demo.demo_overrides(out, model, train, val, steps=1, seed=0, engine="vllm"), f"output_dir={tmp_path / 'r'}",
-        "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.engine_options={tensor_parallel_size: 2}",
-    ])
+    config = load_config(
+        None,
+        [
+            *demo.demo_overrides(out, model, train, val, steps=1, seed=0, engine="vllm"),
+            f"output_dir={tmp_path / 'r'}",
+            "data.rollout_batch_size=2",
+            "actor.global_batch_size=2",
+            "rollout.engine_options={tensor_parallel_size: 2}",
+        ],
+    )
     with pytest.raises(ConfigError, match="1 sample\\(s\\) for 2 processes; with tensor-parallel engines"):
         build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))

@@ -24,12 +24,25 @@ def batch(tiny_model_dir: Callable[[str], Path]) -> tuple[Any, Any, Any]:
     model = backend.load_model(dtype=torch.float32).train()
     g = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (4, 3, 56, 56), dtype=torch.uint8, generator=g)
-    meta = VideoMetadata(source_fps=2.0, total_frames=4, duration=2.0, frame_indices=(0, 1, 2, 3),
-                         timestamps=(0.0, 0.5, 1.0, 1.5), source_width=56, source_height=56, width=56, height=56)
-    prompts = [backend.encode(PromptInput("v", "What colour?", videos=[(frames, meta)])),
-               backend.encode(PromptInput("t", "Say hello."))]
-    responses = [backend.tokenizer.encode(text, add_special_tokens=False)
-                 for text in ("<answer>the square is red</answer>", "hello")]
+    meta = VideoMetadata(
+        source_fps=2.0,
+        total_frames=4,
+        duration=2.0,
+        frame_indices=(0, 1, 2, 3),
+        timestamps=(0.0, 0.5, 1.0, 1.5),
+        source_width=56,
+        source_height=56,
+        width=56,
+        height=56,
+    )
+    prompts = [
+        backend.encode(PromptInput("v", "What colour?", videos=[(frames, meta)])),
+        backend.encode(PromptInput("t", "Say hello.")),
+    ]
+    responses = [
+        backend.tokenizer.encode(text, add_special_tokens=False)
+        for text in ("<answer>the square is red</answer>", "hello")
+    ]
     assert len(responses[0]) > len(responses[1]) > 0
     return backend, model, backend.collate(prompts, responses)
 
@@ -48,7 +61,9 @@ def test_equal_to_the_full_logits_computation(batch: Any) -> None:
 
     logits = model(**inputs.model_kwargs()).logits  # what the update computed before
     logp0 = response_logprobs(logits, inputs, forbidden=forbidden)
-    ent0 = algo.entropy_from_logits(algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden))
+    ent0 = algo.entropy_from_logits(
+        algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden)
+    )
     ((logp0 * mask).sum() + 0.1 * (ent0 * mask).sum()).backward()
     grads0 = _grads(model)
 
@@ -62,6 +77,8 @@ def test_equal_to_the_full_logits_computation(batch: Any) -> None:
     assert max(float((grads[k] - grads0[k]).abs().max()) for k in grads) <= 1e-6
 
     # entropy only logged: no graph through it, the log-prob gradients unchanged
-    logp, ent = response_stats(tail.detach().requires_grad_(), inputs, forbidden=forbidden, entropy_grad=False)
+    logp, ent = response_stats(
+        tail.detach().requires_grad_(), inputs, forbidden=forbidden, entropy_grad=False
+    )
     assert logp.requires_grad and not ent.requires_grad
     assert (ent0 - ent).abs().max() <= 1e-6

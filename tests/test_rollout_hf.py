@@ -21,9 +21,15 @@ def _video(t: int = 4, side: int = 56, seed: int = 0) -> tuple[torch.Tensor, Vid
     g = torch.Generator().manual_seed(seed)
     frames = torch.randint(0, 256, (t, 3, side, side), dtype=torch.uint8, generator=g)
     meta = VideoMetadata(
-        source_fps=2.0, total_frames=t, duration=t / 2, frame_indices=tuple(range(t)),
-        timestamps=tuple(i / 2 for i in range(t)), source_width=side, source_height=side,
-        width=side, height=side,
+        source_fps=2.0,
+        total_frames=t,
+        duration=t / 2,
+        frame_indices=tuple(range(t)),
+        timestamps=tuple(i / 2 for i in range(t)),
+        source_width=side,
+        source_height=side,
+        width=side,
+        height=side,
     )
     return frames, meta
 
@@ -39,7 +45,9 @@ def setup(tiny_model_dir: Callable[[str], Path]) -> tuple[Any, Any, list[Any]]:
     return backend, model, prompts
 
 
-def _teacher_forced(backend: Any, model: Any, prompts: list[Any], groups: list[list[Any]]) -> list[list[float]]:
+def _teacher_forced(
+    backend: Any, model: Any, prompts: list[Any], groups: list[list[Any]]
+) -> list[list[float]]:
     flat = [(p, c) for p, g in zip(prompts, groups) for c in g]
     inputs = backend.collate([p for p, _ in flat], [c.token_ids for _, c in flat])
     with torch.no_grad():
@@ -103,7 +111,10 @@ def test_forbidden_ids_are_never_sampled_and_masked_in_logprobs(setup: Any) -> N
 def test_an_owned_copy_follows_update_weights(setup: Any) -> None:
     backend, model, prompts = setup
     engine = HFEngine(backend, backend.load_model(dtype=torch.float32), owns_model=True)
-    updated = {k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    updated = {
+        k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v
+        for k, v in model.state_dict().items()
+    }
     engine.update_weights(updated)
     groups = engine.generate(prompts[:1], SamplingParams(n=1, max_tokens=4, seed=3))
     shadow = backend.load_model(dtype=torch.float32)

@@ -27,7 +27,9 @@ LITTER = ("build", "*.egg-info", "__pycache__", ".pytest_cache")
 
 def litter(folder: Path) -> list[str]:
     """What a build leaves in a source folder: build/ and *.egg-info anywhere in it."""
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name == "build" or p.suffix == ".egg-info")
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.name == "build" or p.suffix == ".egg-info"
+    )
 
 
 def install(project: Path, tmp: Path) -> Path:
@@ -60,7 +62,9 @@ def videorl(env: dict[str, str], cwd: Path, *args: str, ok: bool = True) -> subp
     proc = subprocess.run([sys.executable, "-m", "videorl.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=600)  # fmt: skip
     if ok:
-        assert proc.returncode == 0, f"videorl {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, (
+            f"videorl {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -229,9 +233,17 @@ def test_a_collision_fails_only_the_colliding_reward(acme: tuple[dict[str, str],
         row("multiple choice", "A", "<answer>A</answer>"),
     ]
     (work / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = videorl(env, work, "reward", "--input", "rows.jsonl", "--output", "scored.jsonl", "--workers", "1", ok=False)
+    result = videorl(
+        env, work, "reward", "--input", "rows.jsonl", "--output", "scored.jsonl", "--workers", "1", ok=False
+    )
     scored = {r["id"]: r["scores"] for r in map(json.loads, (work / "scored.jsonl").open())}
-    assert scored == {"numerical": [1.0], "number": [1.0], "temporal_grounding": [1.0], "boolean": [1.0], "parity": [1.0]}
+    assert scored == {
+        "numerical": [1.0],
+        "number": [1.0],
+        "temporal_grounding": [1.0],
+        "boolean": [1.0],
+        "parity": [1.0],
+    }
     report = result.stdout + result.stderr
     assert report.count(COLLISION) >= 1 and "VIDEORL_DISABLE_PLUGINS=videorl-acme" in report, report
     assert "has no reward" not in report

@@ -238,7 +238,9 @@ def test_a_plugins_override_is_relative_to_the_working_directory(task: Any, tmp_
     done = _train(task, config, run, data, None, "plugins=[quick/my_reward.py]")
     assert done.returncode == 0, done.stderr[-3000:]
     recorded = json.loads((run / "run.json").read_text())["plugins"]
-    assert [(p["name"], p["file"]) for p in recorded] == [("my_reward", str(tmp_path / "quick" / "my_reward.py"))]
+    assert [(p["name"], p["file"]) for p in recorded] == [
+        ("my_reward", str(tmp_path / "quick" / "my_reward.py"))
+    ]
 
 
 def test_a_config_plugin_that_does_not_import_is_named(task: Any, tmp_path: Path) -> None:

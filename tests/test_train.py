@@ -32,8 +32,16 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Pa
 def _overrides(task: tuple[Path, Path, Path, Path], run: Path, steps: int, *extra: str) -> list[str]:
     out, model, train, val = task
     base = demo.demo_overrides(out, model, train, val, steps=steps, seed=3, engine="hf")
-    return [*base, f"output_dir={run}", "data.rollout_batch_size=2", "actor.global_batch_size=2",
-            "rollout.n=4", "trainer.progress_bar=false", "trainer.val_every=2", *extra]
+    return [
+        *base,
+        f"output_dir={run}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.progress_bar=false",
+        "trainer.val_every=2",
+        *extra,
+    ]
 
 
 def test_two_steps_write_metrics_checkpoints_and_metadata(task: Any, tmp_path: Path) -> None:
@@ -45,16 +53,29 @@ def test_two_steps_write_metrics_checkpoints_and_metadata(task: Any, tmp_path: P
     assert seen == [1, 2]
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("reward/overall", "accuracy/overall", "accuracy/multiple_choice", "response_length/mean",
-                "actor/loss", "actor/clip_fraction", "actor/entropy", "actor/grad_norm", "time/rollout",
-                "time/actor", "time/data", "mix_policy/offline_replaced_groups", "offline/accuracy"):
+    for key in (
+        "reward/overall",
+        "accuracy/overall",
+        "accuracy/multiple_choice",
+        "response_length/mean",
+        "actor/loss",
+        "actor/clip_fraction",
+        "actor/entropy",
+        "actor/grad_norm",
+        "time/rollout",
+        "time/actor",
+        "time/data",
+        "mix_policy/offline_replaced_groups",
+        "offline/accuracy",
+    ):
         assert key in rows[0], key
     assert rows[0]["mix_policy/offline_replaced_groups"] == 2.0  # both groups got their offline answer
     assert rows[0]["offline/accuracy"] == 1.0  # "<answer>X</answer>" is the right answer
     assert "val/accuracy/overall" in rows[1]
     assert rows[0]["rollout/logprob_diff"] < 1e-5  # the engine samples from the actor itself (fp32)
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_")) == [
-        "step_000001", "step_000002"
+        "step_000001",
+        "step_000002",
     ]
     assert (run / "config.yaml").is_file() and "videorl==0.1.0" in (run / "requirements.txt").read_text()
     assert load_config(run / "config.yaml").rollout.n == 4  # the saved config loads back
@@ -101,7 +122,12 @@ def test_unknown_key_and_bad_dataset_rows_are_named(task: Any, tmp_path: Path) -
 
 
 def _typed_rows(
-    task: tuple[Path, Path, Path, Path], out: Path, types: list[str], *, first: int = 0, name: str = "typed.jsonl",
+    task: tuple[Path, Path, Path, Path],
+    out: Path,
+    types: list[str],
+    *,
+    first: int = 0,
+    name: str = "typed.jsonl",
     **fields: Any,
 ) -> Path:
     """The task's rows from ``first`` on with ``types`` as their problem types (and ``fields``), video
@@ -122,13 +148,28 @@ def test_a_routed_type_trains_with_its_rewards_templates_and_metrics_use_one_spe
     """rewards.routes {counting: numerical} (docs/rewards.md): 'counting' has no template of its own and
     takes numerical's; 'Multiple Choice' and 'mc' are one series; a few completions are logged."""
     run = tmp_path / "run"
-    counting = _typed_rows(task, tmp_path, ["counting", "Counting"], problem="How many squares?", answer="1",
-                           options=None)
+    counting = _typed_rows(
+        task, tmp_path, ["counting", "Counting"], problem="How many squares?", answer="1", options=None
+    )
     mc = _typed_rows(task, tmp_path, ["Multiple Choice", "mc"], first=2, name="mc.jsonl")
-    config = load_config(None, _overrides(task, run, 2, f"data.train_files=[{counting},{mc}]", "data.prompt_template=null",
-                                          "rewards.routes={counting: numerical}", "rollout.enable_mix_policy=false",
-                                          "trainer.val_every=0", "trainer.log_completions=3", "data.rollout_batch_size=4",
-                                          "actor.global_batch_size=4", "rollout.n=2", "data.shuffle=false"))
+    config = load_config(
+        None,
+        _overrides(
+            task,
+            run,
+            2,
+            f"data.train_files=[{counting},{mc}]",
+            "data.prompt_template=null",
+            "rewards.routes={counting: numerical}",
+            "rollout.enable_mix_policy=false",
+            "trainer.val_every=0",
+            "trainer.log_completions=3",
+            "data.rollout_batch_size=4",
+            "actor.global_batch_size=4",
+            "rollout.n=2",
+            "data.shuffle=false",
+        ),
+    )
     training = build_training(config, load_plugins())
     text = training.encode.text(training.data.samples[0])
     assert text.startswith("How many squares?") and "only the number" in text  # numerical's template
@@ -137,7 +178,9 @@ def test_a_routed_type_trains_with_its_rewards_templates_and_metrics_use_one_spe
     assert [r["step"] for r in rows] == [1, 2]
     per_type = {k for k in rows[0] if k.startswith("reward/")}
     assert per_type == {"reward/overall", "reward/counting", "reward/multiple_choice"}  # one series per type
-    assert {"parts/counting/accuracy", "parts/counting/format", "parts/multiple_choice/format"} <= set(rows[0])
+    assert {"parts/counting/accuracy", "parts/counting/format", "parts/multiple_choice/format"} <= set(
+        rows[0]
+    )
     logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged] == [1, 1, 1, 2, 2, 2]
     assert len({r["sample_id"] for r in logged[:3]}) == 3  # one response per prompt first
@@ -163,13 +206,25 @@ def test_a_type_without_a_template_is_an_error_before_the_model_loads(
 
     monkeypatch.setattr(compose, "make_actor", no_model)
     data = _typed_rows(task, tmp_path, ["multiple choice", "tint"])
-    config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.train_files=[{data}]",
-                                          "data.prompt_template=null", "rewards.routes={tint: shade}"))
+    config = load_config(
+        None,
+        _overrides(
+            task,
+            tmp_path / "r",
+            1,
+            f"data.train_files=[{data}]",
+            "data.prompt_template=null",
+            "rewards.routes={tint: shade}",
+        ),
+    )
     plugins = load_plugins(extra=[_NoTemplatePlugin])
-    with pytest.raises(DataError, match=r"typed\.jsonl:2: sample 'train-0001' of problem_type 'tint' \(routed to "
-                       r"'shade' by rewards\.routes\): no non-thinking prompt template .*tried tint@qwen2_5_vl, tint, "
-                       r"shade@qwen2_5_vl, shade\)"
-                       r".*Registered templates: .*multiple_choice"):
+    with pytest.raises(
+        DataError,
+        match=r"typed\.jsonl:2: sample 'train-0001' of problem_type 'tint' \(routed to "
+        r"'shade' by rewards\.routes\): no non-thinking prompt template .*tried tint@qwen2_5_vl, tint, "
+        r"shade@qwen2_5_vl, shade\)"
+        r".*Registered templates: .*multiple_choice",
+    ):
         build_training(config, plugins)
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
@@ -181,8 +236,11 @@ def test_a_ground_truth_of_the_wrong_shape_is_named_when_the_data_loads(task: An
     bad["answer"] = {"letter": "A"}
     data.write_text(rows[0] + "\n" + json.dumps(bad) + "\n")
     config = load_config(None, _overrides(task, tmp_path / "r", 1, f"data.train_files=[{data}]"))
-    with pytest.raises(DataError, match=r"typed\.jsonl:2: sample 'train-0001': the ground truth .* \(an object\) is "
-                       r"not a valid multiple_choice answer; expected an option letter"):
+    with pytest.raises(
+        DataError,
+        match=r"typed\.jsonl:2: sample 'train-0001': the ground truth .* \(an object\) is "
+        r"not a valid multiple_choice answer; expected an option letter",
+    ):
         build_training(config, load_plugins())
 
 
@@ -204,8 +262,14 @@ def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(task: Any, tmp_pa
     run = tmp_path / "run"
     config_file = tmp_path / "train.yaml"
     config_file.write_text("")
-    args = [sys.executable, "-m", "videorl.cli", "train", str(config_file),
-            *_overrides(task, run, 6, "trainer.save_every=2", "trainer.val_every=0")]
+    args = [
+        sys.executable,
+        "-m",
+        "videorl.cli",
+        "train",
+        str(config_file),
+        *_overrides(task, run, 6, "trainer.save_every=2", "trainer.val_every=0"),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
@@ -244,13 +308,23 @@ def _video_image_text_dataset(task: tuple[Path, Path, Path, Path], out: Path) ->
     picture = Image.new("RGB", (demo.SIDE, demo.SIDE), (10, 10, 10))
     picture.paste(demo.COLOURS["red"], (8, 8, 8 + demo.SQUARE, 8 + demo.SQUARE))
     picture.save(out / "red.png")
-    common = {"problem_type": "multiple choice", "problem": demo.QUESTION, "options": demo.OPTIONS,
-              "answer": "A", "offline_output": "<answer>A</answer>"}
+    common = {
+        "problem_type": "multiple choice",
+        "problem": demo.QUESTION,
+        "options": demo.OPTIONS,
+        "answer": "A",
+        "offline_output": "<answer>A</answer>",
+    }
     rows = [
         {**video, "videos": [str(train.parent / video["videos"][0])]},
         {**common, "id": "image-0", "data_type": "image", "images": [str(out / "red.png")]},
-        {**common, "id": "text-0", "data_type": "text", "problem": "Which letter comes first?",
-         "options": ["A. a", "B. b", "C. c", "D. d"]},
+        {
+            **common,
+            "id": "text-0",
+            "data_type": "text",
+            "problem": "Which letter comes first?",
+            "options": ["A. a", "B. b", "C. c", "D. d"],
+        },
     ]
     path = out / "mixed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -285,8 +359,18 @@ def test_one_batch_of_video_image_and_text_trains_the_vision_tower(
 
     chosen = request.getfixturevalue(family_task)
     data = _video_image_text_dataset(chosen, tmp_path)
-    overrides = [*_overrides(chosen, tmp_path / "run", 1, f"data.train_files=[{data}]", "data.shuffle=false",
-                             "data.rollout_batch_size=3", "actor.global_batch_size=3", "trainer.val_every=0")]
+    overrides = [
+        *_overrides(
+            chosen,
+            tmp_path / "run",
+            1,
+            f"data.train_files=[{data}]",
+            "data.shuffle=false",
+            "data.rollout_batch_size=3",
+            "actor.global_batch_size=3",
+            "trainer.val_every=0",
+        )
+    ]
     training = build_training(load_config(None, overrides), load_plugins())
     seen = _recording(training)
     before = {k: v.clone() for k, v in training.actor.model.named_parameters()}
@@ -313,12 +397,23 @@ def _rewards_by_sample(flat_ids: set[str]) -> Any:
     return RewardRouter.of({"multiple choice": reward})
 
 
-def test_dynamic_sampling_drops_equal_reward_groups_and_refills_from_the_data(task: Any, tmp_path: Path) -> None:
+def test_dynamic_sampling_drops_equal_reward_groups_and_refills_from_the_data(
+    task: Any, tmp_path: Path
+) -> None:
     _, _, train, _ = task
     ids = [json.loads(line)["id"] for line in train.read_text().splitlines()]
-    config = load_config(None, _overrides(task, tmp_path / "run", 1, "algorithm.dynamic_sampling=true",
-                                          "data.shuffle=false", "rollout.enable_mix_policy=false",
-                                          "trainer.val_every=0"))
+    config = load_config(
+        None,
+        _overrides(
+            task,
+            tmp_path / "run",
+            1,
+            "algorithm.dynamic_sampling=true",
+            "data.shuffle=false",
+            "rollout.enable_mix_policy=false",
+            "trainer.val_every=0",
+        ),
+    )
     training = build_training(config, load_plugins())
     training.rewards = _rewards_by_sample(set(ids[:3]))
     seen = _recording(training)
@@ -335,9 +430,19 @@ def test_dynamic_sampling_drops_equal_reward_groups_and_refills_from_the_data(ta
 def test_dynamic_sampling_keeps_the_batch_full_when_every_group_is_flat(task: Any, tmp_path: Path) -> None:
     _, _, train, _ = task
     ids = [json.loads(line)["id"] for line in train.read_text().splitlines()]
-    config = load_config(None, _overrides(task, tmp_path / "run", 1, "algorithm.dynamic_sampling=true",
-                                          "algorithm.dynamic_sampling_max_tries=2", "data.shuffle=false",
-                                          "rollout.enable_mix_policy=false", "trainer.val_every=0"))
+    config = load_config(
+        None,
+        _overrides(
+            task,
+            tmp_path / "run",
+            1,
+            "algorithm.dynamic_sampling=true",
+            "algorithm.dynamic_sampling_max_tries=2",
+            "data.shuffle=false",
+            "rollout.enable_mix_policy=false",
+            "trainer.val_every=0",
+        ),
+    )
     training = build_training(config, load_plugins())
     training.rewards = _rewards_by_sample(set(ids))
     rows: list[dict[str, float]] = []
@@ -349,8 +454,17 @@ def test_dynamic_sampling_keeps_the_batch_full_when_every_group_is_flat(task: An
 def test_kl_to_a_frozen_reference_is_zero_at_step_one_then_grows(task: Any, tmp_path: Path) -> None:
     import torch
 
-    config = load_config(None, _overrides(task, tmp_path / "run", 2, "algorithm.use_kl_loss=true",
-                                          "algorithm.kl_coef=0.1", "trainer.val_every=0"))
+    config = load_config(
+        None,
+        _overrides(
+            task,
+            tmp_path / "run",
+            2,
+            "algorithm.use_kl_loss=true",
+            "algorithm.kl_coef=0.1",
+            "trainer.val_every=0",
+        ),
+    )
     training = build_training(config, load_plugins())
     reference = training.actor.reference
     assert reference is not None and reference is not training.actor.model
@@ -364,8 +478,12 @@ def test_kl_to_a_frozen_reference_is_zero_at_step_one_then_grows(task: Any, tmp_
 
 
 def test_learning_rate_warms_up_linearly_then_stays(task: Any, tmp_path: Path) -> None:
-    config = load_config(None, _overrides(task, tmp_path / "run", 3, "optim.lr_warmup_steps=2", "optim.lr=1e-3",
-                                          "trainer.val_every=0"))
+    config = load_config(
+        None,
+        _overrides(
+            task, tmp_path / "run", 3, "optim.lr_warmup_steps=2", "optim.lr=1e-3", "trainer.val_every=0"
+        ),
+    )
     rows: list[dict[str, float]] = []
     build_training(config, load_plugins()).run(on_step=lambda step, m: rows.append(m))
     assert [r["actor/lr"] for r in rows] == pytest.approx([5e-4, 1e-3, 1e-3])
@@ -374,11 +492,16 @@ def test_learning_rate_warms_up_linearly_then_stays(task: Any, tmp_path: Path) -
 def test_engine_options_and_process_count_are_checked_before_training(task: Any, tmp_path: Path) -> None:
     from videorl.grpo import Dist
 
-    config = load_config(None, _overrides(task, tmp_path / "r", 1, "rollout.engine_options={max_model_len: 64}"))
-    with pytest.raises(ConfigError, match=r"rollout\.engine_options\.max_model_len: the hf engine takes no option"):
+    config = load_config(
+        None, _overrides(task, tmp_path / "r", 1, "rollout.engine_options={max_model_len: 64}")
+    )
+    with pytest.raises(
+        ConfigError, match=r"rollout\.engine_options\.max_model_len: the hf engine takes no option"
+    ):
         build_training(config, load_plugins())
-    config = load_config(None, _overrides(task, tmp_path / "r", 1, "data.rollout_batch_size=3",
-                                          "actor.global_batch_size=3"))
+    config = load_config(
+        None, _overrides(task, tmp_path / "r", 1, "data.rollout_batch_size=3", "actor.global_batch_size=3")
+    )
     with pytest.raises(ConfigError, match=r"data\.rollout_batch_size \(3\) must be a multiple of .* \(2\)"):
         build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))
 
@@ -396,19 +519,24 @@ def test_bf16_compute_keeps_float32_master_weights(task: Any, tmp_path: Path) ->
     before = {k: v.clone() for k, v in model.state_dict().items()}
     training.run()
     moved = [
-        k for k, v in model.state_dict().items()
+        k
+        for k, v in model.state_dict().items()
         if v.is_floating_point() and 0 < float((v - before[k]).abs().max()) < 1e-4
     ]
     assert moved  # updates far below bf16's resolution landed in the float32 masters
 
 
-def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weights(task: Any, tmp_path: Path) -> None:
+def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weights(
+    task: Any, tmp_path: Path
+) -> None:
     """The loop frees a sleeping-capable engine's memory before every update of its own copy and
     refreshes it after (vLLM's sleep mode on GPUs; here a recording stand-in around the hf engine)."""
     from videorl.grpo import train
 
     run = tmp_path / "run"
-    training = build_training(load_config(None, _overrides(task, run, 2, "trainer.val_every=0")), load_plugins())
+    training = build_training(
+        load_config(None, _overrides(task, run, 2, "trainer.val_every=0")), load_plugins()
+    )
     calls: list[str] = []
     inner = training.engine
 
@@ -427,7 +555,16 @@ def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weig
             pass
 
     t = training
-    train(t.config, actor=t.actor, engine=Sleepy(), rewards=t.rewards, data=t.data, encode=t.encode, io=t.io,
-          dist=t.dist, engine_shares_actor=False)
+    train(
+        t.config,
+        actor=t.actor,
+        engine=Sleepy(),
+        rewards=t.rewards,
+        data=t.data,
+        encode=t.encode,
+        io=t.io,
+        dist=t.dist,
+        engine_shares_actor=False,
+    )
     t.close()
     assert calls == ["generate", "sleep", "update_weights"] * 2

@@ -27,9 +27,13 @@ def _mixed_dataset(train: Path, out: Path) -> Path:
     rows: list[dict[str, Any]] = []
     for i, video in enumerate(videos):
         text = {
-            "id": f"text-{i}", "data_type": "text", "problem_type": "multiple choice",
+            "id": f"text-{i}",
+            "data_type": "text",
+            "problem_type": "multiple choice",
             "problem": "Which letter comes first in the alphabet?",
-            "options": ["A. a", "B. b", "C. c", "D. d"], "answer": "A", "offline_output": "<answer>A</answer>",
+            "options": ["A. a", "B. b", "C. c", "D. d"],
+            "answer": "A",
+            "offline_output": "<answer>A</answer>",
         }
         rows += [video, text]
     path = out / "video_text.jsonl"
@@ -56,9 +60,17 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
     dumps.mkdir()
     overrides = [
         *demo.demo_overrides(task, model, train, val, steps=2, seed=5, engine="hf"),
-        f"output_dir={run}", f"data.train_files=[{data}]", "data.val_files=[]", "data.shuffle=false",
-        "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4", "trainer.save_every=1",
-        "trainer.val_every=0", "trainer.progress_bar=false", "algorithm.use_kl_loss=true",
+        f"output_dir={run}",
+        f"data.train_files=[{data}]",
+        "data.val_files=[]",
+        "data.shuffle=false",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.save_every=1",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+        "algorithm.use_kl_loss=true",
     ]
     done = _torchrun(dumps, overrides)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -95,9 +107,13 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
         start = load_file(str(dumps / f"rank{r}-initial.safetensors"))
         assert start.keys() == initial.keys() | {f"buffer:{n}" for n, _ in base.named_buffers()}
         assert all(torch.equal(start[k], initial[k]) for k in initial), f"rank {r}'s initial weights"
-        assert all(torch.equal(start[f"buffer:{n}"], b) for n, b in base.named_buffers()), f"rank {r}'s buffers"
+        assert all(torch.equal(start[f"buffer:{n}"], b) for n, b in base.named_buffers()), (
+            f"rank {r}'s buffers"
+        )
     tower = [k for k in checkpoint if k.startswith("model.visual.")]
-    assert tower and any(not torch.equal(checkpoint[k], initial[k]) for k in tower)  # trained by rank 0's video
+    assert tower and any(
+        not torch.equal(checkpoint[k], initial[k]) for k in tower
+    )  # trained by rank 0's video
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     # The reference is sharded like the actor (its forward is a collective the text-only rank joins
@@ -116,9 +132,21 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
 def _torchrun(dumps: Path, overrides: list[str]) -> subprocess.CompletedProcess[str]:
     """Run this file's :func:`_rank_main` on two CPU processes."""
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", __file__,
-         str(dumps), *overrides],
-        capture_output=True, text=True, timeout=420, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            __file__,
+            str(dumps),
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
 
 
@@ -145,8 +173,18 @@ def _record_collectives() -> tuple[set[str], set[str]]:
 
         return wrapper
 
-    for name in ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
-                 "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list", "barrier"):
+    for name in (
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+        "all_gather_object",
+        "broadcast_object_list",
+        "gather_object",
+        "scatter_object_list",
+        "barrier",
+    ):
         wrapped = record(name, getattr(c10d, name))
         setattr(c10d, name, wrapped)
         setattr(tdist, name, wrapped)
@@ -177,15 +215,24 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
 
     training.encode = recording_encode  # type: ignore[assignment]
     steps: list[dict[str, Any]] = []
-    training.run(on_step=lambda step, metrics: steps.append({"step": step, "reward": metrics["reward/overall"]}))
+    training.run(
+        on_step=lambda step, metrics: steps.append({"step": step, "reward": metrics["reward/overall"]})
+    )
     shards = {n: p.to_local().detach().contiguous() for n, p in training.actor.model.named_parameters()}
     save_file(shards, str(dumps / f"rank{dist.rank}-shards.safetensors"))
     engine_model = training.engine.model  # type: ignore[attr-defined]
-    save_file({k: v.contiguous() for k, v in engine_model.state_dict().items()},
-              str(dumps / f"rank{dist.rank}-engine.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in engine_model.state_dict().items()},
+        str(dumps / f"rank{dist.rank}-engine.safetensors"),
+    )
     sync = training.vision_sync
-    result = {"data_types": data_types, "dummy_calls": sync.dummy_calls if sync else -1, "steps": steps,
-              "collectives": sorted(collectives), "collective_devices": sorted(devices)}
+    result = {
+        "data_types": data_types,
+        "dummy_calls": sync.dummy_calls if sync else -1,
+        "steps": steps,
+        "collectives": sorted(collectives),
+        "collective_devices": sorted(devices),
+    }
     (dumps / f"rank{dist.rank}.json").write_text(json.dumps(result))
 
 

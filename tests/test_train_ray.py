@@ -21,8 +21,15 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-COMPARED = ("actor/loss", "actor/kl", "actor/grad_norm", "actor/entropy", "reward/overall", "tokens/step",
-            "val/accuracy/overall")
+COMPARED = (
+    "actor/loss",
+    "actor/kl",
+    "actor/grad_norm",
+    "actor/entropy",
+    "reward/overall",
+    "tokens/step",
+    "val/accuracy/overall",
+)
 FRAME_BYTES = 4 * 56 * 56 * 3  # one demo sample's cached frames: 4 frames of 56 x 56 RGB, uint8
 
 
@@ -37,8 +44,13 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     (out / "empty.yaml").write_text("seed: 5\n")
     overrides = [
         *demo.demo_overrides(out, model, train, val, steps=2, seed=5, engine="hf"),
-        "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4", "trainer.save_every=1",
-        "trainer.val_every=2", "trainer.progress_bar=false", "algorithm.use_kl_loss=true",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.save_every=1",
+        "trainer.val_every=2",
+        "trainer.progress_bar=false",
+        "algorithm.use_kl_loss=true",
     ]
     return out, overrides
 
@@ -56,8 +68,21 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
 def torchrun_run(task: tuple[Path, list[str]]) -> Path:
     out, overrides = task
     run = out / "torchrun"
-    done = _run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "videorl.cli",
-                 "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}"])
+    done = _run(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "videorl.cli",
+            "train",
+            str(out / "empty.yaml"),
+            *overrides,
+            f"output_dir={run}",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return run
 
@@ -83,16 +108,42 @@ def test_join_a_cluster_started_with_ray_start(
     ray_cli = Path(sys.executable).with_name("ray")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     if with_token:
-        subprocess.run([str(ray_cli), "get-auth-token", "--generate"], check=True, capture_output=True, env=env)
+        subprocess.run(
+            [str(ray_cli), "get-auth-token", "--generate"], check=True, capture_output=True, env=env
+        )
     head = subprocess.Popen(
-        [str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=3", "--include-dashboard=false",
-         "--disable-usage-stats"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        [
+            str(ray_cli),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=3",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
     join = ["--ray-address", f"127.0.0.1:{port}", "ray.actor_workers=2", "ray.worker_start_timeout=120"]
     try:
-        for attempt in range(2 if with_token else 1):  # the second run needs the CPUs the first one's placement groups held
+        for attempt in range(
+            2 if with_token else 1
+        ):  # the second run needs the CPUs the first one's placement groups held
             run = out / f"ray-joined-{with_token}-{attempt}"
-            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}", *join])
+            done = _run(
+                [
+                    "-m",
+                    "videorl.cli",
+                    "train",
+                    str(out / "empty.yaml"),
+                    *overrides,
+                    f"output_dir={run}",
+                    *join,
+                ]
+            )
             assert done.returncode == 0, done.stderr[-4000:]
             assert ("without a token" in done.stderr) == (not with_token)
             assert [m["actor/loss"] for m in _metrics(run)] == pytest.approx(
@@ -101,12 +152,24 @@ def test_join_a_cluster_started_with_ray_start(
         if with_token:
             stranger = tmp_path / "home-without-the-token"
             stranger.mkdir()
-            done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides,
-                         f"output_dir={out / 'ray-refused'}", *join], home=stranger)
+            done = _run(
+                [
+                    "-m",
+                    "videorl.cli",
+                    "train",
+                    str(out / "empty.yaml"),
+                    *overrides,
+                    f"output_dir={out / 'ray-refused'}",
+                    *join,
+                ],
+                home=stranger,
+            )
             assert done.returncode != 0
             assert f"cannot join the Ray cluster at 127.0.0.1:{port}" in done.stderr, done.stderr[-4000:]
-            assert f"this machine has no Ray token (none in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or {stranger}" \
-                   "/.ray/auth_token)" in done.stderr
+            assert (
+                f"this machine has no Ray token (none in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or {stranger}"
+                "/.ray/auth_token)" in done.stderr
+            )
             assert "Traceback" not in done.stderr
         assert head.poll() is None  # the cluster outlives the runs
     finally:
@@ -120,24 +183,55 @@ def test_join_a_cluster_started_with_ray_start(
 @pytest.mark.parametrize(
     ("placement", "extra", "roles"),
     [
-        ("colocated", [], {"actor-0": ["actor", "rollout", "reference"], "actor-1": ["actor", "rollout", "reference"],
-                           "reward-0": ["reward"]}),
+        (
+            "colocated",
+            [],
+            {
+                "actor-0": ["actor", "rollout", "reference"],
+                "actor-1": ["actor", "rollout", "reference"],
+                "reward-0": ["reward"],
+            },
+        ),
         # one rollout and one reference worker serve both ranks' shares
-        ("split", ["ray.rollout_workers=1", "ray.reference_workers=1"],
-         {"actor-0": ["actor"], "actor-1": ["actor"], "rollout-0": ["rollout"], "reference-0": ["reference"],
-          "reward-0": ["reward"]}),
+        (
+            "split",
+            ["ray.rollout_workers=1", "ray.reference_workers=1"],
+            {
+                "actor-0": ["actor"],
+                "actor-1": ["actor"],
+                "rollout-0": ["rollout"],
+                "reference-0": ["reference"],
+                "reward-0": ["reward"],
+            },
+        ),
     ],
 )
 def test_ray_run_equals_torchrun_run(
-    task: tuple[Path, list[str]], torchrun_run: Path, placement: str, extra: list[str], roles: dict[str, list[str]]
+    task: tuple[Path, list[str]],
+    torchrun_run: Path,
+    placement: str,
+    extra: list[str],
+    roles: dict[str, list[str]],
 ) -> None:
     import torch
     from safetensors.torch import load_file
 
     out, overrides = task
     run = out / f"ray-{placement}"
-    done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
-                 "--ray", "ray.actor_workers=2", f"ray.placement={placement}", *extra])
+    done = _run(
+        [
+            "-m",
+            "videorl.cli",
+            "train",
+            str(out / "empty.yaml"),
+            *overrides,
+            f"output_dir={run}",
+            "--ray",
+            "ray.actor_workers=2",
+            f"ray.placement={placement}",
+            *extra,
+        ]
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
     workers = json.loads((run / "ray-workers.json").read_text())
@@ -176,9 +270,21 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
     out, overrides = task
     run = out / "ray-killed"
     steps = 8
-    command = [sys.executable, "-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides,
-               f"output_dir={run}", f"trainer.max_steps={steps}", "trainer.keep_last=2", "trainer.val_every=0",
-               "algorithm.use_kl_loss=false", "--ray", "ray.actor_workers=2"]
+    command = [
+        sys.executable,
+        "-m",
+        "videorl.cli",
+        "train",
+        str(out / "empty.yaml"),
+        *overrides,
+        f"output_dir={run}",
+        f"trainer.max_steps={steps}",
+        "trainer.keep_last=2",
+        "trainer.val_every=0",
+        "algorithm.use_kl_loss=false",
+        "--ray",
+        "ray.actor_workers=2",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -194,12 +300,16 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, stderr[-4000:]
-    found = re.search(r"worker actor-1 \(actor\+rollout; pid (\d+) on [^)]+\) died during ([a-z ]+) of step (\d+)", stderr)
+    found = re.search(
+        r"worker actor-1 \(actor\+rollout; pid (\d+) on [^)]+\) died during ([a-z ]+) of step (\d+)", stderr
+    )
     assert found, stderr[-4000:]
     assert int(found.group(1)) == victim["pid"]
     failed_step = int(found.group(3))  # 1 when the kill lands while step 1's checkpoint is acknowledged
     assert 1 <= failed_step < steps
-    assert re.search(r"the last complete checkpoint is \S+/step_\d{6}: continue the run with --resume auto", stderr)
+    assert re.search(
+        r"the last complete checkpoint is \S+/step_\d{6}: continue the run with --resume auto", stderr
+    )
 
     done = _run([*command[1:], "--resume", "auto"])
     assert done.returncode == 0, done.stderr[-4000:]
@@ -218,15 +328,29 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
     assert all(torch.equal(final[k], expected[k]) for k in expected)
 
 
-def test_split_vllm_engine_gets_the_updated_weights_through_the_object_store(task: tuple[Path, list[str]]) -> None:
+def test_split_vllm_engine_gets_the_updated_weights_through_the_object_store(
+    task: tuple[Path, list[str]],
+) -> None:
     """The default engine in a rollout worker of its own: after each update actor-0 publishes the
     weights once and the worker's vLLM reloads them, so its log-probs stay those of the actor."""
     pytest.importorskip("vllm")
     out, overrides = task
     run = out / "ray-vllm"
-    done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
-                 "rollout.engine=vllm", "rollout.engine_options={max_model_len: 1024}", "algorithm.use_kl_loss=false",
-                 "--ray", "ray.placement=split"])
+    done = _run(
+        [
+            "-m",
+            "videorl.cli",
+            "train",
+            str(out / "empty.yaml"),
+            *overrides,
+            f"output_dir={run}",
+            "rollout.engine=vllm",
+            "rollout.engine_options={max_model_len: 1024}",
+            "algorithm.use_kl_loss=false",
+            "--ray",
+            "ray.placement=split",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     rows = _metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
@@ -246,8 +370,20 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
     out, overrides = task
     run = tmp_path / "from-torchrun"
     shutil.copytree(torchrun_run, run)
-    done = _run(["-m", "videorl.cli", "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}",
-                 "--resume", str(run / "checkpoints" / "step_000001"), "--ray", "ray.actor_workers=2"])
+    done = _run(
+        [
+            "-m",
+            "videorl.cli",
+            "train",
+            str(out / "empty.yaml"),
+            *overrides,
+            f"output_dir={run}",
+            "--resume",
+            str(run / "checkpoints" / "step_000001"),
+            "--ray",
+            "ray.actor_workers=2",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert [m["step"] for m in _metrics(run)] == [1, 2]
     assert _metrics(run)[1]["actor/loss"] == pytest.approx(_metrics(torchrun_run)[1]["actor/loss"], rel=1e-6)
@@ -255,4 +391,3 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
     expected = load_file(str(torchrun_run / "checkpoints" / "step_000002" / "model.safetensors"))
     for name, tensor in expected.items():
         torch.testing.assert_close(final[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
-

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_step_benchmark", ROOT / "benchmarks" / "train_step.py")
+    spec = importlib.util.spec_from_file_location(
+        "train_step_benchmark", ROOT / "benchmarks" / "train_step.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
@@ -30,16 +32,32 @@ def bench() -> ModuleType:
 
 def test_stage_seconds_split_the_reference_out_of_the_actor_time(bench: ModuleType) -> None:
     row = {"time/data": 1.0, "time/rollout": 2.0, "time/reference": 0.5, "time/actor": 3.5, "time/step": 7.0}
-    assert bench.stage_seconds(row) == {"data": 1.0, "rollout": 2.0, "reference": 0.5, "actor_update": 3.0, "step": 7.0}
+    assert bench.stage_seconds(row) == {
+        "data": 1.0,
+        "rollout": 2.0,
+        "reference": 0.5,
+        "actor_update": 3.0,
+        "step": 7.0,
+    }
 
 
 def test_summarise_takes_medians_and_ratios_and_refuses_different_tokens(bench: ModuleType) -> None:
     def row(step: float, tokens: float) -> dict[str, float]:
-        return {"time/data": step / 10, "time/rollout": step / 2, "time/reference": step / 5, "time/actor": step / 5 * 2,
-                "time/step": step, "tokens/step": tokens, "loads/data": 2.0, "media_seconds/data": step / 10}
+        return {
+            "time/data": step / 10,
+            "time/rollout": step / 2,
+            "time/reference": step / 5,
+            "time/actor": step / 5 * 2,
+            "time/step": step,
+            "tokens/step": tokens,
+            "loads/data": 2.0,
+            "media_seconds/data": step / 10,
+        }
 
-    runs = {"realtime_only": [[row(9.0, 100), row(3.0, 90)], [row(6.0, 80)]],
-            "preprocessed_only": [[row(2.0, 100), row(4.0, 90)], [row(3.0, 80)]]}
+    runs = {
+        "realtime_only": [[row(9.0, 100), row(3.0, 90)], [row(6.0, 80)]],
+        "preprocessed_only": [[row(2.0, 100), row(4.0, 90)], [row(3.0, 80)]],
+    }
     out = bench.summarise(runs)
     assert out["realtime_only"]["step"] == 6.0 and out["preprocessed_only"]["step"] == 3.0  # medians
     assert out["ratio"]["step"] == pytest.approx(2.0)
@@ -74,7 +92,12 @@ def test_both_modes_train_identically_and_realtime_decodes_at_every_stage(
     dataset = bench.write_dataset(tmp_path / "train.jsonl", clips)
     frames, pixels = 4, 64 * 64
     params = DecodeParams(
-        factor=Qwen3VLBackend.factor, temporal_patch_size=2, fps=2.0, max_frames=frames, min_pixels=pixels, max_pixels=pixels
+        factor=Qwen3VLBackend.factor,
+        temporal_patch_size=2,
+        fps=2.0,
+        max_frames=frames,
+        min_pixels=pixels,
+        max_pixels=pixels,
     )
     assert build_cache(clips, params, bench.cache_dir(tmp_path, frames, pixels), progress=False).ok
 
@@ -90,8 +113,18 @@ def test_both_modes_train_identically_and_realtime_decodes_at_every_stage(
     for mode in bench.MODES:
         decodes.clear()
         options = bench.overrides(
-            tmp_path, model, dataset, mode, run=mode, prompts=2, n=2, steps=2, frames=frames,
-            max_pixels=pixels, response=4, seed=0,
+            tmp_path,
+            model,
+            dataset,
+            mode,
+            run=mode,
+            prompts=2,
+            n=2,
+            steps=2,
+            frames=frames,
+            max_pixels=pixels,
+            response=4,
+            seed=0,
         )
         # one sequence per micro-batch: four reference forwards per step, still one load per prompt
         config: TrainConfig = load_config(None, [*options, "actor.max_tokens_per_micro_batch=1"])
@@ -102,7 +135,9 @@ def test_both_modes_train_identically_and_realtime_decodes_at_every_stage(
         assert len(steps) == 2
         for step in steps:
             assert {k: v for k, v in step.items() if k.startswith("loads/")} == {
-                "loads/data": 2.0, "loads/rollout": 2.0, "loads/reference": 2.0
+                "loads/data": 2.0,
+                "loads/rollout": 2.0,
+                "loads/reference": 2.0,
             }, mode
             assert step["time/reference"] > 0
     realtime, cached = rows["realtime_only"], rows["preprocessed_only"]

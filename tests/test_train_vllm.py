@@ -35,18 +35,35 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
     config = tmp_path / "train.yaml"
     config.write_text("rollout:\n  engine: vllm\nmodel:\n  dtype: float32\n")
     overrides = [
-        o for o in demo.demo_overrides(task, model, train, val, steps=2, seed=3, engine="vllm")
+        o
+        for o in demo.demo_overrides(task, model, train, val, steps=2, seed=3, engine="vllm")
         if not o.startswith(("rollout.engine=", "model.dtype="))
     ]
-    overrides += [f"output_dir={run}", "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4",
-                  "trainer.save_every=1", "trainer.val_every=2", "trainer.progress_bar=false",
-                  "rollout.engine_options={max_model_len: 1024}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    overrides += [
+        f"output_dir={run}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.save_every=1",
+        "trainer.val_every=2",
+        "trainer.progress_bar=false",
+        "rollout.engine_options={max_model_len: 1024}",
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    }
     shm = Path("/dev/shm")
     weight_dirs = set(shm.glob("videorl-weights-*"))
-    done = subprocess.run([sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
-                          capture_output=True, text=True, timeout=540, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert set(shm.glob("videorl-weights-*")) <= weight_dirs  # the refresh directory was removed
 
@@ -68,12 +85,23 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
 
     # vLLM's sleep mode (the engine freeing its memory during the update) needs a GPU: here it is refused,
     # naming the option, before any engine starts.
-    asleep = [*overrides[:-1], f"output_dir={tmp_path / 'asleep'}",
-              "rollout.engine_options={max_model_len: 1024, enable_sleep_mode: true}"]
-    done = subprocess.run([sys.executable, "-m", "videorl.cli", "train", str(config), *asleep],
-                          capture_output=True, text=True, timeout=300, env=env)
+    asleep = [
+        *overrides[:-1],
+        f"output_dir={tmp_path / 'asleep'}",
+        "rollout.engine_options={max_model_len: 1024, enable_sleep_mode: true}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "train", str(config), *asleep],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 1
-    assert "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device" in done.stderr
+    assert (
+        "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device"
+        in done.stderr
+    )
 
 
 def _offline_answer_logprobs(training: Any) -> Any:
@@ -84,11 +112,15 @@ def _offline_answer_logprobs(training: Any) -> Any:
 
     backend = training.actor.backend
     prompts = training.validation
-    answers = [backend.processor.tokenizer.encode(p.sample.offline_output, add_special_tokens=False) for p in prompts]
+    answers = [
+        backend.processor.tokenizer.encode(p.sample.offline_output, add_special_tokens=False) for p in prompts
+    ]
     inputs = backend.collate([p.require_encoded() for p in prompts], answers)
     with torch.no_grad():
         logits = training.actor.model(**inputs.model_kwargs()).logits
-    return response_logprobs(logits, inputs, forbidden=backend.forbidden_token_ids())[inputs.response_mask.bool()]
+    return response_logprobs(logits, inputs, forbidden=backend.forbidden_token_ids())[
+        inputs.response_mask.bool()
+    ]
 
 
 # The async engine's weight refresh, in a subprocess: ``python -c _ASYNC_REFRESH BASE OTHER OUT_JSON``.
@@ -168,8 +200,13 @@ def test_async_engine_update_weights_gives_the_new_weights_logprobs(
     other = build_tiny("qwen2_5_vl", tmp_path / "other", seed=1)  # same architecture, other random weights
     out = tmp_path / "result.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    done = subprocess.run([sys.executable, "-c", _ASYNC_REFRESH, str(base), str(other), str(out)],
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", _ASYNC_REFRESH, str(base), str(other), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["completions"] == [2, 2, 2, 2]  # two prompts, n=2, before and after the refresh
@@ -207,12 +244,19 @@ print(json.dumps(seen))
 
 @pytest.mark.slow
 def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_dir: Any) -> None:
-    done = subprocess.run([sys.executable, "-c", _OPTIONS, str(tiny_model_dir("qwen2_5_vl"))],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", _OPTIONS, str(tiny_model_dir("qwen2_5_vl"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     options = json.loads(done.stdout.strip().splitlines()[-1])
     assert options["max_model_len"] == 1000
-    assert options["enable_prefix_caching"] is True and options["max_num_seqs"] == 7  # passed through, no whitelist
+    assert (
+        options["enable_prefix_caching"] is True and options["max_num_seqs"] == 7
+    )  # passed through, no whitelist
     assert options["distributed_executor_backend"] == "uni"
     assert options["enforce_eager"] is True  # the CPU platform: eager (CUDA graphs on GPUs)
     assert "enable_sleep_mode" not in options  # vLLM refuses sleep mode on CPU; on by default where it has it

@@ -15,8 +15,15 @@ def make_clip(tmp_path: Path) -> Callable[..., Path]:
     clip whose frame ``i`` shows ``i`` as stripes (read back with ``videorl.media.synthetic.read_index``)."""
     from videorl.media.synthetic import index_frames, write_video
 
-    def make(name: str = "clip.mp4", *, frames: int = 60, fps: float = 30.0, height: int = 112, width: int = 224,
-             **options: Any) -> Path:
+    def make(
+        name: str = "clip.mp4",
+        *,
+        frames: int = 60,
+        fps: float = 30.0,
+        height: int = 112,
+        width: int = 224,
+        **options: Any,
+    ) -> Path:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_video(path, index_frames(frames, height, width), fps=fps, **options)

@@ -49,13 +49,21 @@ def test_frame_and_image_checks() -> None:
 def test_check_alignment_names_sample_counts_and_cause() -> None:
     ids = [1] + [VID] * 12 + [2]
     check_alignment("s", ids, token_id=VID, grids=[(2, 4, 6)], merge_size=2, modality="video")
-    with pytest.raises(AlignmentError, match=r"sample 's': 12 video placeholder tokens \(id 8\) but 16 video features.*cut by a length limit"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"sample 's': 12 video placeholder tokens \(id 8\) but 16 video features.*cut by a length limit",
+    ):
         check_alignment("s", ids, token_id=VID, grids=[(2, 4, 8)], merge_size=2, modality="video")
     with pytest.raises(AlignmentError, match="13 video placeholder.*a sampled <|video_pad|> in a response"):
         check_alignment("s", [*ids, VID], token_id=VID, grids=[(2, 4, 6)], merge_size=2, modality="video")
 
 
-def _batch(ids: list[list[int]], types: list[list[int]] | None, images: list[list[int]] | None, videos: list[list[int]] | None) -> ModelInputs:
+def _batch(
+    ids: list[list[int]],
+    types: list[list[int]] | None,
+    images: list[list[int]] | None,
+    videos: list[list[int]] | None,
+) -> ModelInputs:
     t = torch.tensor(ids)
     return ModelInputs(
         sample_ids=[f"s{i}" for i in range(len(ids))],
@@ -73,26 +81,42 @@ def test_batch_alignment_assigns_grids_in_order() -> None:
     ok = _batch(ids, types, [[1, 2, 2]], [[1, 2, 4], [1, 2, 2]])
     check_batch_alignment(ok, image_token_id=IMG, video_token_id=VID, merge_size=2)
     short = _batch(ids, types, [[1, 2, 2]], [[1, 2, 4]])
-    with pytest.raises(AlignmentError, match=r"sample 's1': 1 video placeholder tokens but the video grids available to it \(none\) imply 0"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"sample 's1': 1 video placeholder tokens but the video grids available to it \(none\) imply 0",
+    ):
         check_batch_alignment(short, image_token_id=IMG, video_token_id=VID, merge_size=2)
     extra = _batch(ids, types, [[1, 2, 2], [1, 2, 2]], [[1, 2, 4], [1, 2, 2]])
-    with pytest.raises(AlignmentError, match=r"1 image grid\(s\) \[\[1, 2, 2\]\] \(1 features\) have no placeholder"):
+    with pytest.raises(
+        AlignmentError, match=r"1 image grid\(s\) \[\[1, 2, 2\]\] \(1 features\) have no placeholder"
+    ):
         check_batch_alignment(extra, image_token_id=IMG, video_token_id=VID, merge_size=2)
     missing = _batch(ids, None, [[1, 2, 2]], [[1, 2, 4], [1, 2, 2]])
     with pytest.raises(AlignmentError, match="without mm_token_type_ids"):
         check_batch_alignment(missing, image_token_id=IMG, video_token_id=VID, merge_size=2)
-    check_batch_alignment(missing, image_token_id=IMG, video_token_id=VID, merge_size=2, require_mm_token_type_ids=False)
+    check_batch_alignment(
+        missing, image_token_id=IMG, video_token_id=VID, merge_size=2, require_mm_token_type_ids=False
+    )
     wrong = _batch(ids, [[0, 2, 2, 0, 0], types[1]], [[1, 2, 2]], [[1, 2, 4], [1, 2, 2]])
-    with pytest.raises(AlignmentError, match=r"sample 's0': mm_token_type_ids\[3\] is 0 but the token there \(id 7\) is of type 1"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"sample 's0': mm_token_type_ids\[3\] is 0 but the token there \(id 7\) is of type 1",
+    ):
         check_batch_alignment(wrong, image_token_id=IMG, video_token_id=VID, merge_size=2)
 
 
 def test_responses_and_engine_prompts() -> None:
     check_response_tokens("s", [1, 2, 3], {VID})
-    with pytest.raises(AlignmentError, match=r"sample 's': the response contains 2 token\(s\).*id 8 at position 1, id 8 at position 3"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"sample 's': the response contains 2 token\(s\).*id 8 at position 1, id 8 at position 3",
+    ):
         check_response_tokens("s", [1, VID, 2, VID], {VID, IMG})
     check_same_prompt("s", [1, 2, 3], [1, 2, 3], where="vLLM")
-    with pytest.raises(AlignmentError, match=r"vLLM used prompt ids .*\(4 vs 3 tokens, first difference at position 1: \[9, 9, 3\] vs \[2, 3\]\)"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"vLLM used prompt ids .*\(4 vs 3 tokens, first difference at position 1: \[9, 9, 3\] vs \[2, 3\]\)",
+    ):
         check_same_prompt("s", [1, 2, 3], [1, 9, 9, 3], where="vLLM")
 
 

@@ -56,7 +56,9 @@ def test_extract_tag_is_fast_on_a_megabyte() -> None:
     start = time.perf_counter()
     assert extract_tag(text) == "Z"
     assert extract_tag("<answer>" * 100_000) is None
-    assert time.perf_counter() - start < 20.0  # linear takes milliseconds; quadratic on this input would take hours
+    assert (
+        time.perf_counter() - start < 20.0
+    )  # linear takes milliseconds; quadratic on this input would take hours
 
 
 def test_normalize_tags_touches_only_tags() -> None:
@@ -99,7 +101,9 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
 def test_extract_boxed_is_linear() -> None:
     start = time.perf_counter()
     assert extract_boxed("\\boxed{" * 150_000) is None
-    assert time.perf_counter() - start < 20.0  # linear takes milliseconds; quadratic on this input would take hours
+    assert (
+        time.perf_counter() - start < 20.0
+    )  # linear takes milliseconds; quadratic on this input would take hours
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,9 @@ _WRITER = textwrap.dedent(
 def test_a_killed_writer_leaves_the_old_file_intact(tmp_path: Path, mode: str) -> None:
     target = tmp_path / "state.json"
     target.write_text("old content", encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, mode, str(target)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, mode, str(target)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "READY", "the writer did not reach the write"

@@ -42,7 +42,9 @@ def test_budget_defaults_validation_and_data_path_parameters() -> None:
     assert (video.min_pixels, video.max_pixels, video.total_pixels) == (4096, 262_144, None)
     image = ImageParams.from_budget(budget, factor=32)
     assert (image.factor, image.min_pixels, image.max_pixels) == (32, 4096, 1_048_576)
-    with pytest.raises(ConfigError, match=r"video_min_pixels \(9\) must be positive and at most video_max_pixels \(4\)"):
+    with pytest.raises(
+        ConfigError, match=r"video_min_pixels \(9\) must be positive and at most video_max_pixels \(4\)"
+    ):
         VisualBudget.for_factor(28, video_min_pixels=9, video_max_pixels=4)
     with pytest.raises(ConfigError, match="not even one frame fits"):
         VisualBudget.for_factor(28, video_total_pixels=10)
@@ -76,19 +78,29 @@ def test_backend_lookup_by_model_type(tmp_path: Path) -> None:
     backend = backend_for_model(tmp_path, registry, budget="b")
     assert isinstance(backend, _Fake) and backend.path == tmp_path and backend.options == {"budget": "b"}
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(UnknownComponentError, match=r"config.json: model_type 'llama' is served by no installed model backend .*Registered: fake_vl"):
+    with pytest.raises(
+        UnknownComponentError,
+        match=r"config.json: model_type 'llama' is served by no installed model backend .*Registered: fake_vl",
+    ):
         backend_for_model(tmp_path, registry)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="could not be read as JSON"):
         read_model_type(tmp_path)
 
 
-def _encoded(sample_id: str, ids: list[int], types: list[int] | None, visual: dict[str, torch.Tensor]) -> EncodedPrompt:
+def _encoded(
+    sample_id: str, ids: list[int], types: list[int] | None, visual: dict[str, torch.Tensor]
+) -> EncodedPrompt:
     return EncodedPrompt(sample_id, ids, types, visual, ids, PromptInput(sample_id, ""))
 
 
 def test_collate_left_pads_prompts_and_right_pads_responses() -> None:
-    a = _encoded("a", [1, 2, 9, 9, 3], [0, 0, 2, 2, 0], {"video_grid_thw": torch.tensor([[1, 2, 4]]), "tiles": torch.ones(1, 2)})
+    a = _encoded(
+        "a",
+        [1, 2, 9, 9, 3],
+        [0, 0, 2, 2, 0],
+        {"video_grid_thw": torch.tensor([[1, 2, 4]]), "tiles": torch.ones(1, 2)},
+    )
     b = _encoded("b", [4, 5], [0, 0], {})
     batch = collate_encoded([a, b], pad_token_id=0, responses=[[7], [8, 6, 5]])
     assert batch.sample_ids == ["a", "b"] and batch.prompt_width == 5
@@ -98,7 +110,13 @@ def test_collate_left_pads_prompts_and_right_pads_responses() -> None:
     assert batch.response_mask.tolist() == [[1, 0, 0], [1, 1, 1]]
     assert batch.video_grid_thw.tolist() == [[1, 2, 4]] and set(batch.extra) == {"tiles"}
     assert batch.prompt_ids(0) == [1, 2, 9, 9, 3] and batch.prompt_ids(1) == [4, 5]
-    assert set(batch.model_kwargs()) == {"input_ids", "attention_mask", "mm_token_type_ids", "video_grid_thw", "tiles"}
+    assert set(batch.model_kwargs()) == {
+        "input_ids",
+        "attention_mask",
+        "mm_token_type_ids",
+        "video_grid_thw",
+        "tiles",
+    }
     prompts_only = collate_encoded([a, b], pad_token_id=0)
     assert prompts_only.response_mask is None and prompts_only.input_ids.shape == (2, 5)
     moved = batch.to(dtype=torch.float16)
@@ -113,7 +131,9 @@ def test_token_logprobs_mask_forbidden_ids_without_touching_the_logits() -> None
     assert token_logprobs(logits, torch.tensor([2]))[0].item() == pytest.approx(math.log(3 / 10))
     masked = token_logprobs(logits, torch.tensor([2]), forbidden=[3, 99])  # 99: beyond the vocabulary
     assert masked[0].item() == pytest.approx(math.log(3 / 6))
-    assert token_logprobs(logits, torch.tensor([1]), temperature=0.5)[0].item() == pytest.approx(math.log(4 / 30))
+    assert token_logprobs(logits, torch.tensor([1]), temperature=0.5)[0].item() == pytest.approx(
+        math.log(4 / 30)
+    )
     assert torch.equal(logits, original)
 
 
@@ -129,7 +149,9 @@ def test_response_logprobs_read_the_logits_one_step_before_each_token() -> None:
 
 
 def test_rollout_request_as_a_vllm_prompt() -> None:
-    request = RolloutRequest("s", [1, 9, 9, 2], [1, 9, 2], {"video": [("frames", {"fps": 2.0})]}, {"do_resize": False})
+    request = RolloutRequest(
+        "s", [1, 9, 9, 2], [1, 9, 2], {"video": [("frames", {"fps": 2.0})]}, {"do_resize": False}
+    )
     assert request.vllm_prompt() == {
         "prompt_token_ids": [1, 9, 2],
         "multi_modal_data": {"video": [("frames", {"fps": 2.0})]},

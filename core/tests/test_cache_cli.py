@@ -36,7 +36,13 @@ def datasets(make_clip: MakeClip, tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "videos/readme.mp4").write_text("not a video\n" * 10)
     write_audio_only(tmp_path / "videos/audio.mp4")
     evr1 = [
-        {"problem_id": "e1", "problem": "<video>Q", "answer": "A", "videos": ["videos/good.mp4"], "problem_type": "multiple choice"},
+        {
+            "problem_id": "e1",
+            "problem": "<video>Q",
+            "answer": "A",
+            "videos": ["videos/good.mp4"],
+            "problem_type": "multiple choice",
+        },
         {"problem_id": "e2", "problem": "<video>Q", "answer": "B", "videos": ["videos/good.mp4"]},
         {"problem_id": "e3", "problem": "<video>Q", "answer": "C", "videos": ["videos/missing.mp4"]},
         {"problem_id": "e4", "problem": "<video>Q", "answer": "D", "videos": ["videos/truncated.mp4"]},
@@ -44,19 +50,49 @@ def datasets(make_clip: MakeClip, tmp_path: Path) -> dict[str, Path]:
         {"problem_id": "e6", "problem": "text only", "answer": "4"},
     ]
     vr1 = [
-        {"problem_id": 1, "problem": "Q", "solution": "<answer>A</answer>", "path": "./videos/one frame.mp4", "data_type": "video"},
-        {"problem_id": 2, "problem": "Q", "solution": "<answer>B</answer>", "path": "./videos/vidéo été.mp4", "data_type": "video"},
-        {"problem_id": 3, "problem": "Q", "solution": "<answer>C</answer>", "path": "./videos/readme.mp4", "data_type": "video"},
-        {"problem_id": 4, "problem": "Q", "solution": "<answer>D</answer>", "path": "./videos/audio.mp4", "data_type": "video"},
+        {
+            "problem_id": 1,
+            "problem": "Q",
+            "solution": "<answer>A</answer>",
+            "path": "./videos/one frame.mp4",
+            "data_type": "video",
+        },
+        {
+            "problem_id": 2,
+            "problem": "Q",
+            "solution": "<answer>B</answer>",
+            "path": "./videos/vidéo été.mp4",
+            "data_type": "video",
+        },
+        {
+            "problem_id": 3,
+            "problem": "Q",
+            "solution": "<answer>C</answer>",
+            "path": "./videos/readme.mp4",
+            "data_type": "video",
+        },
+        {
+            "problem_id": 4,
+            "problem": "Q",
+            "solution": "<answer>D</answer>",
+            "path": "./videos/audio.mp4",
+            "data_type": "video",
+        },
     ]
-    files = {"evr1": tmp_path / "train.jsonl", "vr1": tmp_path / "Video-R1.json", "list": tmp_path / "more.txt"}
+    files = {
+        "evr1": tmp_path / "train.jsonl",
+        "vr1": tmp_path / "Video-R1.json",
+        "list": tmp_path / "more.txt",
+    }
     files["evr1"].write_text("".join(json.dumps(r) + "\n" for r in evr1))
     files["vr1"].write_text(json.dumps(vr1))
     files["list"].write_text("videos/copy.mp4\nvideos/empty.mp4\n")
     return files
 
 
-def test_build_reports_every_bad_video_and_goes_on(run_cli: RunCli, datasets: dict[str, Path], tmp_path: Path) -> None:
+def test_build_reports_every_bad_video_and_goes_on(
+    run_cli: RunCli, datasets: dict[str, Path], tmp_path: Path
+) -> None:
     cache_dir = tmp_path / "cache"
     args = ["cache", "build", *map(str, datasets.values()), "--cache-dir", str(cache_dir), *FLAGS]
     result = run_cli(*args)
@@ -68,7 +104,11 @@ def test_build_reports_every_bad_video_and_goes_on(run_cli: RunCli, datasets: di
     by_sample = {(r["sample"], r["stage"]): r for r in report}
     assert len(report) == 6
     assert set(by_sample) == {
-        (None, "dataset"), ("e3", "fingerprint"), ("e4", "decode"), ("3", "decode"), ("4", "decode"),
+        (None, "dataset"),
+        ("e3", "fingerprint"),
+        ("e4", "decode"),
+        ("3", "decode"),
+        ("4", "decode"),
         (f"{datasets['list']}:2", "decode"),
     }
     assert "train.jsonl:5: missing the question" in by_sample[(None, "dataset")]["reason"]
@@ -86,7 +126,16 @@ def test_build_reports_every_bad_video_and_goes_on(run_cli: RunCli, datasets: di
 
     clean = tmp_path / "clean.txt"
     clean.write_text("videos/good.mp4\nvideos/one frame.mp4\n")
-    ok = run_cli("cache", "build", str(clean), "--cache-dir", str(cache_dir), *FLAGS, "--failures", str(tmp_path / "f.jsonl"))
+    ok = run_cli(
+        "cache",
+        "build",
+        str(clean),
+        "--cache-dir",
+        str(cache_dir),
+        *FLAGS,
+        "--failures",
+        str(tmp_path / "f.jsonl"),
+    )
     ok.assert_success()
     assert "2 of 2 videos cached" in ok.output and (tmp_path / "f.jsonl").read_text() == ""
 
@@ -94,8 +143,17 @@ def test_build_reports_every_bad_video_and_goes_on(run_cli: RunCli, datasets: di
 def test_build_kills_a_video_past_its_timeout(run_cli: RunCli, make_clip: MakeClip, tmp_path: Path) -> None:
     make_clip("a.mp4", frames=8)
     make_clip("b.mp4", frames=9)
-    result = run_cli("cache", "build", str(tmp_path / "a.mp4"), str(tmp_path / "b.mp4"), "--cache-dir",
-                     str(tmp_path / "cache"), *FLAGS, "--timeout", "0.000001")
+    result = run_cli(
+        "cache",
+        "build",
+        str(tmp_path / "a.mp4"),
+        str(tmp_path / "b.mp4"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        *FLAGS,
+        "--timeout",
+        "0.000001",
+    )
     assert result.exit_code == 1
     report = _report(tmp_path / "cache" / "build-failures.jsonl")
     assert [(r["stage"], r["reason"]) for r in report] == [("timeout", "timed out after 1e-06 s")] * 2
@@ -105,11 +163,25 @@ def test_build_rejects_bad_parameters(run_cli: RunCli, make_clip: MakeClip, tmp_
     clip = str(make_clip(frames=8))
     missing_factor = run_cli("cache", "build", clip, "--cache-dir", str(tmp_path / "c"))
     assert missing_factor.exit_code == 2 and "--factor" in missing_factor.output + missing_factor.stderr
-    bad = run_cli("cache", "build", clip, "--cache-dir", str(tmp_path / "c"), "--factor", "28", "--min-pixels", "9", "--max-pixels", "8")
+    bad = run_cli(
+        "cache",
+        "build",
+        clip,
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--factor",
+        "28",
+        "--min-pixels",
+        "9",
+        "--max-pixels",
+        "8",
+    )
     assert bad.exit_code == 2 and "min_pixels" in bad.output + bad.stderr
 
 
-def test_verify_finds_corrupt_entries_and_leftovers(run_cli: RunCli, make_clip: MakeClip, tmp_path: Path) -> None:
+def test_verify_finds_corrupt_entries_and_leftovers(
+    run_cli: RunCli, make_clip: MakeClip, tmp_path: Path
+) -> None:
     cache = MediaCache(tmp_path / "cache")
     refs = [cache.get_or_build(make_clip(f"{n}.mp4", frames=n), P) for n in (20, 30)]
     verify = ["cache", "verify", str(tmp_path / "cache"), "--quiet"]
@@ -126,7 +198,9 @@ def test_verify_finds_corrupt_entries_and_leftovers(run_cli: RunCli, make_clip: 
     assert bad.exit_code == 1
     result = bad.json()
     assert (result["entries"], result["ok"]) == (2, 1) and result["temp_files"] == [str(leftover)]
-    assert result["corrupt"][0]["entry"] == str(entry) and "checksum mismatch" in result["corrupt"][0]["reason"]
+    assert (
+        result["corrupt"][0]["entry"] == str(entry) and "checksum mismatch" in result["corrupt"][0]["reason"]
+    )
 
     deleted = run_cli(*verify, "--delete-bad")
     assert deleted.exit_code == 1 and f"CORRUPT {entry}" in deleted.output and "deleted" in deleted.output
@@ -153,7 +227,9 @@ def test_stats_by_parameters(run_cli: RunCli, make_clip: MakeClip, tmp_path: Pat
     assert "3 entries of 2 videos" in text and "factor 32" in text
 
 
-def test_gc_keeps_only_what_the_datasets_refer_to(run_cli: RunCli, make_clip: MakeClip, tmp_path: Path) -> None:
+def test_gc_keeps_only_what_the_datasets_refer_to(
+    run_cli: RunCli, make_clip: MakeClip, tmp_path: Path
+) -> None:
     root = tmp_path / "cache"
     cache = MediaCache(root)
     for n in (10, 20, 30):

@@ -36,7 +36,9 @@ def test_wire_round_trips_completions_and_media() -> None:
     back = wire.completion_in(wire.loads(wire.dumps(wire.completion_out(c))))
     assert back.token_ids == c.token_ids and back.finish_reason == "stop"
     assert back.logprobs[:2] == [-0.5, -1.25] and math.isnan(back.logprobs[2])  # offline responses: NaN
-    media = MediaInfo(duration=4.0, fps=30.0, num_frames=8, width=640, height=360, resized_width=56, resized_height=56)
+    media = MediaInfo(
+        duration=4.0, fps=30.0, num_frames=8, width=640, height=360, resized_width=56, resized_height=56
+    )
     assert wire.media_in(wire.loads(wire.dumps(wire.media_out(media)))) == media
     assert wire.media_in(wire.loads(wire.dumps(wire.media_out(None)))) is None
     assert wire.dumps({"ids": ["a", "b"], "seed": 7}) == b'{"ids":["a","b"],"seed":7}'
@@ -49,15 +51,31 @@ def test_worker_groups_per_placement() -> None:
         ("reward", ["reward"], 1, "none"),
     ]
     assert cpus_needed(colocated) == 5.0
-    split = load_config(None, [*BASE, "ray.placement=split", "ray.actor_workers=4", "ray.rollout_workers=2",
-                               "ray.reward_workers=2", "ray.cpus_per_worker=2"])
+    split = load_config(
+        None,
+        [
+            *BASE,
+            "ray.placement=split",
+            "ray.actor_workers=4",
+            "ray.rollout_workers=2",
+            "ray.reward_workers=2",
+            "ray.cpus_per_worker=2",
+        ],
+    )
     assert _groups(split) == [
-        ("actor", ["actor"], 4, "gpus"), ("rollout", ["rollout"], 2, "rollout_gpus"), ("reward", ["reward"], 2, "none"),
+        ("actor", ["actor"], 4, "gpus"),
+        ("rollout", ["rollout"], 2, "rollout_gpus"),
+        ("reward", ["reward"], 2, "none"),
     ]
     assert cpus_needed(split) == 16.0  # (4 + 2 + 2) workers x 2 CPUs
-    with_kl = load_config(None, [*BASE, "ray.placement=split", "ray.actor_workers=2", "algorithm.use_kl_loss=true"])
+    with_kl = load_config(
+        None, [*BASE, "ray.placement=split", "ray.actor_workers=2", "algorithm.use_kl_loss=true"]
+    )
     assert [g[:3] for g in _groups(with_kl)] == [
-        ("actor", ["actor"], 2), ("rollout", ["rollout"], 2), ("reference", ["reference"], 2), ("reward", ["reward"], 1),
+        ("actor", ["actor"], 2),
+        ("rollout", ["rollout"], 2),
+        ("reference", ["reference"], 2),
+        ("reward", ["reward"], 1),
     ]
 
 
@@ -80,13 +98,17 @@ class FakeCluster:
 
     replies: dict[str, Any]
     sent: list[tuple[str, str, bytes]] = field(default_factory=list)
-    rollouts: list[WorkerHandle] = field(default_factory=lambda: [WorkerHandle("rollout-0", ["rollout"], None)])
+    rollouts: list[WorkerHandle] = field(
+        default_factory=lambda: [WorkerHandle("rollout-0", ["rollout"], None)]
+    )
     rewards: list[WorkerHandle] = field(
         default_factory=lambda: [WorkerHandle(f"reward-{i}", ["reward"], None) for i in range(2)]
     )
     colocated: bool = False
 
-    def call(self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]) -> list[bytes]:
+    def call(
+        self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]
+    ) -> list[bytes]:
         out = []
         for worker, method, (message,) in calls:
             self.sent.append((worker.name, method, message))
@@ -97,16 +119,32 @@ class FakeCluster:
 
 
 def _sample(i: int) -> Sample:
-    return Sample(id=f"s{i}", data_type="video", problem="Colour?", problem_type="multiple choice", ground_truth="A",
-                  videos=[f"/clips/{i}.mp4"])
+    return Sample(
+        id=f"s{i}",
+        data_type="video",
+        problem="Colour?",
+        problem_type="multiple choice",
+        ground_truth="A",
+        videos=[f"/clips/{i}.mp4"],
+    )
 
 
 def test_controller_sends_ids_and_counts_every_byte() -> None:
-    media = {"duration": 2.0, "fps": 8.0, "num_frames": 4, "width": 64, "height": 64, "resized_width": 56,
-             "resized_height": 56}
+    media = {
+        "duration": 2.0,
+        "fps": 8.0,
+        "num_frames": 4,
+        "width": 64,
+        "height": 64,
+        "resized_width": 56,
+        "resized_height": 56,
+    }
     replies = {
-        "generate": lambda r: {"media": [media] * len(r["ids"]), "completions": [[[[7, 8], [-0.5, -0.25], "stop"]]] * len(r["ids"]),
-                               "seconds": {"data": 0.5, "rollout": 1.5}},
+        "generate": lambda r: {
+            "media": [media] * len(r["ids"]),
+            "completions": [[[[7, 8], [-0.5, -0.25], "stop"]]] * len(r["ids"]),
+            "seconds": {"data": 0.5, "rollout": 1.5},
+        },
         "score": lambda r: [[1.0, {"accuracy": 1.0}] for _ in r["items"]],
     }
     cluster = FakeCluster(replies)
@@ -127,8 +165,13 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
     assert [name for name, _, _ in scored] == ["reward-0", "reward-1"]  # the four responses shared among two
     item = '["s0",' + wire.dumps(media).decode() + ",[7,8]]"
     assert scored[0][2] == f'{{"split":"val","items":[{item},{item.replace("s0", "s1")}]}}'.encode()
-    reply_bytes = len(wire.dumps(replies["generate"]({"ids": ["s0", "s1"]}))) + 2 * len(b'[[1.0,{"accuracy":1.0}],[1.0,{"accuracy":1.0}]]')
-    assert controller._bytes == {"sent": len(request) + len(scored[0][2]) + len(scored[1][2]), "received": reply_bytes}
+    reply_bytes = len(wire.dumps(replies["generate"]({"ids": ["s0", "s1"]}))) + 2 * len(
+        b'[[1.0,{"accuracy":1.0}],[1.0,{"accuracy":1.0}]]'
+    )
+    assert controller._bytes == {
+        "sent": len(request) + len(scored[0][2]) + len(scored[1][2]),
+        "received": reply_bytes,
+    }
 
 
 def test_prompt_without_tokens_says_where_it_was_encoded() -> None:
@@ -149,15 +192,25 @@ def test_worker_failure_names_worker_process_stage_and_step() -> None:
     )
     from ray.exceptions import RayActorError
 
-    lost = RayActorError(None, "The actor died unexpectedly before finishing this task.\n\tclass_name: Worker\n"
-                         "\tpid: 4321\nThe actor is dead because its worker process has died.", False, False)
+    lost = RayActorError(
+        None,
+        "The actor died unexpectedly before finishing this task.\n\tclass_name: Worker\n"
+        "\tpid: 4321\nThe actor is dead because its worker process has died.",
+        False,
+        False,
+    )
     assert str(WorkerFailure(worker, "rollout", 3, lost, died=True)) == (
         "worker actor-1 (actor+rollout; pid 4321 on 10.0.0.2) died during rollout of step 3: The actor died "
         "unexpectedly before finishing this task. The actor is dead because its worker process has died."
     )
     # A worker whose __init__ raised: Ray calls it dead; the report gives the worker's own exception.
-    init = RayActorError(None, "The actor died because of an error raised in its creation task, ray::Worker.__init__()"
-                         "\nTraceback (most recent call last):\n  File x\nKeyError: 'sample s3'", True, False)
+    init = RayActorError(
+        None,
+        "The actor died because of an error raised in its creation task, ray::Worker.__init__()"
+        "\nTraceback (most recent call last):\n  File x\nKeyError: 'sample s3'",
+        True,
+        False,
+    )
     assert str(WorkerFailure(worker, "worker start-up", 0, init, died=False)).endswith(
         "failed during worker start-up: KeyError: 'sample s3'"
     )
@@ -168,12 +221,25 @@ def test_paths_are_made_absolute_for_workers_that_start_elsewhere(tmp_path: Any,
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
-    config = load_config(None, ["model.path=model", "data.train_files=[d/train.jsonl]", "data.val_files=[v.jsonl]",
-                                "data.cache_dir=cache", "data.prompt_template=video_qa", "output_dir=runs/x"])
+    config = load_config(
+        None,
+        [
+            "model.path=model",
+            "data.train_files=[d/train.jsonl]",
+            "data.val_files=[v.jsonl]",
+            "data.cache_dir=cache",
+            "data.prompt_template=video_qa",
+            "output_dir=runs/x",
+        ],
+    )
     out = absolute_paths(config)
     assert out.model.path == str(tmp_path / "model")
-    assert out.data.train_files == [str(tmp_path / "d" / "train.jsonl")] and out.data.val_files == [str(tmp_path / "v.jsonl")]
+    assert out.data.train_files == [str(tmp_path / "d" / "train.jsonl")] and out.data.val_files == [
+        str(tmp_path / "v.jsonl")
+    ]
     assert out.data.cache_dir == str(tmp_path / "cache") and out.output_dir == str(tmp_path / "runs" / "x")
-    assert out.data.prompt_template == "video_qa" and out.data.media_root is None  # a template name stays a name
+    assert (
+        out.data.prompt_template == "video_qa" and out.data.media_root is None
+    )  # a template name stays a name
     hub = absolute_paths(load_config(None, ["model.path=Qwen/Qwen3-VL-8B", "data.train_files=[/d.jsonl]"]))
     assert hub.model.path == "Qwen/Qwen3-VL-8B"  # not a local directory: left as given

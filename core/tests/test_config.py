@@ -124,8 +124,9 @@ clip_high: 0.3
 def test_unknown_section_lists_the_valid_keys() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, [*REQUIRED, "zzz.q=1"])
-    assert "override 'zzz.q=1': unknown key 'zzz'. Valid keys: seed, plugins, output_dir, model, data," in str(
-        info.value
+    assert (
+        "override 'zzz.q=1': unknown key 'zzz'. Valid keys: seed, plugins, output_dir, model, data,"
+        in str(info.value)
     )
 
 
@@ -202,8 +203,16 @@ def test_required_keys() -> None:
 
 
 def test_dump_round_trips(tmp_path: Path) -> None:
-    c = load_config(None, ["model.path=/models/tiny", "data.train_files=[/data/train.jsonl]", "optim.lr=3e-7",
-                           "rollout.engine_options={tensor_parallel_size: 2}", f"output_dir={tmp_path / 'run'}"])
+    c = load_config(
+        None,
+        [
+            "model.path=/models/tiny",
+            "data.train_files=[/data/train.jsonl]",
+            "optim.lr=3e-7",
+            "rollout.engine_options={tensor_parallel_size: 2}",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
     text = dump_config(c)
     assert "betas:\n  - 0.9\n  - 0.999\n" in text
     assert load_config(write(tmp_path, text)) == c
@@ -221,7 +230,12 @@ def test_config_keys_cover_every_leaf() -> None:
         out = []
         for key, value in d.items():
             if isinstance(value, dict) and key not in (
-                "engine_options", "options", "routes", "logger_options", "estimator_options", "loss_options"
+                "engine_options",
+                "options",
+                "routes",
+                "logger_options",
+                "estimator_options",
+                "loss_options",
             ):
                 out += leaves(value, f"{prefix}{key}.")
             else:

@@ -60,10 +60,20 @@ def test_easyvideor1_row(tmp_path: Path) -> None:
 
 def test_video_r1_row_in_a_json_array_with_a_media_root(tmp_path: Path) -> None:
     data = tmp_path / "Video-R1-260k.json"
-    data.write_text(json.dumps([VR1_ROW, {**VR1_ROW, "problem_id": 7, "data_type": "image", "path": "./img/a.png"}], indent=2))
+    data.write_text(
+        json.dumps(
+            [VR1_ROW, {**VR1_ROW, "problem_id": 7, "data_type": "image", "path": "./img/a.png"}], indent=2
+        )
+    )
     video, image = load_samples(data, media_root=tmp_path / "Video-R1-data")
-    assert (video.id, video.ground_truth, video.problem_type) == ("10452", "<answer>A</answer>", "multiple choice")
-    assert video.videos == [str(tmp_path / "Video-R1-data/LLaVA-Video-178K/videos/xyz.mp4")] and not video.images
+    assert (video.id, video.ground_truth, video.problem_type) == (
+        "10452",
+        "<answer>A</answer>",
+        "multiple choice",
+    )
+    assert (
+        video.videos == [str(tmp_path / "Video-R1-data/LLaVA-Video-178K/videos/xyz.mp4")] and not video.images
+    )
     assert video.options == VR1_ROW["options"] and video.extra["process"].startswith("<think>")
     assert video.offline_output is None and not video.has_offline_trajectory
     assert image.data_type == "image" and image.images == [str(tmp_path / "Video-R1-data/img/a.png")]
@@ -89,11 +99,20 @@ def test_text_rows_and_inferred_data_types(tmp_path: Path) -> None:
         ({"answer": "A", "videos": ["v.mp4"]}, "missing the question"),
         ({"problem": "Q", "videos": ["v.mp4"]}, "missing the ground truth"),
         ({"problem": 3, "answer": "A"}, "'problem' must be a string"),
-        ({"problem": "Q", "answer": "A", "data_type": "audio"}, "data_type 'audio' is not one of video, image, text"),
+        (
+            {"problem": "Q", "answer": "A", "data_type": "audio"},
+            "data_type 'audio' is not one of video, image, text",
+        ),
         ({"problem": "Q", "answer": "A", "data_type": "video"}, "names no video"),
         ({"problem": "Q", "answer": "A", "data_type": "image", "videos": ["v.mp4"]}, "names no image"),
-        ({"problem": "Q", "answer": "A", "videos": "v.mp4", "options": "A. x"}, "options must be a list of strings"),
-        ({"problem": "Q", "answer": "A", "videos": [{"bytes": "..."}]}, "'videos' must be a path or a list of paths"),
+        (
+            {"problem": "Q", "answer": "A", "videos": "v.mp4", "options": "A. x"},
+            "options must be a list of strings",
+        ),
+        (
+            {"problem": "Q", "answer": "A", "videos": [{"bytes": "..."}]},
+            "'videos' must be a path or a list of paths",
+        ),
         ({"problem": "Q", "answer": "A", "has_offline_trajectory": True}, "offline_output is missing"),
         ({"problem": "Q", "answer": "A", "problem_type": 3}, "problem_type must be a string"),
         ([1, 2], "a row must be a JSON object"),
@@ -108,14 +127,18 @@ def test_invalid_rows_name_file_and_line(tmp_path: Path, row: object, message: s
 
 def test_unknown_problem_type_against_the_known_ones(tmp_path: Path) -> None:
     data = _jsonl(tmp_path / "d.jsonl", [EVR1_ROW, {**EVR1_ROW, "problem_id": "x", "problem_type": "haiku"}])
-    with pytest.raises(DataError, match=r"d.jsonl:2: unknown problem_type 'haiku' .*known: multiple choice, numerical"):
+    with pytest.raises(
+        DataError, match=r"d.jsonl:2: unknown problem_type 'haiku' .*known: multiple choice, numerical"
+    ):
         load_samples(data, problem_types={"numerical", "multiple choice"})
     assert len(load_samples(data)) == 2  # without a set of known types, any type is accepted
 
 
 def test_duplicate_ids_and_bad_json(tmp_path: Path) -> None:
     data = _jsonl(tmp_path / "d.jsonl", [EVR1_ROW, {"problem": "p"}, EVR1_ROW])
-    with pytest.raises(DataError, match=r"d.jsonl:3: duplicate sample id 'evr1_000123' \(first at .*d.jsonl:1\)"):
+    with pytest.raises(
+        DataError, match=r"d.jsonl:3: duplicate sample id 'evr1_000123' \(first at .*d.jsonl:1\)"
+    ):
         load_samples(data, require_answer=False)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"problem": "a", "answer": "b"}\n\n{"problem": "a", "answer": }\n')
@@ -130,17 +153,28 @@ def test_duplicate_ids_and_bad_json(tmp_path: Path) -> None:
 
 
 def test_errors_can_be_collected_instead_of_raised(tmp_path: Path) -> None:
-    data = _jsonl(tmp_path / "d.jsonl", [{"problem": "a", "answer": "b"}, {"answer": "b"}, {"problem": "c", "answer": "d"}])
+    data = _jsonl(
+        tmp_path / "d.jsonl",
+        [{"problem": "a", "answer": "b"}, {"answer": "b"}, {"problem": "c", "answer": "d"}],
+    )
     errors: list[DataError] = []
     samples = load_samples(data, errors=errors)
-    assert [s.problem for s in samples] == ["a", "c"] and len(errors) == 1 and ":2: missing the question" in str(errors[0])
+    assert (
+        [s.problem for s in samples] == ["a", "c"]
+        and len(errors) == 1
+        and ":2: missing the question" in str(errors[0])
+    )
 
 
 def test_plain_video_lists(tmp_path: Path) -> None:
     listing = tmp_path / "videos.txt"
     listing.write_text("# clips\na.mp4\n\n /abs/b c.mp4 \nsub/é.mkv\n")
     samples = load_samples(listing)
-    assert [s.videos for s in samples] == [[str(tmp_path / "a.mp4")], ["/abs/b c.mp4"], [str(tmp_path / "sub/é.mkv")]]
+    assert [s.videos for s in samples] == [
+        [str(tmp_path / "a.mp4")],
+        ["/abs/b c.mp4"],
+        [str(tmp_path / "sub/é.mkv")],
+    ]
     assert [s.id for s in samples] == [f"{listing}:2", f"{listing}:4", f"{listing}:5"]
     assert all(s.data_type == "video" and s.ground_truth is None for s in samples)
     as_json = tmp_path / "videos.json"

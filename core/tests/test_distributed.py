@@ -32,8 +32,14 @@ def test_the_gpu_process_group_serves_cpu_and_cuda_tensors() -> None:
 
 def _layout(world: int, per_node: int, tp: int, visible: str | None = None) -> list[EnginePlacement]:
     return [
-        engine_placement(rank=r, world_size=world, local_rank=r % per_node, local_world_size=per_node,
-                         tensor_parallel_size=tp, visible_devices=visible)
+        engine_placement(
+            rank=r,
+            world_size=world,
+            local_rank=r % per_node,
+            local_world_size=per_node,
+            tensor_parallel_size=tp,
+            visible_devices=visible,
+        )
         for r in range(world)
     ]
 
@@ -62,13 +68,18 @@ def test_placement_follows_the_job_s_visible_devices_and_nodes() -> None:
     # 2 nodes x 4 GPUs, the job on physical GPUs 4-7 of each node, TP 2
     layout = _layout(8, 4, 2, visible="4,5,6,7")
     assert [(p.rank, p.group, p.visible_devices) for p in layout if p.hosts_engine] == [
-        (0, (0, 1), "4,5"), (2, (2, 3), "6,7"), (4, (4, 5), "4,5"), (6, (6, 7), "6,7"),
+        (0, (0, 1), "4,5"),
+        (2, (2, 3), "6,7"),
+        (4, (4, 5), "4,5"),
+        (6, (6, 7), "6,7"),
     ]
     with pytest.raises(ConfigError, match="must divide the processes per node"):
         _layout(8, 8, 3)
     with pytest.raises(ConfigError, match="ray.placement=split"):  # a Ray worker holds one GPU
         engine_placement(rank=0, world_size=2, local_rank=0, local_world_size=1, tensor_parallel_size=2)
-    cpu = engine_placement(rank=3, world_size=4, local_rank=3, local_world_size=4, tensor_parallel_size=1, cuda=False)
+    cpu = engine_placement(
+        rank=3, world_size=4, local_rank=3, local_world_size=4, tensor_parallel_size=1, cuda=False
+    )
     assert cpu.visible_devices is None and cpu.hosts_engine
     one = engine_placement(rank=0, world_size=1, local_rank=0, local_world_size=1, tensor_parallel_size=2)
     assert one.visible_devices is None and one.group == (0,)  # one process: vLLM picks its GPUs
@@ -85,7 +96,10 @@ def test_engine_processes_see_only_their_gpus_and_no_torchrun_variables(monkeypa
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and os.environ["RANK"] == "2"
     assert os.environ["MASTER_PORT"] == "29500"
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    with pytest.raises(ConfigError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"), engine_process_environment("2"):
+    with (
+        pytest.raises(ConfigError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"),
+        engine_process_environment("2"),
+    ):
         pass
     with engine_process_environment(None):  # one process, or the CPU build: nothing changes
         assert os.environ["RANK"] == "2"
@@ -103,8 +117,14 @@ class _Platform:
 
 
 def test_engine_defaults_per_platform() -> None:
-    assert platform_defaults(_Platform(cpu=False, sleep=True)) == {"enforce_eager": False, "enable_sleep_mode": True}
-    assert platform_defaults(_Platform(cpu=True, sleep=False)) == {"enforce_eager": True, "enable_sleep_mode": False}
+    assert platform_defaults(_Platform(cpu=False, sleep=True)) == {
+        "enforce_eager": False,
+        "enable_sleep_mode": True,
+    }
+    assert platform_defaults(_Platform(cpu=True, sleep=False)) == {
+        "enforce_eager": True,
+        "enable_sleep_mode": False,
+    }
     assert fused_adamw_options(torch.device("cuda", 3)) == {"fused": True}
     assert fused_adamw_options(torch.device("cpu")) == {}
 
@@ -192,14 +212,23 @@ def test_a_tensor_parallel_group_generates_on_its_leader_and_each_rank_gets_its_
     import sys
 
     procs = [
-        subprocess.Popen([sys.executable, "-c", _GROUPED_RANK, str(r), str(tmp_path / "pg"), str(tmp_path)],
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _GROUPED_RANK, str(r), str(tmp_path / "pg"), str(tmp_path)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for r in (0, 1)
     ]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert ranks[0]["asked"] == ["a", "bbb", "cc", "dddd", "eeeee"]  # the leader generated the group's prompts
+    assert ranks[0]["asked"] == [
+        "a",
+        "bbb",
+        "cc",
+        "dddd",
+        "eeeee",
+    ]  # the leader generated the group's prompts
     assert ranks[0]["tokens"] == [[1, 1], [3, 3]] and ranks[1]["tokens"] == [[2, 2], [4, 4], [5, 5]]
     assert ranks[1]["asked"] is None  # rank 1 holds no engine
 

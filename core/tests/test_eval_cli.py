@@ -100,7 +100,9 @@ def test_score_counts_failures_and_lists_them(
         {"id": "q3", "reason": "missing video /videos/q3.mp4"},
         {"id": "q4", "reason": "missing prediction"},
     ]
-    assert summary["overall"] == 0.0  # q1's first word is "red," (the plugin's extraction is literal), q2 wrong
+    assert (
+        summary["overall"] == 0.0
+    )  # q1's first word is "red," (the plugin's extraction is literal), q2 wrong
     assert "colours: accuracy 0.00 (n=4, failed=2)" in result.output
     assert "q4: missing prediction" in result.output
     assert "1 predictions have ids that are not in colours" in result.stderr
@@ -115,8 +117,20 @@ def test_score_counts_failures_and_lists_them(
 
 def test_score_into_a_run_directory(colours: Path, tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
     run = tmp_path / "run"
-    _predictions(run / "colours" / "predictions.jsonl", [{"id": "q1", "response": "red"}, {"id": "q2", "response": "blue"}])
-    args = ["--plugin", "colours_plugin", "eval", "score", "--benchmark", "colours", "--data-root", str(colours)]
+    _predictions(
+        run / "colours" / "predictions.jsonl",
+        [{"id": "q1", "response": "red"}, {"id": "q2", "response": "blue"}],
+    )
+    args = [
+        "--plugin",
+        "colours_plugin",
+        "eval",
+        "score",
+        "--benchmark",
+        "colours",
+        "--data-root",
+        str(colours),
+    ]
     run_cli(*args, "--run", str(run)).assert_success()
     assert read_results(run)["benchmarks"]["colours"]["overall"] == 0.5
     assert (run / "colours" / "scores.jsonl").is_file()
@@ -127,10 +141,22 @@ def test_score_bad_inputs(colours: Path, tmp_path: Path, run_cli: Callable[..., 
     base = ["--plugin", "colours_plugin", "eval", "score"]
     result = run_cli(*base, "--benchmark", "colors", "--predictions", str(preds), "--data-root", str(colours))
     assert result.exit_code == 1 and "unknown benchmark 'colors'. Did you mean 'colours'?" in result.stderr
-    result = run_cli(*base, "--benchmark", "colours", "--predictions", str(preds), "--data-root", str(tmp_path / "x"))
+    result = run_cli(
+        *base, "--benchmark", "colours", "--predictions", str(preds), "--data-root", str(tmp_path / "x")
+    )
     assert result.exit_code == 1 and "questions.json does not exist" in result.stderr
-    (tmp_path / "bad.jsonl").write_text('{"id": "q1", "response": "red"}\n{"id": \n{"id": "q2", "response": "x"}\n')
-    result = run_cli(*base, "--benchmark", "colours", "--predictions", str(tmp_path / "bad.jsonl"), "--data-root", str(colours))
+    (tmp_path / "bad.jsonl").write_text(
+        '{"id": "q1", "response": "red"}\n{"id": \n{"id": "q2", "response": "x"}\n'
+    )
+    result = run_cli(
+        *base,
+        "--benchmark",
+        "colours",
+        "--predictions",
+        str(tmp_path / "bad.jsonl"),
+        "--data-root",
+        str(colours),
+    )
     assert result.exit_code == 1 and "bad.jsonl:2: not valid JSON" in result.stderr
     result = run_cli(*base, "--benchmark", "colours", "--data-root", str(colours))
     assert result.exit_code == 2 and "give --predictions P.jsonl or --run RUN" in result.stderr
@@ -139,11 +165,25 @@ def test_score_bad_inputs(colours: Path, tmp_path: Path, run_cli: Callable[..., 
 def test_compare_runs(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
     for name, overall, warm in (("base", 0.5, 0.4), ("rl", 0.75, 0.6)):
         (tmp_path / name).mkdir()
-        results = {"format": "videorl-eval/1", "settings": {}, "benchmarks": {
-            "colours": {"overall": overall, "metric": "accuracy", "categories": {"shade": {"warm": warm}}}}}
+        results = {
+            "format": "videorl-eval/1",
+            "settings": {},
+            "benchmarks": {
+                "colours": {"overall": overall, "metric": "accuracy", "categories": {"shade": {"warm": warm}}}
+            },
+        }
         (tmp_path / name / "results.json").write_text(json.dumps(results))  # fmt: skip
     md, png = tmp_path / "cmp.md", tmp_path / "cmp.png"
-    result = run_cli("eval", "compare", str(tmp_path / "base"), str(tmp_path / "rl"), "--markdown", str(md), "--png", str(png))
+    result = run_cli(
+        "eval",
+        "compare",
+        str(tmp_path / "base"),
+        str(tmp_path / "rl"),
+        "--markdown",
+        str(md),
+        "--png",
+        str(png),
+    )
     result.assert_success()
     lines = result.output.splitlines()
     assert lines[0].split() == ["benchmark", "line", "base", "rl", "delta"]
@@ -173,10 +213,19 @@ def test_training_and_evaluation_share_each_familys_default_budget(tmp_path: Pat
     qwen3 = make_encoder(config, plugins.model_backends.create("qwen3_vl"), plugins)
     assert (qwen3.video_params.min_pixels, qwen3.image_params.min_pixels) == (4096, 4096)
     # a key that is set overrides the family's value; a combination that cannot fit names the keys
-    small = load_config(None, [f"model.path={tmp_path}", f"data.train_files=[{tmp_path / 't.jsonl'}]",
-                               "data.video_max_pixels=3136"])
-    with pytest.raises(ConfigError, match=r"data: video_min_pixels \(4096\) must be positive and at most "
-                                          r"video_max_pixels \(3136\) \(with data.video_max_pixels=3136;"):
+    small = load_config(
+        None,
+        [
+            f"model.path={tmp_path}",
+            f"data.train_files=[{tmp_path / 't.jsonl'}]",
+            "data.video_max_pixels=3136",
+        ],
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"data: video_min_pixels \(4096\) must be positive and at most "
+        r"video_max_pixels \(3136\) \(with data.video_max_pixels=3136;",
+    ):
         make_encoder(small, plugins.model_backends.create("qwen3_vl"), plugins)
 
 
@@ -196,12 +245,27 @@ def test_run_takes_a_training_run_or_one_of_its_checkpoints(
     trained = {k: v + 0.5 for k, v in load_file(str(base / "model.safetensors")).items()}
     run = tmp_path / "train-run"
     step = CheckpointManager(run / "checkpoints").save(3, model_state=trained)
-    config = load_config(None, [f"model.path={base}", f"data.train_files=[{tmp_path / 't.jsonl'}]", f"output_dir={run}"])
+    config = load_config(
+        None, [f"model.path={base}", f"data.train_files=[{tmp_path / 't.jsonl'}]", f"output_dir={run}"]
+    )
     (run / "config.yaml").write_text(dump_config(config, run))
 
     out = tmp_path / "eval"
-    args = ["--plugin", "colours_plugin", "eval", "run", "--benchmark", "colours", "--data-root", str(colours),
-            "--out", str(out), "--max-tokens", "2", "--quiet"]
+    args = [
+        "--plugin",
+        "colours_plugin",
+        "eval",
+        "run",
+        "--benchmark",
+        "colours",
+        "--data-root",
+        str(colours),
+        "--out",
+        str(out),
+        "--max-tokens",
+        "2",
+        "--quiet",
+    ]
     result = run_cli(*args, "--model", str(run))
     result.assert_success()
     assert f"exported {step.resolve()} to {out / 'model'}" in result.output

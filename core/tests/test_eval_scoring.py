@@ -44,7 +44,9 @@ class Letters:
 
 
 def _row(i: str, answer: str, kind: str, problem_type: str = "multiple_choice") -> BenchmarkRow:
-    return BenchmarkRow(id=i, problem="?", answer=answer, problem_type=problem_type, categories={"kind": kind})
+    return BenchmarkRow(
+        id=i, problem="?", answer=answer, problem_type=problem_type, categories={"kind": kind}
+    )
 
 
 def _pred(i: str, response: str | None, error: str | None = None, judge: float | None = None) -> Prediction:
@@ -106,7 +108,10 @@ def test_aggregation_helpers() -> None:
     ]
     scores = [1.0, 0.0, 1.0]
     assert group_means(rows, scores, "type") == {"kir": 1.0, "rea": 1.0, "tg": 0.5}
-    assert breakdown(rows, scores) == {"type": {"kir": 1.0, "rea": 1.0, "tg": 0.5}, "genre": {"doc": 1.0, "sport": 1.0}}
+    assert breakdown(rows, scores) == {
+        "type": {"kir": 1.0, "rea": 1.0, "tg": 0.5},
+        "genre": {"doc": 1.0, "sport": 1.0},
+    }
     assert macro_mean({"a": 1.0, "b": 0.0, "c": 0.5}) == 0.5
     assert mean([]) == 0.0
     assert benchmark_summary(0.5, {"k": {"v": 1}}, metric="mIoU", metrics={"R@0.5": 0.25}) == {

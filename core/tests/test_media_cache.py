@@ -64,9 +64,17 @@ def test_round_trip_equals_decoding(make_clip: MakeClip, tmp_path: Path) -> None
 def test_key_changes_with_every_parameter_and_the_format_version(monkeypatch: pytest.MonkeyPatch) -> None:
     sha = "ab" * 32
     other_values = {
-        "factor": 32, "temporal_patch_size": 1, "fps": 1.0, "max_frames": 64, "min_frames": 2,
-        "min_pixels": 4096, "max_pixels": 131072, "total_pixels": 10**7, "interpolation": "bilinear",
-        "start": 1.0, "end": 2.0,
+        "factor": 32,
+        "temporal_patch_size": 1,
+        "fps": 1.0,
+        "max_frames": 64,
+        "min_frames": 2,
+        "min_pixels": 4096,
+        "max_pixels": 131072,
+        "total_pixels": 10**7,
+        "interpolation": "bilinear",
+        "start": 1.0,
+        "end": 2.0,
     }
     assert set(other_values) == {f.name for f in dataclasses.fields(DecodeParams)}
     keys = {cache_key(sha, P)}
@@ -94,9 +102,14 @@ def test_key_differs_per_time_range() -> None:
     ranges = [(1.0, 2.0), (1.0, 3.0), (0.0, 2.0), (1.0, None), (None, 2.0)]
     keys = {cache_key(sha, dataclasses.replace(P, start=a, end=b)) for a, b in ranges}
     assert len(keys) == len(ranges) and cache_key(sha, P) not in keys
-    assert cache_key(sha, dataclasses.replace(P, start=1, end=2)) == cache_key(sha, dataclasses.replace(P, start=1.0, end=2.0))
+    assert cache_key(sha, dataclasses.replace(P, start=1, end=2)) == cache_key(
+        sha, dataclasses.replace(P, start=1.0, end=2.0)
+    )
     clip = dataclasses.replace(P, start=1.0, end=2.0)
-    assert json.loads(clip.to_json())["start"] == 1.0 and DecodeParams.from_dict(json.loads(clip.to_json())) == clip
+    assert (
+        json.loads(clip.to_json())["start"] == 1.0
+        and DecodeParams.from_dict(json.loads(clip.to_json())) == clip
+    )
 
 
 def test_key_follows_content_not_path(make_clip: MakeClip, tmp_path: Path) -> None:
@@ -266,7 +279,9 @@ _WRITER = textwrap.dedent(
 def _writer(mode: str, root: Path, video: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", _WRITER, mode, str(root), str(video)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "READY", "the writer did not reach the write"

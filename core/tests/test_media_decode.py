@@ -26,7 +26,11 @@ def test_constant_rate_clip_gives_hand_computed_frames_and_times(make_clip: Make
     assert meta.timestamps == pytest.approx((0.0, 20 / 30, 39 / 30, 59 / 30), abs=1e-6)
     assert [read_index(f) for f in frames] == [0, 20, 39, 59]
     assert frames.dtype == np.uint8 and frames.shape == (4, 3, 112, 224)
-    assert (meta.total_frames, meta.source_fps, meta.duration) == (60, pytest.approx(30.0), pytest.approx(2.0))
+    assert (meta.total_frames, meta.source_fps, meta.duration) == (
+        60,
+        pytest.approx(30.0),
+        pytest.approx(2.0),
+    )
     assert (meta.source_width, meta.source_height, meta.width, meta.height) == (224, 112, 224, 112)
     assert meta.decoder == "pyav" and av.__version__ in meta.decoder_version
 
@@ -56,7 +60,11 @@ def test_time_range_samples_the_clip_as_a_video_of_its_length(make_clip: MakeCli
     assert meta.frame_indices == (120, 138, 156, 173, 191, 209)
     assert [read_index(f) for f in frames] == list(meta.frame_indices)
     assert meta.timestamps == pytest.approx((4.0, 4.6, 5.2, 173 / 30, 191 / 30, 209 / 30), abs=1e-6)
-    assert (meta.duration, meta.sampled_fps, meta.extra["clip"]) == (pytest.approx(3.0), pytest.approx(2.0), [4.0, 7.0])
+    assert (meta.duration, meta.sampled_fps, meta.extra["clip"]) == (
+        pytest.approx(3.0),
+        pytest.approx(2.0),
+        [4.0, 7.0],
+    )
     assert (meta.total_frames, meta.source_fps) == (300, pytest.approx(30.0))  # the source's, as the indices
 
     # the end is capped at the video's: 1.5 s -> min_frames 4, at 255 + linspace(0, 44, 4) = 255, 269.67, 284.33, 299
@@ -77,7 +85,9 @@ def test_time_range_past_the_end_names_the_file_and_both_values(
     make_clip: MakeClip, start: float, end: float | None, until: str
 ) -> None:
     clip = make_clip(frames=300)
-    message = f"{clip}: the time range from {start:g} s to {until} starts past the end of the video (10 s long)"
+    message = (
+        f"{clip}: the time range from {start:g} s to {until} starts past the end of the video (10 s long)"
+    )
     with pytest.raises(MediaError, match=re.escape(message)):
         decode_video(clip, dataclasses.replace(P, start=start, end=end))
 
@@ -94,7 +104,13 @@ def test_b_frames_are_reordered_by_timestamp(make_clip: MakeClip) -> None:
 
 @pytest.mark.parametrize(
     ("name", "codec"),
-    [("c.mkv", "libx264"), ("c.webm", "libvpx-vp9"), ("c.mov", "libx264"), ("c.avi", "mpeg4"), ("c.ts", "libx264")],
+    [
+        ("c.mkv", "libx264"),
+        ("c.webm", "libvpx-vp9"),
+        ("c.mov", "libx264"),
+        ("c.avi", "mpeg4"),
+        ("c.ts", "libx264"),
+    ],
 )
 def test_other_containers_and_codecs(make_clip: MakeClip, name: str, codec: str) -> None:
     frames, meta = decode_video(make_clip(name, frames=90, codec=codec), P)
@@ -231,7 +247,9 @@ def test_image_has_its_own_budget(tmp_path: Path) -> None:
     from PIL import Image
 
     Image.fromarray(index_frame(5, 480, 640)).save(tmp_path / "photo.png")
-    image, meta = decode_image(tmp_path / "photo.png", ImageParams(factor=28, min_pixels=3136, max_pixels=50176))
+    image, meta = decode_image(
+        tmp_path / "photo.png", ImageParams(factor=28, min_pixels=3136, max_pixels=50176)
+    )
     # 480x640 over 50176 px: beta sqrt(307200/50176)=2.474; floor(194.0/28)=6 -> 168, floor(258.7/28)=9 -> 252
     assert image.shape == (3, 168, 252) and image.dtype == np.uint8
     assert (meta.source_width, meta.source_height, meta.width, meta.height) == (640, 480, 252, 168)

@@ -41,7 +41,11 @@ def test_num_frames(total: int, duration: float, params: DecodeParams, expected:
         (np.arange(60), 3, [0, 29, 59]),  # 29.5 is a tie: the earlier frame
         (np.arange(300), 8, [0, 43, 85, 128, 171, 214, 256, 299]),
         # variable rate: ten frames 0.1 s apart, then one per second; targets 0, 1.33, 2.67, 4 s
-        (np.array([0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 2000, 3000, 4000]), 4, [0, 10, 12, 13]),
+        (
+            np.array([0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 2000, 3000, 4000]),
+            4,
+            [0, 10, 12, 13],
+        ),
         (np.array([7]), 2, [0, 0]),  # fewer frames than samples: repeated
         (np.array([0, 10, 20]), 2, [0, 2]),
         (np.array([5, 6, 7]), 1, [0]),
@@ -59,13 +63,20 @@ def test_nearest_frames(pts: np.ndarray, n: int, expected: list[int]) -> None:
         # between frames: frame 30 is on screen at 1.01 s, frame 45 (1.5 s) begins before 1.51 s
         (np.arange(60) * 512, Fraction(1, 15360), 1.01, 1.51, (30, 46)),
         (np.arange(60) * 512, Fraction(1, 15360), 1.0, None, (30, 60)),  # to the end of the video
-        (np.arange(20), Fraction(1, 10), 0.0, 0.1, (0, 1)),  # 0.1 is 1/10 s, not its binary value: frame 1 is out
+        (
+            np.arange(20),
+            Fraction(1, 10),
+            0.0,
+            0.1,
+            (0, 1),
+        ),  # 0.1 is 1/10 s, not its binary value: frame 1 is out
         (1000 + np.arange(10) * 100, Fraction(1, 1000), 0.25, 0.5, (2, 5)),  # seconds from the first frame
         (np.arange(10), Fraction(1, 1), 9.5, 20.0, (9, 10)),  # within the last frame
     ],
 )
-def test_frames_in_range(pts: np.ndarray, time_base: Fraction, start: float, end: float | None,
-                         expected: tuple[int, int]) -> None:
+def test_frames_in_range(
+    pts: np.ndarray, time_base: Fraction, start: float, end: float | None, expected: tuple[int, int]
+) -> None:
     assert frames_in_range(pts, time_base, start, end) == expected
 
 
@@ -81,7 +92,9 @@ def test_frames_in_range(pts: np.ndarray, time_base: Fraction, start: float, end
         ((1080, 1920), 32, 4096, 4096, (32, 64)),  # beta 22.5: floor(48/32)=1, floor(85.3/32)=2
     ],
 )
-def test_fit_to_budget(size: tuple[int, int], factor: int, min_pixels: int, max_pixels: int, expected: tuple[int, int]) -> None:
+def test_fit_to_budget(
+    size: tuple[int, int], factor: int, min_pixels: int, max_pixels: int, expected: tuple[int, int]
+) -> None:
     h, w = fit_to_budget(*size, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)
     assert (h, w) == expected
     assert h % factor == 0 and w % factor == 0
@@ -160,8 +173,20 @@ def test_params_from_a_backend_budget() -> None:
 
     budget = VisualBudget.for_factor(32, video_total_pixels=10**7, video_fps=1.0)
     video = DecodeParams.from_budget(budget, factor=32, temporal_patch_size=2)
-    assert (video.factor, video.fps, video.min_pixels, video.max_pixels, video.total_pixels, video.max_frames) == (
-        32, 1.0, 4 * 32 * 32, 262_144, 10**7, 128,
+    assert (
+        video.factor,
+        video.fps,
+        video.min_pixels,
+        video.max_pixels,
+        video.total_pixels,
+        video.max_frames,
+    ) == (
+        32,
+        1.0,
+        4 * 32 * 32,
+        262_144,
+        10**7,
+        128,
     )
     image = ImageParams.from_budget(budget, factor=32)
     assert (image.min_pixels, image.max_pixels) == (4 * 32 * 32, 1_048_576)

@@ -104,7 +104,9 @@ def test_tensorboard_scalars_survive_a_resume(tmp_path: Path) -> None:
 
     def writer(start: int) -> MetricsWriter:
         run = RunContext(tmp_path, start_step=start)
-        return MetricsWriter(tmp_path, start_step=start, loggers={"jsonl": JsonlLogger(run), "tb": TensorBoardLogger(run)})
+        return MetricsWriter(
+            tmp_path, start_step=start, loggers={"jsonl": JsonlLogger(run), "tb": TensorBoardLogger(run)}
+        )
 
     with writer(0) as w:
         for step in (1, 2, 3):

@@ -210,7 +210,9 @@ class OtherPlugin:
 def test_plugin_errors_name_the_plugin_and_the_rows_and_the_others_are_scored(
     fake_entry_points: Any, run_cli: Any, tmp_path: Path
 ) -> None:
-    fake_entry_points({"videorl-testrewards": RewardPlugin, "videorl-broken": BrokenPlugin, "videorl-other": OtherPlugin})
+    fake_entry_points(
+        {"videorl-testrewards": RewardPlugin, "videorl-broken": BrokenPlugin, "videorl-other": OtherPlugin}
+    )
     rows = write_rows(
         tmp_path / "rows.jsonl",
         [{"id": "a", "problem_type": "exact", "answer": "1", "response": "<answer>1</answer>"},
@@ -234,7 +236,9 @@ def test_a_full_disk_says_so_and_keeps_the_previous_output(
 
     from videorl.commands import reward
 
-    rows = write_rows(tmp_path / "rows.jsonl", [{"id": "a", "problem_type": "exact", "answer": "1", "response": "1"}])
+    rows = write_rows(
+        tmp_path / "rows.jsonl", [{"id": "a", "problem_type": "exact", "answer": "1", "response": "1"}]
+    )
     out = tmp_path / "scored.jsonl"
     out.write_text("previous\n")
 
@@ -254,7 +258,9 @@ def test_duplicate_keys_in_the_config_file_are_errors(cli: Any, tmp_path: Path) 
     rows = write_rows(tmp_path / "rows.jsonl", [{"problem_type": "exact", "answer": "1", "response": "1"}])
     config = tmp_path / "config.yaml"
     config.write_text("rewards:\n  accuracy_weight: 0.9\n  format_weight: 0.1\n  accuracy_weight: 0.5\n")
-    result = cli("reward", "--input", str(rows), "--output", str(tmp_path / "o.jsonl"), "--config", str(config))
+    result = cli(
+        "reward", "--input", str(rows), "--output", str(tmp_path / "o.jsonl"), "--config", str(config)
+    )
     assert result.exit_code != 0 and result.exception is None
     assert f"{config}:4: duplicate key 'rewards.accuracy_weight' (first set on line 2)" in result.stderr
     assert not (tmp_path / "o.jsonl").exists()

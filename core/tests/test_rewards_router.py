@@ -409,8 +409,9 @@ def test_an_unknown_problem_type_close_to_a_registered_one_gets_did_you_mean() -
     router = RewardRouter.of({"multiple_choice": Const(1), "math": Const(1)})
     with pytest.raises(DataError) as err:
         router.validate([{"id": "a", "problem_type": "multiple_choise"}])
-    assert "problem_type 'multiple_choise' of sample 'a' has no reward. Did you mean 'multiple_choice'?" in str(
-        err.value
+    assert (
+        "problem_type 'multiple_choise' of sample 'a' has no reward. Did you mean 'multiple_choice'?"
+        in str(err.value)
     )
     with pytest.raises(DataError) as err:
         router.validate([{"id": "b", "problem_type": "dancing"}])

@@ -21,13 +21,21 @@ from videorl.api import (
 )
 
 
-def video(frames: int = 4, height: int = 60, width: int = 80, seed: int = 0) -> tuple[torch.Tensor, VideoMetadata]:
+def video(
+    frames: int = 4, height: int = 60, width: int = 80, seed: int = 0
+) -> tuple[torch.Tensor, VideoMetadata]:
     gen = torch.Generator().manual_seed(seed)
     tensor = torch.randint(0, 256, (frames, 3, height, width), dtype=torch.uint8, generator=gen)
     meta = VideoMetadata(
-        source_fps=1.0, total_frames=frames, duration=float(frames), frame_indices=tuple(range(frames)),
-        timestamps=tuple(float(i) for i in range(frames)), source_width=width, source_height=height,
-        width=width, height=height,
+        source_fps=1.0,
+        total_frames=frames,
+        duration=float(frames),
+        frame_indices=tuple(range(frames)),
+        timestamps=tuple(float(i) for i in range(frames)),
+        source_width=width,
+        source_height=height,
+        width=width,
+        height=height,
     )
     return tensor, meta
 
@@ -48,7 +56,9 @@ def test_prompt_matches_the_hf_processor(backend: Any) -> None:
     assert backend.prompt_length(prompt) == len(enc.prompt_ids)
     assert enc.mm_token_type_ids is None and enc.visual["pixel_values_videos"].shape == (1, 4, 3, 56, 56)
     out = backend.processor(
-        text=[backend.tokenizer.decode(enc.engine_prompt_ids)], videos=[prompt.videos[0][0]], return_tensors="pt"
+        text=[backend.tokenizer.decode(enc.engine_prompt_ids)],
+        videos=[prompt.videos[0][0]],
+        return_tensors="pt",
     )
     assert out["input_ids"][0].tolist() == enc.prompt_ids
     assert torch.equal(out["pixel_values_videos"], enc.visual["pixel_values_videos"])
@@ -64,8 +74,13 @@ def test_generate_logprobs_equal_the_teacher_forced_forward(backend: Any, model:
         assert backend.rollout_request(enc).prompt_ids == inputs.prompt_ids(row) == enc.prompt_ids
     torch.manual_seed(0)
     out = model.generate(
-        **inputs.model_kwargs(), max_new_tokens=5, do_sample=True, top_k=0, output_logits=True,
-        return_dict_in_generate=True, suppress_tokens=sorted(backend.forbidden_token_ids()),
+        **inputs.model_kwargs(),
+        max_new_tokens=5,
+        do_sample=True,
+        top_k=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+        suppress_tokens=sorted(backend.forbidden_token_ids()),
     )
     generated = out.sequences[:, inputs.input_ids.shape[1] :]
     sampled = token_logprobs(torch.stack(out.logits, 1), generated)
@@ -133,4 +148,7 @@ def test_models_tiny_command(run_cli: Any, tmp_path: Path) -> None:
     assert config["model_type"] == "llava_onevision" and config["text_config"]["hidden_size"] == 96
     assert config["vision_config"]["hidden_size"] == 48
     bad = run_cli(*flags, "models", "tiny", "llava_onevision", str(tmp_path / "bad"), "--width", "40")
-    assert bad.exit_code == 2 and "width must be a multiple of 32 and at least 64, got 40" in bad.output + bad.stderr
+    assert (
+        bad.exit_code == 2
+        and "width must be a multiple of 32 and at least 64, got 40" in bad.output + bad.stderr
+    )

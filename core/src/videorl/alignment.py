@@ -213,6 +213,6 @@ def check_same_prompt(sample_id: str, expected: Sequence[int], got: Sequence[int
     raise AlignmentError(
         f"sample {sample_id!r}: {where} used prompt ids that differ from the framework's tokenisation "
         f"({len(got)} vs {len(expected)} tokens, first difference at position {first}: "
-        f"{got[first:first + 4]} vs {expected[first:first + 4]}). Rollout and training must see the same "
+        f"{got[first : first + 4]} vs {expected[first : first + 4]}). Rollout and training must see the same "
         "prompt: check the engine's processor settings (no resampling or resizing) and its version."
     )

@@ -71,7 +71,9 @@ def make_cli(plugins: Plugins) -> click.Group:
     )
     @click.version_option(__version__, "--version", message=_version_text(plugins))
     @click.pass_context
-    def cli(ctx: click.Context, disable_plugin: tuple[str, ...], plugin: tuple[str, ...], strict_plugins: bool) -> None:
+    def cli(
+        ctx: click.Context, disable_plugin: tuple[str, ...], plugin: tuple[str, ...], strict_plugins: bool
+    ) -> None:
         """videorl: RL with verifiable rewards for video-language models, and their evaluation."""
         ctx.obj = plugins
 

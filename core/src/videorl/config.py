@@ -70,8 +70,9 @@ Problems = list[tuple[str, str]]  # (key relative to the section, message)
 @dataclass
 class ModelConfig:
     path: str = option(
-        "", "Directory of the base model (HF layout: config.json, weights, processor), or a Hub id (org/name) "
-        "read from the local Hugging Face cache. Required."
+        "",
+        "Directory of the base model (HF layout: config.json, weights, processor), or a Hub id (org/name) "
+        "read from the local Hugging Face cache. Required.",
     )
     family: str | None = option(
         None,
@@ -98,8 +99,9 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train_files: list[str] = option(
-        factory=list, help="Training datasets (JSON/JSONL, Parquet, or an HF dataset folder; EasyVideoR1 or "
-        "Video-R1 schema). Required."
+        factory=list,
+        help="Training datasets (JSON/JSONL, Parquet, or an HF dataset folder; EasyVideoR1 or "
+        "Video-R1 schema). Required.",
     )
     val_files: list[str] = option(
         factory=list, help="Validation datasets, scored every trainer.val_every steps."
@@ -117,7 +119,9 @@ class DataConfig:
     )
     # The visual budget: null takes the model family's (its backend's ``budget``, which evaluation uses
     # too, so that one frame cache serves both); the Qwen families' values are the seed's recipe.
-    video_fps: float | None = option(None, "Frames sampled per second of video; null: the model family's (Qwen: 2).")
+    video_fps: float | None = option(
+        None, "Frames sampled per second of video; null: the model family's (Qwen: 2)."
+    )
     video_max_frames: int | None = option(
         None, "Most frames sampled from one video; null: the model family's (Qwen: 128)."
     )
@@ -173,8 +177,11 @@ class DataConfig:
             if value is not None and value < 1:
                 problems.append((key, "must be >= 1"))
         # the rest of the budget is checked against the family's values (visual_budget)
-        for low, high in (("video_min_pixels", "video_max_pixels"), ("image_min_pixels", "image_max_pixels"),
-                          ("video_min_pixels", "video_total_pixels")):
+        for low, high in (
+            ("video_min_pixels", "video_max_pixels"),
+            ("image_min_pixels", "image_max_pixels"),
+            ("video_min_pixels", "video_total_pixels"),
+        ):
             lo, hi = getattr(self, low), getattr(self, high)
             if lo is not None and hi is not None and lo > hi:
                 problems.append((high, f"must be >= data.{low}"))
@@ -185,14 +192,23 @@ class DataConfig:
         keys this section sets; a combination that does not fit is a :class:`ConfigError`."""
         from dataclasses import replace
 
-        keys = ("video_fps", "video_max_frames", "video_min_pixels", "video_max_pixels", "video_total_pixels",
-                "image_min_pixels", "image_max_pixels")
+        keys = (
+            "video_fps",
+            "video_max_frames",
+            "video_min_pixels",
+            "video_max_pixels",
+            "video_total_pixels",
+            "image_min_pixels",
+            "image_max_pixels",
+        )
         given = {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
         try:
             return replace(family, **given)
         except ConfigError as exc:
             set_keys = ", ".join(f"data.{k}={v}" for k, v in given.items())
-            raise ConfigError(f"data: {exc} (with {set_keys}; the other keys are the model family's: {family})") from None
+            raise ConfigError(
+                f"data: {exc} (with {set_keys}; the other keys are the model family's: {family})"
+            ) from None
 
 
 @dataclass
@@ -264,7 +280,8 @@ class AlgorithmConfig:
     )
     adv_estimator: str = option("grpo", "A registered advantage estimator (grpo, rloo, remax, reinforce_pp).")
     estimator_options: dict[str, Any] = option(
-        factory=dict, help="Options of the advantage estimator (the run's config.yaml lists them all, resolved)."
+        factory=dict,
+        help="Options of the advantage estimator (the run's config.yaml lists them all, resolved).",
     )
     policy_loss: str = option("ppo_clip", "A registered policy loss (ppo_clip, gspo, cispo).")
     loss_options: dict[str, Any] = option(
@@ -290,7 +307,8 @@ class AlgorithmConfig:
         20, "Most generation rounds to fill one batch with dynamic sampling."
     )
     overlong_buffer: int = option(
-        0, "DAPO overlong shaping: the last L_cache tokens before rollout.max_response_length, over which "
+        0,
+        "DAPO overlong shaping: the last L_cache tokens before rollout.max_response_length, over which "
         "the reward falls linearly by up to overlong_penalty; 0: off.",
     )
     overlong_penalty: float = option(1.0, "The overlong shaping's largest penalty (at the length limit).")
@@ -399,7 +417,8 @@ class TrainerConfig:
     )
     progress_bar: bool = option(True, "Show a progress bar with step, reward and ETA.")
     log_completions: int = option(
-        0, "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: none."
+        0,
+        "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: none.",
     )
 
     def _problems(self) -> Problems:
@@ -410,12 +429,16 @@ class TrainerConfig:
             if getattr(self, key) < 0:
                 problems.append((key, "must be >= 0"))
         if "jsonl" not in self.loggers:
-            problems.append(("loggers", "must include jsonl (metrics.jsonl is what resume and videorl plot read)"))
+            problems.append(
+                ("loggers", "must include jsonl (metrics.jsonl is what resume and videorl plot read)")
+            )
         if len(set(self.loggers)) != len(self.loggers):
             problems.append(("loggers", f"names a logger twice: {self.loggers}"))
         unknown = sorted(set(self.logger_options) - set(self.loggers))
         if unknown:
-            problems.append(("logger_options", f"options for loggers not in trainer.loggers: {', '.join(unknown)}"))
+            problems.append(
+                ("logger_options", f"options for loggers not in trainer.loggers: {', '.join(unknown)}")
+            )
         return problems
 
 
@@ -434,26 +457,34 @@ class RayConfig:
         None, "Rollout engine workers with placement split; null: as many as actor workers."
     )
     reference_workers: int | None = option(
-        None, "Reference-model workers with placement split and the KL penalty on; null: as many as actor workers."
+        None,
+        "Reference-model workers with placement split and the KL penalty on; null: as many as actor workers.",
     )
-    reward_workers: int = option(1, "Reward workers (CPU only); the responses of a step are shared among them.")
+    reward_workers: int = option(
+        1, "Reward workers (CPU only); the responses of a step are shared among them."
+    )
     gpus_per_worker: float | None = option(
         None, "GPUs of each actor, rollout and reference worker; null: 1 when the cluster has GPUs, else 0."
     )
     rollout_gpus_per_worker: float | None = option(
-        None, "GPUs of each split rollout worker (e.g. 2 for a tensor-parallel-2 engine); null: gpus_per_worker."
+        None,
+        "GPUs of each split rollout worker (e.g. 2 for a tensor-parallel-2 engine); null: gpus_per_worker.",
     )
     cpus_per_worker: float = option(1.0, "CPUs reserved for each worker in its placement-group bundle.")
     address: str | None = option(
         None, "Ray cluster to join (HOST:PORT, or auto); null: start a local Ray runtime on this machine."
     )
-    dashboard: bool = option(False, "Start Ray's dashboard with a local runtime (listening on 127.0.0.1 only).")
+    dashboard: bool = option(
+        False, "Start Ray's dashboard with a local runtime (listening on 127.0.0.1 only)."
+    )
     auth: Literal["token", "disabled"] = option(
         "token",
         "Token authentication (Ray's RAY_AUTH_MODE) of a local runtime; joining a cluster, token presents "
         "this machine's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) where there is one.",
     )
-    worker_start_timeout: float = option(600.0, "Seconds to wait for the placement groups and workers to start.")
+    worker_start_timeout: float = option(
+        600.0, "Seconds to wait for the placement groups and workers to start."
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -494,7 +525,9 @@ class TrainConfig:
         factory=RewardConfig, help="Reward weights, the format rule, routing by problem_type, timeouts."
     )
     trainer: TrainerConfig = option(factory=TrainerConfig, help="Steps, checkpoints and logging.")
-    ray: RayConfig = option(factory=RayConfig, help="Training on Ray (videorl train --ray): placement and workers.")
+    ray: RayConfig = option(
+        factory=RayConfig, help="Training on Ray (videorl train --ray): placement and workers."
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -808,8 +841,17 @@ def _apply_override(raw: dict[str, Any], text: str, ctx: _Context) -> None:
 #: Keys of :class:`TrainConfig` that hold paths (or lists of them). A relative path written in a config
 #: file is relative to the file's folder; one given as an override or left at its default, to the
 #: working directory.
-PATH_KEYS = ("output_dir", "model.path", "data.train_files", "data.val_files", "data.media_root",
-             "data.cache_dir", "data.prompt_template", "trainer.resume", "plugins")
+PATH_KEYS = (
+    "output_dir",
+    "model.path",
+    "data.train_files",
+    "data.val_files",
+    "data.media_root",
+    "data.cache_dir",
+    "data.prompt_template",
+    "trainer.resume",
+    "plugins",
+)
 
 
 def _names_a_file(key: str, value: str, base: Path) -> bool:
@@ -840,7 +882,9 @@ def _map_paths(raw: dict[str, Any], base: Path, change: Any, keys: Sequence[str]
         if isinstance(value, str) and value and _names_a_file(key, value, base):
             node[name] = change(value)
         elif isinstance(value, list):
-            node[name] = [change(v) if isinstance(v, str) and v and _names_a_file(key, v, base) else v for v in value]
+            node[name] = [
+                change(v) if isinstance(v, str) and v and _names_a_file(key, v, base) else v for v in value
+            ]
 
 
 def _against(base: Path) -> Any:

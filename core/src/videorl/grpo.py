@@ -66,8 +66,12 @@ class Actor:
     optimizer: torch.optim.Optimizer
     backend: ModelBackend
     reference: torch.nn.Module | None = None  # frozen copy, only when the KL penalty is on
-    compute_dtype: torch.dtype | None = None  # autocast dtype of the forward (float32 masters); None: as stored
-    full_state_dict: Callable[[torch.dtype | None], dict[str, torch.Tensor]] | None = None  # gathers FSDP shards
+    compute_dtype: torch.dtype | None = (
+        None  # autocast dtype of the forward (float32 masters); None: as stored
+    )
+    full_state_dict: Callable[[torch.dtype | None], dict[str, torch.Tensor]] | None = (
+        None  # gathers FSDP shards
+    )
     load_full_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None
 
     def state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
@@ -75,7 +79,11 @@ class Actor:
         if self.full_state_dict is not None:
             return self.full_state_dict(dtype)
         state = self.model.state_dict()
-        return state if dtype is None else {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        return (
+            state
+            if dtype is None
+            else {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        )
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         (self.load_full_state_dict or self.model.load_state_dict)(state)
@@ -160,8 +168,12 @@ class StageTimer:
 def sampling_params(config: TrainConfig, *, seed: int | None) -> SamplingParams:
     r = config.rollout
     return SamplingParams(
-        n=r.n, temperature=r.temperature, top_p=r.top_p, top_k=max(r.top_k, 0),
-        max_tokens=r.max_response_length, seed=seed,
+        n=r.n,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=max(r.top_k, 0),
+        max_tokens=r.max_response_length,
+        seed=seed,
     )
 
 
@@ -231,7 +243,9 @@ def rollout_groups(
     timer = timer or StageTimer()
     with timer("rollout", f"{len(prompts)} prompts × {config.rollout.n}"):
         outputs = engine.generate([p.require_encoded() for p in prompts], sampling_params(config, seed=seed))
-    groups, metrics = finish_groups(config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer)
+    groups, metrics = finish_groups(
+        config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer
+    )
     if getattr(algorithms.build(config.algorithm).estimator, "greedy_baseline", False):
         with timer("rollout", f"{len(prompts)} greedy baselines"):
             greedy = engine.generate(
@@ -242,8 +256,12 @@ def rollout_groups(
 
 
 def add_baselines(
-    config: TrainConfig, groups: Sequence[list[Trajectory]], completions: Sequence[Completion], scorer: Scorer,
-    backend: ModelBackend, timer: StageTimer,
+    config: TrainConfig,
+    groups: Sequence[list[Trajectory]],
+    completions: Sequence[Completion],
+    scorer: Scorer,
+    backend: ModelBackend,
+    timer: StageTimer,
 ) -> None:
     """Score one extra response per group (an estimator's baseline, e.g. ReMax's greedy one) and append it
     to its group, marked ``baseline``: the estimator sees its reward, the update never trains on it."""
@@ -301,14 +319,15 @@ def finish_groups(
     return groups, metrics
 
 
-def _micro_batches(
-    trajectories: Sequence[Trajectory], budget: int, dist: Dist
-) -> list[list[Trajectory]]:
+def _micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) -> list[list[Trajectory]]:
     """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
     lengths = [len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories]
     count = len(algo.pack_by_token_budget(lengths, budget))
     count = int(dist.all_reduce(torch.tensor(count), op="max"))
-    return [[trajectories[i] for i in b] for b in algo.pack_by_token_budget(lengths, budget, min_micro_batches=count)]
+    return [
+        [trajectories[i] for i in b]
+        for b in algo.pack_by_token_budget(lengths, budget, min_micro_batches=count)
+    ]
 
 
 def _forward(
@@ -327,14 +346,18 @@ def _forward(
     chunks (:func:`~videorl.model_inputs.response_stats`), the entropy with a graph only when
     ``entropy_grad`` (its coefficient is not 0)."""
     param = next(model.parameters())
-    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch])
+    inputs = backend.collate(
+        [t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch]
+    )
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     mixed = compute_dtype is not None and compute_dtype != param.dtype
     kwargs = inputs.model_kwargs()
     accepted = inspect.signature(model.forward).parameters
     if "logits_to_keep" in accepted:
         kwargs["logits_to_keep"] = inputs.logits_to_keep
-    if "use_cache" in accepted:  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
+    if (
+        "use_cache" in accepted
+    ):  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
         kwargs["use_cache"] = False
     with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
         logits = model(**kwargs).logits
@@ -381,7 +404,9 @@ def update(
                 old.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
     # Before the micro-batch loop, not between an actor forward and its backward (where its
     # activations would sit on top of the actor's).
-    ref: dict[int, torch.Tensor] = _reference_rows(actor, trajectories, forbidden, config, dist, timer) if cfg.use_kl_loss else {}
+    ref: dict[int, torch.Tensor] = (
+        _reference_rows(actor, trajectories, forbidden, config, dist, timer) if cfg.use_kl_loss else {}
+    )
     sums: dict[str, float] = defaultdict(float)
     actor.model.train()
     for u, mini in enumerate(minis, start=1):
@@ -392,7 +417,12 @@ def update(
         for j, batch in enumerate(batches, start=1):
             timer.show(f"update {u}/{updates}, micro-batch {j}/{len(batches)}")
             logp, entropy, mask = _forward(
-                actor.model, actor.backend, batch, forbidden, actor.compute_dtype, entropy_grad=cfg.entropy_coef > 0
+                actor.model,
+                actor.backend,
+                batch,
+                forbidden,
+                actor.compute_dtype,
+                entropy_grad=cfg.entropy_coef > 0,
             )
             if cfg.overlong_filtering:
                 keep = torch.tensor([_trained(cfg, t) for t in batch], device=mask.device)
@@ -429,7 +459,9 @@ def update(
         "actor/grad_norm": sums["actor/grad_norm"],
         "actor/lr": float(actor.optimizer.param_groups[0]["lr"]),
         "actor/updates": float(updates),
-        "tokens/step": float(sum(len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories)),
+        "tokens/step": float(
+            sum(len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories)
+        ),
     }
     if cfg.use_kl_loss:
         out["actor/kl"] = sums["actor/kl"] / tokens_all
@@ -442,13 +474,20 @@ def update(
         changed = "truncated_fraction" if cfg.rollout_correction == "tis" else "masked_fraction"
         for kind in ("", "/video", "/image", "/text"):
             if sums[f"rc_tokens{kind}"]:
-                out[f"rollout_correction/weight_mean{kind}"] = sums[f"rc_weight{kind}"] / sums[f"rc_tokens{kind}"]
-                out[f"rollout_correction/{changed}{kind}"] = sums[f"rc_changed{kind}"] / sums[f"rc_tokens{kind}"]
+                out[f"rollout_correction/weight_mean{kind}"] = (
+                    sums[f"rc_weight{kind}"] / sums[f"rc_tokens{kind}"]
+                )
+                out[f"rollout_correction/{changed}{kind}"] = (
+                    sums[f"rc_changed{kind}"] / sums[f"rc_tokens{kind}"]
+                )
     return out
 
 
 def _rollout_correction(
-    cfg: AlgorithmConfig, batch: Sequence[Trajectory], old_logp: torch.Tensor, mask: torch.Tensor,
+    cfg: AlgorithmConfig,
+    batch: Sequence[Trajectory],
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
     sums: dict[str, float],
 ) -> torch.Tensor:
     """The TIS / MIS weights of ``batch``'s tokens (``π_old / π_rollout``, the engine's log-probs being
@@ -474,7 +513,11 @@ def _trained(cfg: AlgorithmConfig, t: Trajectory) -> bool:
 
 
 def _reference_rows(
-    actor: Actor, trajectories: Sequence[Trajectory], forbidden: Sequence[int], config: TrainConfig, dist: Dist,
+    actor: Actor,
+    trajectories: Sequence[Trajectory],
+    forbidden: Sequence[int],
+    config: TrainConfig,
+    dist: Dist,
     timer: StageTimer,
 ) -> dict[int, torch.Tensor]:
     """The reference model's per-token log-probs of each response (keyed by ``id`` of the trajectory,
@@ -526,7 +569,9 @@ def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
 
 
 def step_metrics(
-    trajectories: Sequence[Trajectory], format_key: str = "format", canonical: Callable[[str], str] | None = None
+    trajectories: Sequence[Trajectory],
+    format_key: str = "format",
+    canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
     """Reward, accuracy and format rate (overall and per ``problem_type``, spelled as ``canonical`` —
     the router's ``canonical_type`` — says), the mean of every reward part per type, lengths, offline
@@ -551,7 +596,9 @@ def step_metrics(
     if online:
         lengths = [len(t.completion.token_ids) for t in online]
         out["response_length/mean"] = sum(lengths) / len(lengths)
-        out["response_length/clip_ratio"] = sum(t.completion.finish_reason == "length" for t in online) / len(online)
+        out["response_length/clip_ratio"] = sum(t.completion.finish_reason == "length" for t in online) / len(
+            online
+        )
     offline = [t for t in trajectories if t.offline]
     if offline:
         out["offline/reward"] = sum(t.reward for t in offline) / len(offline)
@@ -561,7 +608,10 @@ def step_metrics(
 
 
 def evaluate(
-    prompts: Sequence[Prompt], engine: RolloutEngine, scorer: Scorer, max_tokens: int,
+    prompts: Sequence[Prompt],
+    engine: RolloutEngine,
+    scorer: Scorer,
+    max_tokens: int,
     canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
     """Greedy accuracy and reward on held-out prompts (``val/*`` metrics), overall and per problem type."""
@@ -574,7 +624,9 @@ def validation_params(max_tokens: int) -> SamplingParams:
 
 
 def validation_metrics(
-    prompts: Sequence[Prompt], outputs: Sequence[Sequence[Completion]], scorer: Scorer,
+    prompts: Sequence[Prompt],
+    outputs: Sequence[Sequence[Completion]],
+    scorer: Scorer,
     canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
     """Score the greedy answers ``outputs`` of ``prompts``: the ``val/*`` metrics."""
@@ -593,15 +645,23 @@ counters (:func:`rollout_groups` here; worker calls on the Ray controller)."""
 
 
 def local_rollout(
-    config: TrainConfig, engine: RolloutEngine, scorer: Scorer, backend: ModelBackend,
-    encode: Callable[[Any], Prompt], timer: StageTimer,
+    config: TrainConfig,
+    engine: RolloutEngine,
+    scorer: Scorer,
+    backend: ModelBackend,
+    encode: Callable[[Any], Prompt],
+    timer: StageTimer,
 ) -> Rollout:
     """A :data:`Rollout` in this process: encode (the ``data`` stage), generate, score."""
 
-    def rollout(samples: list[Sample], seed: int, first_group: int) -> tuple[list[list[Trajectory]], dict[str, float]]:
+    def rollout(
+        samples: list[Sample], seed: int, first_group: int
+    ) -> tuple[list[list[Trajectory]], dict[str, float]]:
         with timer("data"):
             prompts = [encode(s) for s in samples]
-        return rollout_groups(config, prompts, engine, scorer, backend, seed=seed, first_group=first_group, timer=timer)
+        return rollout_groups(
+            config, prompts, engine, scorer, backend, seed=seed, first_group=first_group, timer=timer
+        )
 
     return rollout
 
@@ -709,7 +769,9 @@ def train(
     dist = dist or Dist()
     start = resume(config, actor, data, io, dist)
     if start > 0 and not engine_shares_actor:
-        engine.update_weights(refresh_state(actor, engine))  # the engine was loaded with the base model's weights
+        engine.update_weights(
+            refresh_state(actor, engine)
+        )  # the engine was loaded with the base model's weights
     prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
     scorer = local_scorer(rewards, actor.backend)
     decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
@@ -719,7 +781,9 @@ def train(
         rollout = local_rollout(config, engine, scorer, actor.backend, encode, timer)
         kept, extra = collect_groups(config, step, prompts_per_rank, data, rollout, dist.rank)
         flat = assign_advantages(config, kept)
-        if step == start + 1 and config.rollout.parity_check != "off":  # before any update, after a resume too
+        if (
+            step == start + 1 and config.rollout.parity_check != "off"
+        ):  # before any update, after a resume too
             with timer("parity_check"):
                 extra.update(first_step_check(config, actor, flat, dist))
         set_learning_rate(actor.optimizer, config, step)
@@ -737,7 +801,9 @@ def train(
         if validation and every and (step % every == 0 or step == config.trainer.max_steps):
             with timer("validation"):
                 metrics.update(
-                    evaluate(validation, engine, scorer, config.rollout.max_response_length, rewards.canonical_type)
+                    evaluate(
+                        validation, engine, scorer, config.rollout.max_response_length, rewards.canonical_type
+                    )
                 )
         timer.seconds["step"] = time.perf_counter() - step_start
         metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
@@ -745,7 +811,9 @@ def train(
         if dist.rank == 0 and io.metrics is not None:
             io.metrics.log(step, metrics)
         if dist.rank == 0 and io.progress is not None:
-            io.progress.update(step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0))
+            io.progress.update(
+                step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0)
+            )
         if on_step is not None:
             on_step(step, metrics)
         if checkpoint_due(step, config.trainer.save_every, config.trainer.max_steps):

@@ -339,7 +339,9 @@ def response_stats(
 
     step_logits, targets = _response_steps(logits, inputs)
     vocab = step_logits.shape[-1]
-    banned = torch.tensor(sorted(i for i in set(forbidden) if i < vocab), dtype=torch.long, device=step_logits.device)
+    banned = torch.tensor(
+        sorted(i for i in set(forbidden) if i < vocab), dtype=torch.long, device=step_logits.device
+    )
 
     def scores(z: torch.Tensor) -> torch.Tensor:
         z = z.float()

@@ -71,19 +71,27 @@ class ModelShape:
             return sum(p.numel() for p in module.parameters())
 
         total = count(model)
-        visual = next((m for n, m in model.named_modules() if n.endswith("visual") and n.count(".") <= 1), None)
+        visual = next(
+            (m for n, m in model.named_modules() if n.endswith("visual") and n.count(".") <= 1), None
+        )
         vision = count(visual) if visual is not None else 0
         text = model.config.get_text_config()
         vcfg = getattr(model.config, "vision_config", None)
         heads = int(text.num_attention_heads)
         return cls(
-            parameters=total, vision_parameters=vision, decoder_layer=count(text_layers[0]) if text_layers else 0,
+            parameters=total,
+            vision_parameters=vision,
+            decoder_layer=count(text_layers[0]) if text_layers else 0,
             vision_unit=vision - sum([count(b) for b in vision_blocks]),
             root=total - vision - sum([count(layer) for layer in text_layers]),
-            layers=int(text.num_hidden_layers), hidden=int(text.hidden_size), intermediate=int(text.intermediate_size),
+            layers=int(text.num_hidden_layers),
+            hidden=int(text.hidden_size),
+            intermediate=int(text.intermediate_size),
             kv_heads=int(getattr(text, "num_key_value_heads", heads)),
-            head_dim=int(getattr(text, "head_dim", None) or text.hidden_size // heads), vocab=int(text.vocab_size),
-            vision_depth=int(getattr(vcfg, "depth", 0)), vision_width=int(getattr(vcfg, "hidden_size", 0)),
+            head_dim=int(getattr(text, "head_dim", None) or text.hidden_size // heads),
+            vocab=int(text.vocab_size),
+            vision_depth=int(getattr(vcfg, "depth", 0)),
+            vision_width=int(getattr(vcfg, "hidden_size", 0)),
             deepstack=len(getattr(vcfg, "deepstack_visual_indexes", None) or []),
             spatial_merge=int(getattr(vcfg, "spatial_merge_size", 1)),
         )
@@ -132,12 +140,25 @@ def sequence_tokens(config: TrainConfig, backend: ModelBackend, visual_budget: A
 
     frames = visual_budget.video_max_frames - visual_budget.video_max_frames % backend.temporal_patch_size
     side = int(visual_budget.video_max_pixels**0.5)
-    h, w = fit_to_budget(side, side, factor=backend.factor, min_pixels=visual_budget.video_min_pixels,
-                         max_pixels=visual_budget.video_max_pixels)
+    h, w = fit_to_budget(
+        side,
+        side,
+        factor=backend.factor,
+        min_pixels=visual_budget.video_min_pixels,
+        max_pixels=visual_budget.video_max_pixels,
+    )
     fps = visual_budget.video_fps
-    meta = VideoMetadata(source_fps=fps, total_frames=frames, duration=frames / fps, frame_indices=tuple(range(frames)),
-                         timestamps=tuple(i / fps for i in range(frames)), source_width=w, source_height=h,
-                         width=w, height=h)
+    meta = VideoMetadata(
+        source_fps=fps,
+        total_frames=frames,
+        duration=frames / fps,
+        frame_indices=tuple(range(frames)),
+        timestamps=tuple(i / fps for i in range(frames)),
+        source_width=w,
+        source_height=h,
+        width=w,
+        height=h,
+    )
     video = torch.zeros((), dtype=torch.uint8).expand(frames, 3, h, w)
     prompt = backend.prompt_length(PromptInput("plan", "", videos=[(video, meta)])) + QUESTION_TOKENS
     visual = frames // backend.temporal_patch_size * (h // backend.factor) * (w // backend.factor)
@@ -159,7 +180,9 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
         "states": _gb(16 * p / n),
         "gathered_weights": _gb(2 * (shape.root + 2 * shape.decoder_layer + shape.vision_unit)),
         "text_checkpoints": _gb(shape.layers * mb_tokens * shape.hidden * 2),
-        "vision_checkpoints": _gb(shape.vision_depth * seq["visual"] * shape.spatial_merge**2 * shape.vision_width * 2),
+        "vision_checkpoints": _gb(
+            shape.vision_depth * seq["visual"] * shape.spatial_merge**2 * shape.vision_width * 2
+        ),
         "visual_features": _gb((1 + shape.deepstack) * seq["visual"] * shape.hidden * 2),
         "logits": _gb((seq["response"] + 1) * shape.vocab * 2 + 4 * chunk * shape.vocab * 4),
     }
@@ -184,8 +207,11 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
     kv_gb = round(engine_share - weights - ENGINE_WORKING_GB, 2)
     group_tokens = seq["prompt"] + config.rollout.n * seq["response"]  # prompt shared by the group
     rollout: dict[str, float] = {
-        "states": update["states"], "engine_share": engine_share, "engine_weights": weights,
-        "engine_working": ENGINE_WORKING_GB, "kv_cache": kv_gb,
+        "states": update["states"],
+        "engine_share": engine_share,
+        "engine_weights": weights,
+        "engine_working": ENGINE_WORKING_GB,
+        "kv_cache": kv_gb,
         "kv_tokens": float(int(max(kv_gb, 0) * GB / kv_per_token)),
         "groups_at_once": float(int(max(kv_gb, 0) * GB / (kv_per_token * group_tokens))),
         "overhead": OVERHEAD_GB,
@@ -193,7 +219,8 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
     if config.algorithm.use_kl_loss:
         rollout["reference_shard"] = update["reference_shard"]
     rollout["total"] = round(
-        sum(v for k, v in rollout.items() if k in ("states", "engine_share", "overhead", "reference_shard")), 2
+        sum(v for k, v in rollout.items() if k in ("states", "engine_share", "overhead", "reference_shard")),
+        2,
     )
 
     ranks_per_node = n // placement.nodes
@@ -221,7 +248,10 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
         rest = update["total"] - update["states"]
         if rest < g:
             fixes.append(f"at least {int(-(-16 * p / GB // (g - rest)))} GPUs (the states shrink with more)")
-        findings.append(f"update phase: {update['total']} GB per GPU > {g} GB; " + ("; ".join(fixes) or "a smaller micro-batch"))
+        findings.append(
+            f"update phase: {update['total']} GB per GPU > {g} GB; "
+            + ("; ".join(fixes) or "a smaller micro-batch")
+        )
     if kv_gb * GB < kv_per_token * seq["sequence"]:
         findings.append(
             f"rollout: the engine's KV cache ({kv_gb} GB) holds less than one sequence of {seq['sequence']} "

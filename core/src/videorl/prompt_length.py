@@ -97,14 +97,19 @@ def _cached_prompt(sample: Sample, encoder: PromptEncoder) -> PromptInput | None
             if ref.key is None or not encoder.cache.entry_path(ref.key).is_file():
                 return None
             meta = read_header(encoder.cache.entry_path(ref.key)).metadata
-        except (VideorlError, OSError):  # not cached (or unreadable) for these parameters: checked when encoded
+        except (
+            VideorlError,
+            OSError,
+        ):  # not cached (or unreadable) for these parameters: checked when encoded
             return None
         frames = torch.zeros((), dtype=torch.uint8).expand(meta.num_frames, 3, meta.height, meta.width)
         videos.append((frames, meta))
     return PromptInput(sample.id, encoder.text(sample), videos=videos, images=[])
 
 
-def check_cached_prompt_lengths(samples: Sequence[Sample], encoder: PromptEncoder, limit: int, where: str) -> int:
+def check_cached_prompt_lengths(
+    samples: Sequence[Sample], encoder: PromptEncoder, limit: int, where: str
+) -> int:
     """Every sample whose videos are all in the frame cache (or that has no media) must fit in
     ``limit`` prompt tokens, counted by the backend's own arithmetic; a :class:`DataError` lists the
     ones that do not, by file and line, with their token counts. Returns how many were checked (the
@@ -116,8 +121,12 @@ def check_cached_prompt_lengths(samples: Sequence[Sample], encoder: PromptEncode
             prompts.append((sample, prompt))
     try:
         filter_overlong(
-            prompts, length=lambda item: encoder.backend.prompt_length(item[1]),
-            sample_id=lambda item: item[0].id, origin=lambda item: item[0].origin, limit=limit, on_overflow="fail",
+            prompts,
+            length=lambda item: encoder.backend.prompt_length(item[1]),
+            sample_id=lambda item: item[0].id,
+            origin=lambda item: item[0].origin,
+            limit=limit,
+            on_overflow="fail",
         )
     except DataError as exc:
         raise DataError(

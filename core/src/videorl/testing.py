@@ -344,11 +344,15 @@ def assert_algorithm_contract(component_class: type, **options: Any) -> Any:
     from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction
 
     name = component_class.__name__
-    assert dataclasses.is_dataclass(component_class), f"{name}: must be a dataclass (its fields are its options)"
+    assert dataclasses.is_dataclass(component_class), (
+        f"{name}: must be a dataclass (its fields are its options)"
+    )
     for f in dataclasses.fields(component_class):
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         assert has_default, f"{name}: option {f.name!r} has no default"
-        assert f.metadata.get("help"), f"{name}: option {f.name!r} has no help text (metadata={{'help': ...}})"
+        assert f.metadata.get("help"), (
+            f"{name}: option {f.name!r} has no help text (metadata={{'help': ...}})"
+        )
     component: Any = component_class(**options)
     is_estimator = isinstance(component, AdvantageEstimator)
     is_loss = isinstance(component, PolicyLossFunction)
@@ -375,12 +379,16 @@ def assert_algorithm_contract(component_class: type, **options: Any) -> Any:
             old_before, adv_before = old.clone(), adv.clone()
             out = component.loss(log_probs, old, adv, mask, scale)
             assert isinstance(out, PolicyLoss), f"{name}: loss must return a videorl.api.PolicyLoss"
-            assert out.loss.dim() == 0 and torch.isfinite(out.loss), f"{name}: the loss is not a finite scalar"
+            assert out.loss.dim() == 0 and torch.isfinite(out.loss), (
+                f"{name}: the loss is not a finite scalar"
+            )
             out.loss.backward()
             grad = log_probs.grad
             assert grad is not None and torch.isfinite(grad).all(), f"{name}: gradients are not finite"
             assert bool((grad[~mask] == 0).all()), f"{name}: padding tokens get a gradient"
-            assert torch.equal(old, old_before) and torch.equal(adv, adv_before), f"{name}: changed its inputs"
+            assert torch.equal(old, old_before) and torch.equal(adv, adv_before), (
+                f"{name}: changed its inputs"
+            )
             results.append(float(out.loss.detach()))
         per_sequence, per_token, doubled = results
         assert math.isclose(per_sequence, per_token, rel_tol=1e-5, abs_tol=1e-7), (

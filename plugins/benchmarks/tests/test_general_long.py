@@ -104,12 +104,27 @@ def test_longvideobench(tmp_path: Path, files: Files) -> None:
         responses={"q1": "B", "q2": "I am not sure what to answer here because the video is quite long."},
         expected={
             "overall": 0.5,
-            "categories": {"duration_group": {"15": 1.0, "3600": 0.0}, "question_category": {"S2E": 1.0, "T3O": 0.0}},
+            "categories": {
+                "duration_group": {"15": 1.0, "3600": 0.0},
+                "question_category": {"S2E": 1.0, "T3O": 0.0},
+            },
         },
     )
     assert rows[0].options == ["cat", "dog"] and rows[0].answer == "B"
-    files.json(tmp_path / "lvb_val.json", [{"id": "q", "video_path": "a", "question": "?", "candidates": ["a"],
-                                            "correct_choice": 3, "duration_group": 15, "question_category": "S"}])
+    files.json(
+        tmp_path / "lvb_val.json",
+        [
+            {
+                "id": "q",
+                "video_path": "a",
+                "question": "?",
+                "candidates": ["a"],
+                "correct_choice": 3,
+                "duration_group": 15,
+                "question_category": "S",
+            }
+        ],
+    )
     with pytest.raises(DataError, match=r"lvb_val\.json:2: answer index 3 is not in 0\.\.0"):
         LongVideoBench().load(tmp_path)
 
@@ -125,7 +140,9 @@ def test_mlvu_dev_m_avg(tmp_path: Path, files: Files) -> None:
         tmp_path / "json" / "4_count.json",
         [{"video": "c1.mp4", "question": "How many?", "candidates": ["1", "2", "3"], "answer": "3"}],
     )
-    files.json(tmp_path / "json" / "9_summary.json", [{"video": "s.mp4", "question": "Summarise.", "answer": "..."}])
+    files.json(
+        tmp_path / "json" / "9_summary.json", [{"video": "s.mp4", "question": "Summarise.", "answer": "..."}]
+    )
     # plotQA 2/3 right, count 0/1: M-Avg = (2/3 + 0) / 2 = 1/3; pooled 2/4
     rows = assert_benchmark_contract(
         MLVU(),
@@ -171,7 +188,11 @@ def test_video_holmes(tmp_path: Path, files: Files) -> None:
     rows = assert_benchmark_contract(
         VideoHolmes(),
         tmp_path,
-        responses={"film1/1": "<think>...</think><answer>F</answer>", "film1/2": "Final Answer: D", "film2/1": "A"},
+        responses={
+            "film1/1": "<think>...</think><answer>F</answer>",
+            "film1/2": "Final Answer: D",
+            "film2/1": "A",
+        },
         expected={"overall": 2 / 3, "categories": {"question_type": {"SR": 1.0, "TCI": 0.0}}},
     )
     assert rows[0].video == str(tmp_path / "videos_cropped" / "film1.mp4")

@@ -57,7 +57,9 @@ def test_mvbench_tasks_clips_and_macro_average(tmp_path: Path, files: Files) -> 
     assert rows[0].video == str(tmp_path / "video" / "star" / "Charades_v1_480" / "AJTDO.mp4")
     assert rows[2].clip is None and rows[2].video.endswith("clevrer/video_validation/video_10000.mp4")
     prompt = MVBench().build_prompt(rows[0], family=None, thinking=False)
-    assert prompt.endswith("Question: What did the person do first?\nOptions:\n(A) sat\n(B) ran\n(C) ate\nOnly give the best option.")
+    assert prompt.endswith(
+        "Question: What did the person do first?\nOptions:\n(A) sat\n(B) ran\n(C) ate\nOnly give the best option."
+    )
     assert len(TASKS) == 20
 
 
@@ -74,7 +76,16 @@ def test_mvbench_answer_must_be_a_candidate(tmp_path: Path, files: Files) -> Non
     )
     files.json(
         tmp_path / "json" / "action_localization.json",
-        [{"video": "b.mp4", "question": "When?", "candidates": ["x", "y"], "answer": "x", "start": 5, "end": 2}],
+        [
+            {
+                "video": "b.mp4",
+                "question": "When?",
+                "candidates": ["x", "y"],
+                "answer": "x",
+                "start": 5,
+                "end": 2,
+            }
+        ],
     )
     with pytest.raises(DataError, match="clip bounds start=5.0, end=2.0"):
         MVBench().load(tmp_path)
@@ -126,7 +137,9 @@ def test_tempcompass_formats_and_dimensions(tmp_path: Path, files: Files) -> Non
     )
     mc = rows[0]
     assert (mc.problem, mc.options, mc.answer) == (
-        "What is the man doing?", ["dunking a basketball", "running", "swimming"], "A"
+        "What is the man doing?",
+        ["dunking a basketball", "running", "swimming"],
+        "A",
     )
     assert bench.build_prompt(mc, family=None, thinking=False) == (
         "What is the man doing?\nA. dunking a basketball\nB. running\nC. swimming\n"
@@ -139,6 +152,10 @@ def test_tempcompass_formats_and_dimensions(tmp_path: Path, files: Files) -> Non
 
 
 def test_tempcompass_bad_answer(tmp_path: Path, files: Files) -> None:
-    files.json(tmp_path / "questions" / "yes_no.json", {"v1": {"speed": [{"question": "Fast?", "answer": "maybe"}]}})
-    with pytest.raises(DataError, match=r"yes_no\.json: video 'v1', dimension 'speed', item 0: yes/no answer"):
+    files.json(
+        tmp_path / "questions" / "yes_no.json", {"v1": {"speed": [{"question": "Fast?", "answer": "maybe"}]}}
+    )
+    with pytest.raises(
+        DataError, match=r"yes_no\.json: video 'v1', dimension 'speed', item 0: yes/no answer"
+    ):
         TempCompass().load(tmp_path)

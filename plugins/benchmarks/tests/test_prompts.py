@@ -49,7 +49,7 @@ def test_qwen3_open_and_grounding_templates() -> None:
     )
     grounding = family_prompt(QWEN3, "a man sits.", "temporal_grounding", thinking=False)
     assert grounding.endswith(
-        'Question: a man sits.\nPlease provide the time span in seconds as JSON within the <answer>...</answer> '
+        "Question: a man sits.\nPlease provide the time span in seconds as JSON within the <answer>...</answer> "
         'tags.\nExample:\n<answer>{"time": [12.3, 25.7]}</answer>\n'
     )
     stvg = family_prompt(QWEN3, "Where?", "spatial_temporal_grounding", thinking=True)

@@ -119,7 +119,11 @@ def test_mmvu_and_mmvu_all(tmp_path: Path, files: Files) -> None:
 
 
 def test_videommmu_tracks_numbers_and_images(tmp_path: Path, files: Files) -> None:
-    mc = {"question": "Which law applies?", "options": ["Ohm", "Hooke", "Newton"], "question_type": "multiple-choice"}
+    mc = {
+        "question": "Which law applies?",
+        "options": ["Ohm", "Hooke", "Newton"],
+        "question_type": "multiple-choice",
+    }
     files.parquet(  # lmms-lab/VideoMMMU as downloaded: one folder per track
         tmp_path / "Perception" / "test-00000-of-00001.parquet",
         [dict(mc, id="validation_Physics_1", answer="A"), dict(mc, id="validation_Art_Theory_2", answer="B")],
@@ -179,7 +183,10 @@ def test_videomathqa_mcq_and_mbin(tmp_path: Path, files: Files) -> None:
         return dict(mcq(qid, answer, "Geometry Area"), options=["A. 1", "B. 2"])
 
     # MBZUAI/VideoMathQA as downloaded: one folder per config
-    files.parquet(tmp_path / "mcq" / "test-00000-of-00001.parquet", [mcq("q1", "A", "Chart"), mcq("q2", "E", "Geometry Area")])
+    files.parquet(
+        tmp_path / "mcq" / "test-00000-of-00001.parquet",
+        [mcq("q1", "A", "Chart"), mcq("q2", "E", "Geometry Area")],
+    )
     files.parquet(
         tmp_path / "multi_binary" / "test-00000-of-00001.parquet",
         [binary("q1", "A"), binary("q1", "B"), binary("q2", "A"), binary("q2", "A")],
@@ -196,7 +203,9 @@ def test_videomathqa_mcq_and_mbin(tmp_path: Path, files: Files) -> None:
             "categories": {"category": {"Chart": 1.0, "Geometry Area": 0.0}, "length": {"short": 0.5}},
         },
     )
-    assert VideoMathQA().build_prompt(rows[2], family=None, thinking=False).endswith(
-        "A. 1\nB. 2\n\nAnswer with the option's letter (A or B) from the given choices directly."
+    assert (
+        VideoMathQA()
+        .build_prompt(rows[2], family=None, thinking=False)
+        .endswith("A. 1\nB. 2\n\nAnswer with the option's letter (A or B) from the given choices directly.")
     )
     assert rows[0].video == str(tmp_path / "videos" / "vidq1.mp4")

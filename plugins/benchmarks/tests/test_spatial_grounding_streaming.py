@@ -80,7 +80,11 @@ def test_charades_lmms_lab_parquet_layout(tmp_path: Path, files: Files) -> None:
     files.parquet(  # lmms-lab/charades_sta as downloaded
         tmp_path / "data" / "test-00000-of-00001.parquet",
         [
-            {"video": "AO8RW.mp4", "caption": "a person is putting a book on a shelf.", "timestamp": [0.0, 6.9]},
+            {
+                "video": "AO8RW.mp4",
+                "caption": "a person is putting a book on a shelf.",
+                "timestamp": [0.0, 6.9],
+            },
             {"video": "AO8RW.mp4", "caption": "person opens the door.", "timestamp": [10.0, 20.0]},
         ],
     )
@@ -128,7 +132,9 @@ def test_charades_txt_miou_and_recall(tmp_path: Path) -> None:
         rows[1], family=None, thinking=False
     )
     (tmp_path / "charades_sta_test.txt").write_text("AO8RW 0.0 6.9##ok\nbroken line\n")
-    with pytest.raises(DataError, match=r"charades_sta_test\.txt:2: expected '<video> <start> <end>##<sentence>'"):
+    with pytest.raises(
+        DataError, match=r"charades_sta_test\.txt:2: expected '<video> <start> <end>##<sentence>'"
+    ):
         bench.load(tmp_path)
 
 
@@ -206,7 +212,9 @@ def test_ovobench_official_rules_and_macro_average(tmp_path: Path, files: Files)
     )
     rec_prompt = bench.build_prompt(by_id["3_0"], family="qwen3_vl", thinking=False)
     assert "Now, answer the following question: How many times did they jump rope?\n" in rec_prompt
-    assert bench.build_prompt(by_id["0"], family="qwen3_vl", thinking=False).startswith("Select the best answer")
+    assert bench.build_prompt(by_id["0"], family="qwen3_vl", thinking=False).startswith(
+        "Select the best answer"
+    )
 
 
 def test_ovobench_unified(tmp_path: Path, files: Files) -> None:

@@ -68,7 +68,9 @@ def test_regression_uses_the_inclusive_mra_of_vsibench() -> None:
 
 
 def test_spatio_temporal_answer_and_score() -> None:
-    answer = parse_st_answer('<answer>{"time": [2, 6], "boxes": {"3": [0, 0, 10, 10], "4.0": [0, 0, 10, 10]}}</answer>')
+    answer = parse_st_answer(
+        '<answer>{"time": [2, 6], "boxes": {"3": [0, 0, 10, 10], "4.0": [0, 0, 10, 10]}}</answer>'
+    )
     assert answer == {"time": [2.0, 6.0], "boxes": {"3": [0.0, 0.0, 10.0, 10.0], "4": [0.0, 0.0, 10.0, 10.0]}}
     truth = {"time": [2.0, 10.0], "boxes": {"3": [0, 0, 10, 20], "4": [0, 0, 10, 10], "9": [1, 1, 2, 2]}}
     # tIoU = 4/8 = 0.5; box IoUs over the seconds in both: 3 → 100/200 = 0.5, 4 → 1.0 → mean 0.75
@@ -82,5 +84,8 @@ def test_spatio_temporal_answer_in_prose_keeps_the_outer_object() -> None:
     text = 'Here: {"time": [6, 2], "boxes": {"2": [1, 1, 5, 5], "x": [0, 0, 1, 1], "3": [0, 0, 1]}} done'
     # the whole object, not an inner bracket; span swapped; bad keys and short boxes left out
     assert parse_st_answer(text) == {"time": [2.0, 6.0], "boxes": {"2": [1.0, 1.0, 5.0, 5.0]}}
-    assert parse_st_answer('{"boxes": {"1": [0, 0, 2, 2]}}') == {"time": None, "boxes": {"1": [0.0, 0.0, 2.0, 2.0]}}
+    assert parse_st_answer('{"boxes": {"1": [0, 0, 2, 2]}}') == {
+        "time": None,
+        "boxes": {"1": [0.0, 0.0, 2.0, 2.0]},
+    }
     assert parse_st_answer('{"time": "later"}') is None

@@ -146,6 +146,8 @@ def test_videomme_v2_group_scoring(tmp_path: Path, files: Files) -> None:
 
 
 def test_videomme_v2_needs_whole_groups(tmp_path: Path, files: Files) -> None:
-    files.jsonl(tmp_path / "test.jsonl", [_v2(f"r{i}", "A", "relevance", "[1, 2, 3, 4]", 1, "P") for i in range(3)])
+    files.jsonl(
+        tmp_path / "test.jsonl", [_v2(f"r{i}", "A", "relevance", "[1, 2, 3, 4]", 1, "P") for i in range(3)]
+    )
     with pytest.raises(DataError, match="3 rows, not a multiple of 4"):
         VideoMMEv2().load(tmp_path)

@@ -57,7 +57,9 @@ def model_for(backend_for: Callable[[str], Any]) -> Callable[[str], Any]:
     return get
 
 
-def make_video(factor: int, *, frames: int = 3, rows: int = 2, cols: int = 3, seed: int = 0) -> tuple[Any, Any]:
+def make_video(
+    factor: int, *, frames: int = 3, rows: int = 2, cols: int = 3, seed: int = 0
+) -> tuple[Any, Any]:
     """Random uint8 frames (``frames×3×(rows·factor)×(cols·factor)``) sampled at source indices 0, 10, 20, ...
 
     of a 10 fps, 30-frame source, with their hand-made ``VideoMetadata``.
@@ -71,8 +73,15 @@ def make_video(factor: int, *, frames: int = 3, rows: int = 2, cols: int = 3, se
     tensor = torch.randint(0, 256, (frames, 3, h, w), dtype=torch.uint8, generator=gen)
     indices = tuple(10 * i for i in range(frames))
     meta = VideoMetadata(
-        source_fps=10.0, total_frames=10 * frames, duration=float(frames), frame_indices=indices,
-        timestamps=tuple(i / 10 for i in indices), source_width=2 * w, source_height=2 * h, width=w, height=h,
+        source_fps=10.0,
+        total_frames=10 * frames,
+        duration=float(frames),
+        frame_indices=indices,
+        timestamps=tuple(i / 10 for i in indices),
+        source_width=2 * w,
+        source_height=2 * h,
+        width=w,
+        height=h,
     )
     return tensor, meta
 

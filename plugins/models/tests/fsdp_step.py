@@ -30,8 +30,15 @@ def samples(backend: Any) -> list[Any]:
     gen = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (2, 3, f, 2 * f), dtype=torch.uint8, generator=gen)
     meta = VideoMetadata(
-        source_fps=2.0, total_frames=2, duration=1.0, frame_indices=(0, 1), timestamps=(0.0, 0.5),
-        source_width=2 * f, source_height=f, width=2 * f, height=f,
+        source_fps=2.0,
+        total_frames=2,
+        duration=1.0,
+        frame_indices=(0, 1),
+        timestamps=(0.0, 0.5),
+        source_width=2 * f,
+        source_height=f,
+        width=2 * f,
+        height=f,
     )
     video = PromptInput("video-0", "What colour is the square?", videos=[(frames, meta)])
     text = PromptInput("text-0", "Which direction does the object move?")
@@ -75,7 +82,11 @@ def _rank(rank: int, world: int, init_file: str, model_dir: str, out_dir: str, d
         from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
 
         dist.init_process_group(
-            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=30)
+            "gloo",
+            init_method=f"file://{init_file}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=30),
         )
         backend = Qwen2_5VLBackend(model_dir)
         model = backend.load_model().train()

@@ -57,7 +57,11 @@ def _broken(base: type, **members: object) -> type:
             TypeError,
             "width",
         ),
-        ({"forbidden_token_ids": lambda self: frozenset({10**6})}, AssertionError, "misses padded-vocabulary ids"),
+        (
+            {"forbidden_token_ids": lambda self: frozenset({10**6})},
+            AssertionError,
+            "misses padded-vocabulary ids",
+        ),
     ],
     ids=["no dummy", "request drops the video", "build_tiny without width", "placeholders allowed"],
 )

@@ -22,23 +22,34 @@ TEXT_HEADROOM = 2048
 SOURCES = [(1920, 1080), (640, 480), (1080, 1920), (71, 3100)]
 
 
-def _worst_video_tokens(backend: Any, seconds: float = 64.0, fps: float = 30.0) -> tuple[int, tuple[int, int]]:
+def _worst_video_tokens(
+    backend: Any, seconds: float = 64.0, fps: float = 30.0
+) -> tuple[int, tuple[int, int]]:
     """The longest prompt of a ``seconds``-long video at the default budget (and its frame size)."""
     import torch
 
-    params = DecodeParams.from_budget(backend.budget, factor=backend.factor,
-                                      temporal_patch_size=backend.temporal_patch_size)
+    params = DecodeParams.from_budget(
+        backend.budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size
+    )
     total = int(seconds * fps)
     count = num_frames(total, seconds, params)
     step = (total - 1) / (count - 1)
     indices = tuple(round(i * step) for i in range(count))
     worst = (0, (0, 0))
     for width, height in SOURCES:
-        h, w = fit_to_budget(height, width, factor=params.factor, min_pixels=params.min_pixels,
-                             max_pixels=params.max_pixels)
+        h, w = fit_to_budget(
+            height, width, factor=params.factor, min_pixels=params.min_pixels, max_pixels=params.max_pixels
+        )
         meta = VideoMetadata(
-            source_fps=fps, total_frames=total, duration=seconds, frame_indices=indices,
-            timestamps=tuple(i / fps for i in indices), source_width=width, source_height=height, width=w, height=h,
+            source_fps=fps,
+            total_frames=total,
+            duration=seconds,
+            frame_indices=indices,
+            timestamps=tuple(i / fps for i in indices),
+            source_width=width,
+            source_height=height,
+            width=w,
+            height=h,
         )
         frames = torch.zeros((), dtype=torch.uint8).expand(count, 3, h, w)  # shapes are all that is counted
         prompt = PromptInput("budget", "Which option is right?", videos=[(frames, meta)])

@@ -26,7 +26,9 @@ from videorl_models.qwen2_vl import Qwen2VLBackend
 def test_frames_not_multiples_of_the_factor(backend_for: Callable[[str], Any], media: Any) -> None:
     backend = backend_for("qwen2_5_vl")
     frames, meta = media.video(32)  # decoded for Qwen3 (factor 32), given to Qwen2.5-VL (28)
-    with pytest.raises(DataError, match=r"sample 'clip-7', video 0: the frames are 64×96 pixels.*multiples of 28"):
+    with pytest.raises(
+        DataError, match=r"sample 'clip-7', video 0: the frames are 64×96 pixels.*multiples of 28"
+    ):
         backend.encode(PromptInput("clip-7", "What colour?", videos=[(frames, meta)]))
     with pytest.raises(DataError, match="must be uint8"):
         backend.encode(PromptInput("clip-8", "What colour?", videos=[(frames[:, :, :56, :56].float(), meta)]))
@@ -47,14 +49,18 @@ def test_mismatched_grid_is_reported_before_the_forward(
     backend, model = backend_for("qwen2_5_vl"), model_for("qwen2_5_vl")
     enc = backend.encode(PromptInput("clip-3", "What colour?", videos=[media.video(28)]))
     enc.visual["video_grid_thw"] = torch.tensor([[2, 4, 4]])  # 8 features for 12 placeholders
-    with pytest.raises(AlignmentError, match=r"sample 'clip-3': 12 video placeholder tokens .* imply 8 features"):
+    with pytest.raises(
+        AlignmentError, match=r"sample 'clip-3': 12 video placeholder tokens .* imply 8 features"
+    ):
         backend.collate([enc])
     good = backend.encode(PromptInput("clip-3", "What colour?", videos=[media.video(28)]))
     kwargs = backend.collate([good]).model_kwargs()
     kwargs["video_grid_thw"] = torch.tensor([[2, 4, 8]])  # 16 features for 12 placeholders
     sync = backend.install_vision_sync(model)
     try:
-        with pytest.raises(AlignmentError, match=r"'batch row 0': 12 video placeholder tokens .* imply 16 features"):
+        with pytest.raises(
+            AlignmentError, match=r"'batch row 0': 12 video placeholder tokens .* imply 16 features"
+        ):
             model(**kwargs)
     finally:
         sync.remove()
@@ -72,7 +78,10 @@ def test_a_processor_that_resizes_is_caught(
         return visual
 
     monkeypatch.setattr(backend, "_pixels", resized)
-    with pytest.raises(AlignmentError, match=r"processor produced video grid\(s\) \[\(2, 2, 4\)\] but the prompt was expanded for \[\(2, 4, 6\)\]"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"processor produced video grid\(s\) \[\(2, 2, 4\)\] but the prompt was expanded for \[\(2, 4, 6\)\]",
+    ):
         backend.encode(PromptInput("clip-5", "What colour?", videos=[media.video(28)]))
 
 
@@ -80,9 +89,14 @@ def test_missing_mm_token_type_ids(
     backend_for: Callable[[str], Any], model_for: Callable[[str], Any], media: Any
 ) -> None:
     backend, model = backend_for("qwen2_5_vl"), model_for("qwen2_5_vl")
-    inputs = backend.collate([backend.encode(PromptInput("clip-4", "What colour?", videos=[media.video(28)]))])
+    inputs = backend.collate(
+        [backend.encode(PromptInput("clip-4", "What colour?", videos=[media.video(28)]))]
+    )
     inputs.mm_token_type_ids = None
-    with pytest.raises(AlignmentError, match=r"samples \['clip-4'\]: visual inputs without mm_token_type_ids.*Qwen2.5-VL silently"):
+    with pytest.raises(
+        AlignmentError,
+        match=r"samples \['clip-4'\]: visual inputs without mm_token_type_ids.*Qwen2.5-VL silently",
+    ):
         backend.check_inputs(inputs)
     sync = backend.install_vision_sync(model)
     try:
@@ -95,7 +109,10 @@ def test_missing_mm_token_type_ids(
 def test_unknown_model_type(tmp_path: Path) -> None:
     registry = load_plugins().model_backends
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_v"}))
-    with pytest.raises(UnknownComponentError, match=r"model_type 'qwen2_5_v' is served by no installed.*Did you mean 'qwen2_5_vl'"):
+    with pytest.raises(
+        UnknownComponentError,
+        match=r"model_type 'qwen2_5_v' is served by no installed.*Did you mean 'qwen2_5_vl'",
+    ):
         backend_for_model(tmp_path, registry)
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"]}))
     with pytest.raises(ConfigError, match="has no 'model_type'"):
@@ -126,11 +143,15 @@ def test_a_response_with_a_placeholder_is_rejected(backend_for: Callable[[str], 
     backend = backend_for("qwen3_5")
     enc = backend.encode(PromptInput("r-1", "What colour?", videos=[media.video(32)]))
     pad = backend.token_ids["video"]
-    with pytest.raises(AlignmentError, match=rf"sample 'r-1': the response contains 1 token.*id {pad} at position 2"):
+    with pytest.raises(
+        AlignmentError, match=rf"sample 'r-1': the response contains 1 token.*id {pad} at position 2"
+    ):
         backend.collate([enc], [[50, 51, pad, 52]])
 
 
-def test_overlong_prompts_are_skipped_or_fail_never_cut(backend_for: Callable[[str], Any], media: Any) -> None:
+def test_overlong_prompts_are_skipped_or_fail_never_cut(
+    backend_for: Callable[[str], Any], media: Any
+) -> None:
     backend = backend_for("qwen2_5_vl")
     short = PromptInput("short", "Hi")
     long = PromptInput("long", "What colour?", videos=[media.video(28, frames=8, rows=4, cols=4)])
@@ -144,7 +165,10 @@ def test_overlong_prompts_are_skipped_or_fail_never_cut(backend_for: Callable[[s
     assert [(d.sample_id, d.tokens, d.limit) for d in dropped] == [("long", n_long, limit)]
     with pytest.raises(DataError, match=rf"sample 'long': {n_long} prompt tokens > limit {limit}"):
         filter_overlong(
-            [short, long], length=backend.prompt_length, sample_id=lambda p: p.sample_id, limit=limit,
+            [short, long],
+            length=backend.prompt_length,
+            sample_id=lambda p: p.sample_id,
+            limit=limit,
             on_overflow="fail",
         )
 
@@ -156,5 +180,7 @@ def test_a_tokenizer_of_another_model(tiny_dir: Callable[[str], Path], tmp_path:
     config = json.loads((copy / "config.json").read_text())
     config["video_token_id"] += 1
     (copy / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigError, match=r"config.json says video_token_id=\d+ but the tokenizer maps <\|video_pad\|> to"):
+    with pytest.raises(
+        ConfigError, match=r"config.json says video_token_id=\d+ but the tokenizer maps <\|video_pad\|> to"
+    ):
         Qwen2VLBackend(copy).encode(PromptInput("s", "x", videos=[media.video(28)]))

@@ -27,7 +27,9 @@ def prompts(media: Any, factor: int) -> list[PromptInput]:
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_backend_geometry_and_prompt_layout(model_type: str, backend_for: Callable[[str], Any], media: Any) -> None:
+def test_backend_geometry_and_prompt_layout(
+    model_type: str, backend_for: Callable[[str], Any], media: Any
+) -> None:
     backend = backend_for(model_type)
     factor = 32 if model_type in QWEN3 else 28
     assert backend.factor == factor and backend.temporal_patch_size == 2 and backend.merge_size == 2
@@ -46,7 +48,12 @@ def test_backend_geometry_and_prompt_layout(model_type: str, backend_for: Callab
         assert enc.engine_prompt_ids.count(ids["vision_start"]) == 0  # the bare pad, as vLLM expects
     else:
         assert "user\n<|vision_start|>" + "<|video_pad|>" * 12 + "<|vision_end|>What colour" in text
-        assert backend.tokenizer.decode(enc.engine_prompt_ids).count("<|vision_start|><|video_pad|><|vision_end|>") == 1
+        assert (
+            backend.tokenizer.decode(enc.engine_prompt_ids).count(
+                "<|vision_start|><|video_pad|><|vision_end|>"
+            )
+            == 1
+        )
     if model_type == "qwen2_5_vl":
         # temporal_patch_size / (3 sampled of 30 source frames at 10 fps = 1 fps) = 2 s per patch
         assert enc.visual["second_per_grid_ts"].tolist() == [2.0]
@@ -55,7 +62,9 @@ def test_backend_geometry_and_prompt_layout(model_type: str, backend_for: Callab
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_prompt_ids_and_pixels_match_the_hf_processor(model_type: str, backend_for: Callable[[str], Any], media: Any) -> None:
+def test_prompt_ids_and_pixels_match_the_hf_processor(
+    model_type: str, backend_for: Callable[[str], Any], media: Any
+) -> None:
     """The processor, given the compact prompt the engine gets, expands it to our ids, with our pixels."""
     backend = backend_for(model_type)
     prompt = prompts(media, backend.factor)[3]
@@ -66,7 +75,11 @@ def test_prompt_ids_and_pixels_match_the_hf_processor(model_type: str, backend_f
         videos=[frames],
         images=[image],
         return_tensors="pt",
-        videos_kwargs={"video_metadata": [backend.hf_video_metadata(meta)], "do_resize": False, "do_sample_frames": False},
+        videos_kwargs={
+            "video_metadata": [backend.hf_video_metadata(meta)],
+            "do_resize": False,
+            "do_sample_frames": False,
+        },
         images_kwargs={"do_resize": False},
     )
     assert out["input_ids"][0].tolist() == enc.prompt_ids
@@ -115,8 +128,13 @@ def test_generate_logprobs_equal_the_teacher_forced_forward(
     forbidden = sorted(backend.forbidden_token_ids())
     torch.manual_seed(0)
     out = model.generate(
-        **inputs.model_kwargs(), max_new_tokens=6, do_sample=True, top_k=0, suppress_tokens=forbidden,
-        output_logits=True, return_dict_in_generate=True,
+        **inputs.model_kwargs(),
+        max_new_tokens=6,
+        do_sample=True,
+        top_k=0,
+        suppress_tokens=forbidden,
+        output_logits=True,
+        return_dict_in_generate=True,
     )
     generated = out.sequences[:, inputs.input_ids.shape[1] :]
     sampled = token_logprobs(torch.stack(out.logits, 1), generated)

@@ -23,7 +23,10 @@ def _run(model_dir: Path, out: Path, *flags: str) -> subprocess.CompletedProcess
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, str(SCRIPT), str(model_dir), str(out), *flags],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 

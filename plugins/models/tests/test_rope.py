@@ -22,8 +22,12 @@ def test_qwen2_5_time_scaled_video() -> None:
     # text, text, a 2×4×4 video grid (2×2×2 merged tokens), text; 2 s per patch at 2 tokens/s: step 4
     ids, types = _row([TXT, TXT] + [VID] * 8 + [TXT])
     pos, delta = mrope_positions(
-        ids, types, video_grid_thw=torch.tensor([[2, 4, 4]]), second_per_grid_ts=torch.tensor([2.0]),
-        merge_size=2, tokens_per_second=2,
+        ids,
+        types,
+        video_grid_thw=torch.tensor([[2, 4, 4]]),
+        second_per_grid_ts=torch.tensor([2.0]),
+        merge_size=2,
+        tokens_per_second=2,
     )
     t_axis = [0, 1] + [2] * 4 + [6] * 4 + [7]
     h_axis = [0, 1] + [2, 2, 3, 3] * 2 + [7]
@@ -47,8 +51,13 @@ def test_split_frames_image_and_left_padding() -> None:
     types = torch.tensor([[TXT, TXT, IMG, IMG, TXT, TXT], [TXT, VID, TXT, VID, TXT, TXT]])
     mask = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     pos, delta = mrope_positions(
-        ids, types, image_grid_thw=torch.tensor([[1, 2, 4]]), video_grid_thw=torch.tensor([[2, 2, 2]]),
-        attention_mask=mask, merge_size=2, split_frames=True,
+        ids,
+        types,
+        image_grid_thw=torch.tensor([[1, 2, 4]]),
+        video_grid_thw=torch.tensor([[2, 2, 2]]),
+        attention_mask=mask,
+        merge_size=2,
+        split_frames=True,
     )
     assert pos[:, 0].tolist() == [[0, 0, 1, 1, 3, 4], [0, 0, 1, 1, 3, 4], [0, 0, 1, 2, 3, 4]]
     assert pos[:, 1].tolist() == [[0, 1, 2, 3, 4, 5]] * 3

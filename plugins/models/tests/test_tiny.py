@@ -23,7 +23,9 @@ def test_tokenizer_loads_as_saved(model_type: str, tiny_dir: Callable[[str], Pat
     saved = Tokenizer.from_file(str(path / "tokenizer.json"))
     text = "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Café? <answer>B</answer><|im_end|>"
     assert auto(text, add_special_tokens=False)["input_ids"] == saved.encode(text).ids
-    assert auto.padding_side == "left" and auto.pad_token == "<|endoftext|>" and auto.eos_token == "<|im_end|>"
+    assert (
+        auto.padding_side == "left" and auto.pad_token == "<|endoftext|>" and auto.eos_token == "<|im_end|>"
+    )
     for word in ("<answer>", "</answer>", "<think>", "A", "B", "C", "D"):
         assert len(auto(word, add_special_tokens=False)["input_ids"]) == 1, word
     processor = AutoProcessor.from_pretrained(path)

@@ -22,7 +22,9 @@ def _loss(backend: Any, model: Any, prompts: list[PromptInput]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_vl", "qwen3_5_moe"])
-def test_text_only_batch_runs_a_zero_weighted_dummy(model_type: str, backend_for: Callable[[str], Any]) -> None:
+def test_text_only_batch_runs_a_zero_weighted_dummy(
+    model_type: str, backend_for: Callable[[str], Any]
+) -> None:
     backend = backend_for(model_type)
     model = backend.load_model().train()
     text = [PromptInput("text", "Which direction does the object move?")]
@@ -45,7 +47,9 @@ def test_text_only_batch_runs_a_zero_weighted_dummy(model_type: str, backend_for
     sync.remove()
 
 
-def test_video_batch_runs_no_dummy_and_trains_the_tower(backend_for: Callable[[str], Any], media: Any) -> None:
+def test_video_batch_runs_no_dummy_and_trains_the_tower(
+    backend_for: Callable[[str], Any], media: Any
+) -> None:
     backend = backend_for("qwen2_5_vl")
     model = backend.load_model().train()
     sync = backend.install_vision_sync(model)

@@ -36,7 +36,10 @@ def test_vllm_logprobs_agree_with_the_training_forward(
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     done = subprocess.run(
         [sys.executable, str(SCRIPT), str(tiny_dir(model_type)), model_type, dtype, str(out)],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(out.read_text())

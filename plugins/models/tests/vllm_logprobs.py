@@ -31,8 +31,15 @@ def main(model_dir: str, family: str, dtype: str, out_json: str) -> None:
     gen = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (4, 3, 2 * f, 2 * f), dtype=torch.uint8, generator=gen)
     meta = VideoMetadata(
-        source_fps=4.0, total_frames=16, duration=4.0, frame_indices=(0, 5, 10, 15),
-        timestamps=(0.0, 1.25, 2.5, 3.75), source_width=2 * f, source_height=2 * f, width=2 * f, height=2 * f,
+        source_fps=4.0,
+        total_frames=16,
+        duration=4.0,
+        frame_indices=(0, 5, 10, 15),
+        timestamps=(0.0, 1.25, 2.5, 3.75),
+        source_width=2 * f,
+        source_height=2 * f,
+        width=2 * f,
+        height=2 * f,
     )
     image = torch.randint(0, 256, (3, f, 2 * f), dtype=torch.uint8, generator=gen)
     prompts = [
@@ -45,11 +52,20 @@ def main(model_dir: str, family: str, dtype: str, out_json: str) -> None:
     forbidden = backend.forbidden_token_ids()
     vocab = len(backend.tokenizer)
     llm = LLM(
-        model=model_dir, dtype=dtype, enforce_eager=True, max_model_len=1024, seed=0,
-        distributed_executor_backend="uni", limit_mm_per_prompt={"image": 1, "video": 1},
+        model=model_dir,
+        dtype=dtype,
+        enforce_eager=True,
+        max_model_len=1024,
+        seed=0,
+        distributed_executor_backend="uni",
+        limit_mm_per_prompt={"image": 1, "video": 1},
     )
     params = SamplingParams(
-        n=2, temperature=1.0, max_tokens=8, logprobs=0, seed=0,
+        n=2,
+        temperature=1.0,
+        max_tokens=8,
+        logprobs=0,
+        seed=0,
         allowed_token_ids=[i for i in range(vocab) if i not in forbidden],
     )
     outputs = llm.generate([r.vllm_prompt() for r in requests], params)
@@ -73,7 +89,14 @@ def main(model_dir: str, family: str, dtype: str, out_json: str) -> None:
                 diffs.append(abs(float(ours[row, j]) - value))
                 tokens += 1
     Path(out_json).write_text(
-        json.dumps({"prompt_ids_equal": same, "max_abs_diff": max(diffs), "tokens": tokens, "forbidden_emitted": emitted})
+        json.dumps(
+            {
+                "prompt_ids_equal": same,
+                "max_abs_diff": max(diffs),
+                "tokens": tokens,
+                "forbidden_emitted": emitted,
+            }
+        )
     )
 
 

@@ -62,7 +62,9 @@ class LlavaOnevisionBackend:
     def config(self) -> dict[str, Any]:
         config: dict[str, Any] = json.loads((self._dir() / "config.json").read_text(encoding="utf-8"))
         if config.get("model_type") not in self.model_types:
-            raise ConfigError(f"{self._dir()}: model_type {config.get('model_type')!r} is not llava_onevision")
+            raise ConfigError(
+                f"{self._dir()}: model_type {config.get('model_type')!r} is not llava_onevision"
+            )
         return config
 
     @cached_property
@@ -145,7 +147,9 @@ class LlavaOnevisionBackend:
         if prompt.videos:
             lengths = {frames.shape[0] for frames, _ in prompt.videos}
             if len(lengths) > 1:
-                raise DataError(f"sample {prompt.sample_id!r}: its videos have different frame counts {sorted(lengths)}")
+                raise DataError(
+                    f"sample {prompt.sample_id!r}: its videos have different frame counts {sorted(lengths)}"
+                )
             out = self.processor.video_processor(videos=[f for f, _ in prompt.videos], return_tensors="pt")
             visual["pixel_values_videos"] = out["pixel_values_videos"]
         encoded = EncodedPrompt(prompt.sample_id, expanded, None, visual, compact, prompt)
@@ -168,7 +172,9 @@ class LlavaOnevisionBackend:
                 )
             available -= need
         if available:
-            raise AlignmentError(f"samples {sample_ids}: {available} video(s) have no <video> tokens in any prompt")
+            raise AlignmentError(
+                f"samples {sample_ids}: {available} video(s) have no <video> tokens in any prompt"
+            )
 
     def check_inputs(self, inputs: ModelInputs) -> None:
         self._check_rows(inputs.input_ids.tolist(), inputs.sample_ids, inputs.pixel_values_videos)

@@ -46,7 +46,10 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
     tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=320, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=320,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(list(_CORPUS) * 4, trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<answer>", "</answer>")])
@@ -62,14 +65,25 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
     side, patch = 56, 14
     config = LlavaOnevisionConfig(
         vision_config={
-            "model_type": "siglip_vision_model", "hidden_size": width // 2, "intermediate_size": width,
-            "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": side, "patch_size": patch,
+            "model_type": "siglip_vision_model",
+            "hidden_size": width // 2,
+            "intermediate_size": width,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": side,
+            "patch_size": patch,
         },
         text_config={
-            "model_type": "qwen2", "vocab_size": (len(tokenizer) // 64 + 1) * 64, "hidden_size": width,
-            "intermediate_size": 2 * width, "num_hidden_layers": 2, "num_attention_heads": width // 32,
-            "num_key_value_heads": max(1, width // 64), "max_position_embeddings": 2048,
-            "eos_token_id": vocab["<|im_end|>"], "pad_token_id": vocab["<|endoftext|>"],
+            "model_type": "qwen2",
+            "vocab_size": (len(tokenizer) // 64 + 1) * 64,
+            "hidden_size": width,
+            "intermediate_size": 2 * width,
+            "num_hidden_layers": 2,
+            "num_attention_heads": width // 32,
+            "num_key_value_heads": max(1, width // 64),
+            "max_position_embeddings": 2048,
+            "eos_token_id": vocab["<|im_end|>"],
+            "pad_token_id": vocab["<|endoftext|>"],
         },
         image_token_index=vocab["<image>"],
         video_token_index=vocab["<video>"],

@@ -51,7 +51,12 @@ class Controller:
     """Drives ``cluster``'s workers through ``config.trainer.max_steps`` GRPO steps."""
 
     def __init__(
-        self, config: TrainConfig, cluster: Cluster, backend: ModelBackend, data: list[TrainData], validation: list[Sample],
+        self,
+        config: TrainConfig,
+        cluster: Cluster,
+        backend: ModelBackend,
+        data: list[TrainData],
+        validation: list[Sample],
         canonical: Callable[[str], str] | None = None,
     ) -> None:
         """``canonical``: the spelling of a problem type in metrics (the router's ``canonical_type``)."""
@@ -66,7 +71,9 @@ class Controller:
 
     def _call(self, stage: str, calls: Sequence[tuple[WorkerHandle, str, bytes]]) -> list[bytes]:
         """Send each worker its message; count the bytes both ways."""
-        replies = self.cluster.call(stage, self.step, [(w, method, (message,)) for w, method, message in calls])
+        replies = self.cluster.call(
+            stage, self.step, [(w, method, (message,)) for w, method, message in calls]
+        )
         with self._lock:
             self._bytes["sent"] += sum(len(m) for _, _, m in calls)
             self._bytes["received"] += sum(len(r) for r in replies)
@@ -80,7 +87,10 @@ class Controller:
             if not trajectories:
                 return
             workers = self.cluster.rewards
-            items = [[t.prompt.sample.id, wire.media_out(t.prompt.media), t.completion.token_ids] for t in trajectories]
+            items = [
+                [t.prompt.sample.id, wire.media_out(t.prompt.media), t.completion.token_ids]
+                for t in trajectories
+            ]
             size = -(-len(items) // len(workers))
             chunks = [items[i : i + size] for i in range(0, len(items), size)]
             calls = [(w, "score", wire.dumps({"split": split, "items": c})) for w, c in zip(workers, chunks)]
@@ -98,8 +108,15 @@ class Controller:
         from videorl.train.data import Prompt
 
         worker = self.cluster.rollouts[rank % len(self.cluster.rollouts)]
-        message = wire.dumps({"split": split, "step": self.step, "ids": [s.id for s in samples], "seed": seed,
-                              "greedy": seed is None})
+        message = wire.dumps(
+            {
+                "split": split,
+                "step": self.step,
+                "ids": [s.id for s in samples],
+                "seed": seed,
+                "greedy": seed is None,
+            }
+        )
         reply = wire.loads(self._call("rollout", [(worker, "generate", message)])[0])
         _add_seconds(timer, reply["seconds"])
         prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
@@ -111,8 +128,15 @@ class Controller:
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
             prompts, outputs = self._generate(rank, "train", samples, seed, timer)
-            return finish_groups(self.config, prompts, outputs, self.scorer("train"), self.backend,
-                                 first_group=first_group, timer=timer)
+            return finish_groups(
+                self.config,
+                prompts,
+                outputs,
+                self.scorer("train"),
+                self.backend,
+                first_group=first_group,
+                timer=timer,
+            )
 
         return rollout
 
@@ -122,23 +146,35 @@ class Controller:
         from videorl.grpo import assign_advantages, collect_groups
 
         per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))
-        groups, extra = collect_groups(self.config, step, per_rank, self.data[rank], self._rollout(rank, timer), rank)
+        groups, extra = collect_groups(
+            self.config, step, per_rank, self.data[rank], self._rollout(rank, timer), rank
+        )
         return assign_advantages(self.config, groups), extra
 
     def _reference(self, shares: list[list[Trajectory]], timers: list[StageTimer]) -> None:
         """Split placement, KL on: each share's reference log-probs from a reference worker."""
         workers = self.cluster.references
-        calls = [(workers[r % len(workers)], "reference_logprobs",
-                  wire.dumps({"step": self.step, "items": _items(share)})) for r, share in enumerate(shares)]
+        calls = [
+            (
+                workers[r % len(workers)],
+                "reference_logprobs",
+                wire.dumps({"step": self.step, "items": _items(share)}),
+            )
+            for r, share in enumerate(shares)
+        ]
         for share, timer, reply in zip(shares, timers, self._call("reference forward", calls)):
             out = wire.loads(reply)
             _add_seconds(timer, out["seconds"])
             for t, logprobs in zip(share, out["logprobs"], strict=True):
                 t.ref_logprobs = logprobs
 
-    def _update(self, step: int, shares: list[list[Trajectory]], timers: list[StageTimer]) -> list[dict[str, float]]:
-        calls = [(a, "update", wire.dumps({"step": step, "items": _items(share)}))
-                 for a, share in zip(self.cluster.actors, shares)]
+    def _update(
+        self, step: int, shares: list[list[Trajectory]], timers: list[StageTimer]
+    ) -> list[dict[str, float]]:
+        calls = [
+            (a, "update", wire.dumps({"step": step, "items": _items(share)}))
+            for a, share in zip(self.cluster.actors, shares)
+        ]
         metrics = []
         for timer, reply in zip(timers, self._call("actor update", calls)):
             out = wire.loads(reply)
@@ -148,9 +184,13 @@ class Controller:
 
     def _sync_weights(self) -> float:
         """Split placement: publish the actor's weights, load them into every rollout engine; their bytes."""
-        published = self.cluster.call("weight sync", self.step, [(a, "publish_weights", ()) for a in self.cluster.actors])
+        published = self.cluster.call(
+            "weight sync", self.step, [(a, "publish_weights", ()) for a in self.cluster.actors]
+        )
         ref, size = published[0]
-        self.cluster.call("weight sync", self.step, [(w, "load_weights", (ref,)) for w in self.cluster.rollouts])
+        self.cluster.call(
+            "weight sync", self.step, [(w, "load_weights", (ref,)) for w in self.cluster.rollouts]
+        )
         return float(size)
 
     def _validate(self, rank: int) -> dict[str, float]:
@@ -190,10 +230,15 @@ class Controller:
         per_rank = []
         for r in ranks:
             timers[r].seconds["step"] = time.perf_counter() - step_start
-            per_rank.append({
-                **step_metrics(shares[r], canonical=self.canonical), **actor_metrics[r], **collected[r][1], **validation[r],
-                **{f"time/{k}": v for k, v in timers[r].seconds.items()},
-            })
+            per_rank.append(
+                {
+                    **step_metrics(shares[r], canonical=self.canonical),
+                    **actor_metrics[r],
+                    **collected[r][1],
+                    **validation[r],
+                    **{f"time/{k}": v for k, v in timers[r].seconds.items()},
+                }
+            )
         metrics = mean_over_ranks(per_rank)
         samples = max(1, config.data.rollout_batch_size)
         metrics["ray/sent_bytes_per_sample"] = self._bytes["sent"] / samples
@@ -203,7 +248,10 @@ class Controller:
         return metrics
 
     def run(
-        self, start: int, metrics_writer: MetricsWriter | None, progress: ProgressBar | None,
+        self,
+        start: int,
+        metrics_writer: MetricsWriter | None,
+        progress: ProgressBar | None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
     ) -> int:
         """Steps ``start + 1`` to ``trainer.max_steps``: log, report and checkpoint each; the last step."""
@@ -220,13 +268,20 @@ class Controller:
                 if metrics_writer is not None:
                     metrics_writer.log(step, metrics)
                 if progress is not None:
-                    progress.update(step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0))
+                    progress.update(
+                        step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0)
+                    )
                 if on_step is not None:
                     on_step(step, metrics)
                 if checkpoint_due(step, config.trainer.save_every, config.trainer.max_steps):
-                    self.cluster.call("checkpoint", step, [
-                        (a, "save_checkpoint", (step, self.data[r].state_dict())) for r, a in enumerate(self.cluster.actors)
-                    ])
+                    self.cluster.call(
+                        "checkpoint",
+                        step,
+                        [
+                            (a, "save_checkpoint", (step, self.data[r].state_dict()))
+                            for r, a in enumerate(self.cluster.actors)
+                        ],
+                    )
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # after a failure the workers are ended next
         return config.trainer.max_steps
@@ -260,27 +315,44 @@ def absolute_paths(config: TrainConfig) -> TrainConfig:
     if template is not None and not (template.endswith(".jinja") or Path(template).is_file()):
         template = None  # the name of a registered template, not a path
     data = replace(
-        d, train_files=[str(absolute(f)) for f in d.train_files], val_files=[str(absolute(f)) for f in d.val_files],
-        cache_dir=absolute(d.cache_dir), media_root=absolute(d.media_root),
+        d,
+        train_files=[str(absolute(f)) for f in d.train_files],
+        val_files=[str(absolute(f)) for f in d.val_files],
+        cache_dir=absolute(d.cache_dir),
+        media_root=absolute(d.media_root),
         prompt_template=absolute(template) if template is not None else d.prompt_template,
     )
     model_path = Path(config.model.path)
-    model = replace(config.model, path=str(model_path.absolute()) if model_path.exists() else config.model.path)
+    model = replace(
+        config.model, path=str(model_path.absolute()) if model_path.exists() else config.model.path
+    )
     resume = config.trainer.resume
     trainer = replace(config.trainer, resume=absolute(resume) if resume not in (None, "auto") else resume)
-    return replace(config, output_dir=str(absolute(config.output_dir)), data=data, model=model, trainer=trainer)
+    return replace(
+        config, output_dir=str(absolute(config.output_dir)), data=data, model=model, trainer=trainer
+    )
 
 
 def _items(share: Sequence[Trajectory]) -> list[list[Any]]:
     """A rank's trajectories for the actor and reference workers (they encode the prompts themselves)."""
     return [
-        [t.prompt.sample.id, t.group, wire.completion_out(t.completion), t.offline, t.advantage, t.ref_logprobs]
+        [
+            t.prompt.sample.id,
+            t.group,
+            wire.completion_out(t.completion),
+            t.offline,
+            t.advantage,
+            t.ref_logprobs,
+        ]
         for t in share
     ]
 
 
 def train_on_ray(
-    config: TrainConfig, plugins: Plugins, *, address: str | None = None,
+    config: TrainConfig,
+    plugins: Plugins,
+    *,
+    address: str | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> int:
     """Train as ``config`` says with a controller here and worker groups on Ray; the last step done.
@@ -308,8 +380,10 @@ def train_on_ray(
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     samples, val = load_datasets(config, rewards, make_encoder(config, backend, plugins))
-    data = [TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
-            for r in range(workers)]
+    data = [
+        TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
+        for r in range(workers)
+    ]
     start = 0
     if resume_from is not None:
         ckpt = checkpoints.load(resume_from)
@@ -326,7 +400,9 @@ def train_on_ray(
         cluster.start()
         atomic_write_text(out / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n")
         if resume_from is not None:
-            cluster.call(f"resuming from step {start}", 0, [(a, "resume", (str(resume_from),)) for a in cluster.actors])
+            cluster.call(
+                f"resuming from step {start}", 0, [(a, "resume", (str(resume_from),)) for a in cluster.actors]
+            )
         write_run_metadata(out, config, plugins)
         metrics_writer = MetricsWriter.for_run(out, config, plugins, start_step=start)
         if config.trainer.progress_bar:
@@ -338,7 +414,9 @@ def train_on_ray(
     except WorkerFailure as exc:
         latest = checkpoints.latest()
         if latest is None:
-            hint = "no checkpoint was written yet: start the run again" + ("" if exc.died else " once the cause is fixed")
+            hint = "no checkpoint was written yet: start the run again" + (
+                "" if exc.died else " once the cause is fixed"
+            )
         elif exc.died:
             hint = f"the last complete checkpoint is {latest}: continue the run with --resume auto"
         else:

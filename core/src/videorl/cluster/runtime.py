@@ -36,7 +36,9 @@ FAILURE_GRACE_S = 5.0  # after one call fails, how long to wait for the others (
 class WorkerFailure(VideorlError):
     """A worker died or raised; ``worker`` names it, ``died`` says whether its process is gone."""
 
-    def __init__(self, worker: WorkerHandle, stage: str, step: int, cause: BaseException, *, died: bool) -> None:
+    def __init__(
+        self, worker: WorkerHandle, stage: str, step: int, cause: BaseException, *, died: bool
+    ) -> None:
         where = f"{worker.name} ({'+'.join(worker.roles)}; pid {worker.pid} on {worker.node})"
         when = f"during {stage} of step {step}" if step else f"during {stage}"
         if died:
@@ -121,7 +123,9 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     )
     if os.environ.get("RAY_AUTH_MODE", "disabled") != cfg.auth:
         ray.shutdown()
-        raise ConfigError(f"ray.auth: asked for {cfg.auth!r}, but Ray started with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}")
+        raise ConfigError(
+            f"ray.auth: asked for {cfg.auth!r}, but Ray started with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}"
+        )
     return True
 
 
@@ -200,8 +204,10 @@ def _groups(config: TrainConfig) -> list[tuple[str, list[str], int, str]]:
     if r.placement == "colocated":
         groups = [("actor", ["actor", "rollout", *(["reference"] if kl else [])], r.actor_workers, "gpus")]
     else:
-        groups = [("actor", ["actor"], r.actor_workers, "gpus"),
-                  ("rollout", ["rollout"], r.rollout_workers or r.actor_workers, "rollout_gpus")]
+        groups = [
+            ("actor", ["actor"], r.actor_workers, "gpus"),
+            ("rollout", ["rollout"], r.rollout_workers or r.actor_workers, "rollout_gpus"),
+        ]
         if kl:
             groups.append(("reference", ["reference"], r.reference_workers or r.actor_workers, "gpus"))
     groups.append(("reward", ["reward"], r.reward_workers, "none"))
@@ -250,13 +256,21 @@ class Cluster:
         r = self.config.ray
         has_gpus = ray.cluster_resources().get("GPU", 0) > 0
         gpus = r.gpus_per_worker if r.gpus_per_worker is not None else (1.0 if has_gpus else 0.0)
-        devices = {"gpus": gpus, "rollout_gpus": r.rollout_gpus_per_worker if r.rollout_gpus_per_worker is not None
-                   else gpus, "none": 0.0}
+        devices = {
+            "gpus": gpus,
+            "rollout_gpus": r.rollout_gpus_per_worker if r.rollout_gpus_per_worker is not None else gpus,
+            "none": 0.0,
+        }
         remote = ray.remote(Worker)
         payload = config_to_dict(self.config)
         for group, roles, count, device_key in _groups(self.config):
-            bundle = {"CPU": r.cpus_per_worker, **({"GPU": devices[device_key]} if devices[device_key] else {})}
-            pg = placement_group([dict(bundle) for _ in range(count)], strategy="PACK", name=f"videorl-{group}")
+            bundle = {
+                "CPU": r.cpus_per_worker,
+                **({"GPU": devices[device_key]} if devices[device_key] else {}),
+            }
+            pg = placement_group(
+                [dict(bundle) for _ in range(count)], strategy="PACK", name=f"videorl-{group}"
+            )
             self._placement_groups.append(pg)
             try:
                 ray.get(pg.ready(), timeout=r.worker_start_timeout)
@@ -269,7 +283,10 @@ class Cluster:
             handles = []
             for i in range(count):
                 options = dict(
-                    num_cpus=r.cpus_per_worker, num_gpus=devices[device_key], max_restarts=0, max_task_retries=0,
+                    num_cpus=r.cpus_per_worker,
+                    num_gpus=devices[device_key],
+                    max_restarts=0,
+                    max_task_retries=0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
                 )
                 rank, world = (i, count) if group == "actor" else (i, 1)
@@ -277,23 +294,34 @@ class Cluster:
                 handles.append(WorkerHandle(f"{group}-{i}", roles, handle))
             self.groups[group] = handles
         everyone = [w for ws in self.groups.values() for w in ws]
-        started = self.call("worker start-up", 0, [(w, "describe", ()) for w in everyone], timeout=r.worker_start_timeout)
+        started = self.call(
+            "worker start-up", 0, [(w, "describe", ()) for w in everyone], timeout=r.worker_start_timeout
+        )
         for w, info in zip(everyone, started):
             w.pid, w.node, w.port, w.gpus = info["pid"], info["node"], info["port"], info["gpus"]
         master = self.actors[0]
         # The actor ranks meet on the loopback when they share a node, else at actor-0's node address.
         addr = "127.0.0.1" if all(w.node == master.node for w in self.actors) else master.node
-        self.call("model set-up", 0, [(w, "setup", (addr, master.port)) for w in everyone], timeout=r.worker_start_timeout)
+        self.call(
+            "model set-up",
+            0,
+            [(w, "setup", (addr, master.port)) for w in everyone],
+            timeout=r.worker_start_timeout,
+        )
 
     def workers(self) -> list[dict[str, Any]]:
         """Name, roles, pid, node and devices of every worker (written to the run directory)."""
         return [
             {"name": w.name, "roles": w.roles, "pid": w.pid, "node": w.node, "gpus": w.gpus}
-            for ws in self.groups.values() for w in ws
+            for ws in self.groups.values()
+            for w in ws
         ]
 
     def call(
-        self, stage: str, step: int, calls: Sequence[tuple[WorkerHandle, str, tuple[Any, ...]]],
+        self,
+        stage: str,
+        step: int,
+        calls: Sequence[tuple[WorkerHandle, str, tuple[Any, ...]]],
         timeout: float | None = None,
     ) -> list[Any]:
         """Run ``worker.method(*args)`` for each call at once; their results in order.
@@ -328,7 +356,9 @@ class Cluster:
                     failures.append((owner[ref], exc))
                     deadline = deadline or time.monotonic() + FAILURE_GRACE_S
         if failures:
-            died = [(w, e) for w, e in failures if isinstance(e, _actor_error_types()) and not _failed_to_start(e)]
+            died = [
+                (w, e) for w, e in failures if isinstance(e, _actor_error_types()) and not _failed_to_start(e)
+            ]
             worker, error = (died or failures)[0]
             raise WorkerFailure(worker, stage, step, error, died=bool(died))
         return [results[ref] for ref in refs]
@@ -341,8 +371,11 @@ class Cluster:
         everyone = [w for ws in self.groups.values() for w in ws]
         if everyone:
             with contextlib.suppress(Exception):  # the workers are killed next anyway
-                ray.wait([w.handle.close.remote() for w in everyone], num_returns=len(everyone),
-                         timeout=60 if clean else 10)
+                ray.wait(
+                    [w.handle.close.remote() for w in everyone],
+                    num_returns=len(everyone),
+                    timeout=60 if clean else 10,
+                )
         for w in everyone:
             ray.kill(w.handle, no_restart=True)
         for pg in self._placement_groups:

@@ -51,7 +51,9 @@ class Worker:
     """One process of a Ray run (a Ray actor). ``rank``/``world_size`` place an ``actor`` role among
     the FSDP ranks; :meth:`setup` builds the models once the controller knows the rendezvous."""
 
-    def __init__(self, config: dict[str, Any], roles: list[str], rank: int, world_size: int, disable: list[str]) -> None:
+    def __init__(
+        self, config: dict[str, Any], roles: list[str], rank: int, world_size: int, disable: list[str]
+    ) -> None:
         from pathlib import Path
 
         from videorl.config import DataConfig, TrainConfig, load_config
@@ -90,7 +92,12 @@ class Worker:
         with socket.socket() as s:
             s.bind(("", 0))
             port = s.getsockname()[1]
-        return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids(), "port": port}
+        return {
+            "pid": os.getpid(),
+            "node": ray.util.get_node_ip_address(),
+            "gpus": ray.get_gpu_ids(),
+            "port": port,
+        }
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Build this worker's roles; the ``actor`` ranks join one process group at ``master_addr``."""
@@ -112,15 +119,21 @@ class Worker:
         if "actor" in self.roles:
             os.environ.update(
                 # Ray gives each worker one GPU as device 0: one training process per "node" of one GPU.
-                RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
+                RANK=str(self.rank),
+                WORLD_SIZE=str(self.world_size),
+                LOCAL_RANK="0",
+                LOCAL_WORLD_SIZE="1",
+                MASTER_ADDR=master_addr,
+                MASTER_PORT=str(master_port),
             )
             self.dist = init_distributed()
             seed_everything(config.seed + self.rank)  # as a torchrun rank does
             with_reference = config.algorithm.use_kl_loss and "reference" in self.roles
             self.actor, _ = make_actor(config, self.backend, self.dist, reference=with_reference)
             if "rollout" in self.roles:
-                self.engine, self.engine_shares_actor = make_rank_engine(config, self.plugins, self.actor, self.dist)
+                self.engine, self.engine_shares_actor = make_rank_engine(
+                    config, self.plugins, self.actor, self.dist
+                )
         else:
             self.dist = Dist()
             seed_everything(config.seed + self.rank)
@@ -128,14 +141,22 @@ class Worker:
                 self.reference = load_reference(config, self.backend)
             if "rollout" in self.roles:
                 self.engine = make_engine(
-                    self.plugins, config.rollout.engine, self.backend, model_path=config.model.path,
-                    dtype=config.model.dtype, seed=config.seed + self.rank, options=config.rollout.engine_options,
-                    device=local_device(), max_model_len=max_model_len(config),
+                    self.plugins,
+                    config.rollout.engine,
+                    self.backend,
+                    model_path=config.model.path,
+                    dtype=config.model.dtype,
+                    seed=config.seed + self.rank,
+                    options=config.rollout.engine_options,
+                    device=local_device(),
+                    max_model_len=max_model_len(config),
                 )
         if "reward" in self.roles:
             from videorl.grpo import local_scorer
 
-            self.scorer = local_scorer(RewardRouter.from_registry(self.plugins.rewards, config.rewards), self.backend)
+            self.scorer = local_scorer(
+                RewardRouter.from_registry(self.plugins.rewards, config.rewards), self.backend
+            )
 
     def close(self) -> None:
         from videorl.train.distributed import close_distributed
@@ -174,7 +195,9 @@ class Worker:
         from videorl.grpo import Trajectory
 
         return [
-            Trajectory(prompts[sid], group, wire.completion_in(c), offline=offline, advantage=adv, ref_logprobs=ref)
+            Trajectory(
+                prompts[sid], group, wire.completion_in(c), offline=offline, advantage=adv, ref_logprobs=ref
+            )
             for sid, group, c, offline, adv, ref in items
         ]
 
@@ -191,16 +214,19 @@ class Worker:
         prompts = self._prompts(request["split"], request["ids"], request["step"])
         encoded = time.perf_counter()
         params = (
-            validation_params(self.config.rollout.max_response_length) if request["greedy"]
+            validation_params(self.config.rollout.max_response_length)
+            if request["greedy"]
             else sampling_params(self.config, seed=request["seed"])
         )
         ordered = [prompts[sid] for sid in request["ids"]]
         outputs = self.engine.generate([p.require_encoded() for p in ordered], params)
-        return wire.dumps({
-            "media": [wire.media_out(p.media) for p in ordered],
-            "completions": [[wire.completion_out(c) for c in group] for group in outputs],
-            "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
-        })
+        return wire.dumps(
+            {
+                "media": [wire.media_out(p.media) for p in ordered],
+                "completions": [[wire.completion_out(c) for c in group] for group in outputs],
+                "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
+            }
+        )
 
     def score(self, message: bytes) -> bytes:
         """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
@@ -211,8 +237,11 @@ class Worker:
         assert self.scorer is not None, "score() on a worker without the reward role"
         request = wire.loads(message)
         trajectories = [
-            Trajectory(Prompt(self._sample(request["split"], sid), None, wire.media_in(media)), 0,
-                       Completion(ids, [0.0] * len(ids), "stop"))
+            Trajectory(
+                Prompt(self._sample(request["split"], sid), None, wire.media_in(media)),
+                0,
+                Completion(ids, [0.0] * len(ids), "stop"),
+            )
             for sid, media, ids in request["items"]
         ]
         self.scorer(trajectories)
@@ -228,7 +257,9 @@ class Worker:
         start = time.perf_counter()
         prompts = self._prompts("train", [row[0] for row in request["items"]], request["step"])
         encoded = time.perf_counter()
-        logprobs = reference_logprobs(self.reference, self.backend, self._trajectories(request["items"], prompts), self.config)
+        logprobs = reference_logprobs(
+            self.reference, self.backend, self._trajectories(request["items"], prompts), self.config
+        )
         seconds = {"data": encoded - start, "reference": time.perf_counter() - encoded}
         return wire.dumps({"logprobs": logprobs, "seconds": seconds})
 

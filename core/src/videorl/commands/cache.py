@@ -31,23 +31,55 @@ def cache_group() -> None:
 
 def _decode_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--factor", type=click.IntRange(min=1), default=None,
-                     help="Patch × merge size of the model: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL/3.5 "
-                          "(default with --config or --model: the model's)."),
-        click.option("--temporal-patch-size", type=click.IntRange(min=1), default=2, show_default=True,
-                     help="Frames per temporal patch of the model; the frame count is a multiple of it."),
-        click.option("--fps", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
-                     help="Frames sampled per second of video."),
+        click.option(
+            "--factor",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Patch × merge size of the model: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL/3.5 "
+            "(default with --config or --model: the model's).",
+        ),
+        click.option(
+            "--temporal-patch-size",
+            type=click.IntRange(min=1),
+            default=2,
+            show_default=True,
+            help="Frames per temporal patch of the model; the frame count is a multiple of it.",
+        ),
+        click.option(
+            "--fps",
+            type=click.FloatRange(min=0, min_open=True),
+            default=2.0,
+            show_default=True,
+            help="Frames sampled per second of video.",
+        ),
         click.option("--max-frames", type=click.IntRange(min=1), default=128, show_default=True),
         click.option("--min-frames", type=click.IntRange(min=1), default=4, show_default=True),
-        click.option("--min-pixels", type=click.IntRange(min=0), default=3136, show_default=True,
-                     help="Least pixels per frame."),
-        click.option("--max-pixels", type=click.IntRange(min=1), default=262144, show_default=True,
-                     help="Most pixels per frame."),
-        click.option("--total-pixels", type=click.IntRange(min=1), default=None,
-                     help="Most pixels of a whole clip, counted per temporal patch."),
-        click.option("--interpolation", type=click.Choice(["bicubic", "bilinear", "area", "lanczos"]),
-                     default="bicubic", show_default=True),
+        click.option(
+            "--min-pixels",
+            type=click.IntRange(min=0),
+            default=3136,
+            show_default=True,
+            help="Least pixels per frame.",
+        ),
+        click.option(
+            "--max-pixels",
+            type=click.IntRange(min=1),
+            default=262144,
+            show_default=True,
+            help="Most pixels per frame.",
+        ),
+        click.option(
+            "--total-pixels",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Most pixels of a whole clip, counted per temporal patch.",
+        ),
+        click.option(
+            "--interpolation",
+            type=click.Choice(["bicubic", "bilinear", "area", "lanczos"]),
+            default="bicubic",
+            show_default=True,
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -58,8 +90,17 @@ def _params(kwargs: dict[str, Any]) -> DecodeParams:
     from videorl.errors import ConfigError
     from videorl.media import DecodeParams
 
-    names = ("factor", "temporal_patch_size", "fps", "max_frames", "min_frames", "min_pixels", "max_pixels",
-             "total_pixels", "interpolation")
+    names = (
+        "factor",
+        "temporal_patch_size",
+        "fps",
+        "max_frames",
+        "min_frames",
+        "min_pixels",
+        "max_pixels",
+        "total_pixels",
+        "interpolation",
+    )
     if kwargs.get("factor") is None:
         raise click.UsageError(
             "give --factor (28 for Qwen2/2.5-VL, 32 for Qwen3-VL/3.5), or --config CONFIG / --model DIR to "
@@ -81,7 +122,15 @@ class _Settings:
 
 
 #: the ``cache build`` flags a training config or model backend sets, by ``DecodeParams`` field
-_BUDGET_FLAGS = ("factor", "temporal_patch_size", "fps", "max_frames", "min_pixels", "max_pixels", "total_pixels")
+_BUDGET_FLAGS = (
+    "factor",
+    "temporal_patch_size",
+    "fps",
+    "max_frames",
+    "min_pixels",
+    "max_pixels",
+    "total_pixels",
+)
 
 
 def _build_settings(
@@ -119,7 +168,9 @@ def _build_settings(
 
             backend = backend_for_model(str(model_dir), plugins.model_backends)
             budget = backend.budget
-        params = DecodeParams.from_budget(budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size)
+        params = DecodeParams.from_budget(
+            budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size
+        )
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     ctx = click.get_current_context()
@@ -129,7 +180,9 @@ def _build_settings(
     return settings
 
 
-def _load_data(paths: Iterable[Path], media_root: Path | None, failures: list[dict[str, Any]]) -> list[Sample]:
+def _load_data(
+    paths: Iterable[Path], media_root: Path | None, failures: list[dict[str, Any]]
+) -> list[Sample]:
     """The samples of every DATA argument; invalid rows (``where``: their ``file:line``) and unreadable
     files become failure lines, and the valid rows of the same file are kept."""
     from videorl.data.loaders import RowError, load_samples
@@ -167,33 +220,83 @@ def _mb(n: int) -> str:
 
 @cache_group.command("build")
 @click.argument("data", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The cache root (created if absent; default with --config: its data.cache_dir).")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A training config: its model's factor and the video budget training uses, its datasets "
-                   "(when no DATA is given), cache_dir and media_root. Flags given explicitly win.")
-@click.option("--model", "model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="A model directory: the factor and the default video budget of its family's backend.")
-@click.option("--verify", "verify", is_flag=True,
-              help="Read every entry already present in full (frames and checksum) and rebuild damaged ones; "
-                   "without it their header and key are checked.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The cache root (created if absent; default with --config: its data.cache_dir).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A training config: its model's factor and the video budget training uses, its datasets "
+    "(when no DATA is given), cache_dir and media_root. Flags given explicitly win.",
+)
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="A model directory: the factor and the default video budget of its family's backend.",
+)
+@click.option(
+    "--verify",
+    "verify",
+    is_flag=True,
+    help="Read every entry already present in full (frames and checksum) and rebuild damaged ones; "
+    "without it their header and key are checked.",
+)
 @_decode_options
-@click.option("--media-root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder that relative media paths are resolved against (default: each dataset's folder).")
-@click.option("--workers", type=click.IntRange(min=1), default=_DEFAULT_WORKERS, show_default=True,
-              help="Decoding processes.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Decoder threads per worker (default: CPU cores / workers).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds allowed per video; a slower one is killed and reported.")
-@click.option("--failures", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Failure report (JSONL: sample, video, reason). Default: CACHE_DIR/build-failures.jsonl.")
+@click.option(
+    "--media-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder that relative media paths are resolved against (default: each dataset's folder).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=_DEFAULT_WORKERS,
+    show_default=True,
+    help="Decoding processes.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Decoder threads per worker (default: CPU cores / workers).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds allowed per video; a slower one is killed and reported.",
+)
+@click.option(
+    "--failures",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Failure report (JSONL: sample, video, reason). Default: CACHE_DIR/build-failures.jsonl.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.pass_obj
 def build_command(
-    plugins: Plugins, data: tuple[Path, ...], cache_dir: Path | None, config_file: Path | None,
-    model_dir: Path | None, verify: bool, media_root: Path | None, workers: int, threads: int | None,
-    timeout: float, failures: Path | None, quiet: bool, **decode: Any,
+    plugins: Plugins,
+    data: tuple[Path, ...],
+    cache_dir: Path | None,
+    config_file: Path | None,
+    model_dir: Path | None,
+    verify: bool,
+    media_root: Path | None,
+    workers: int,
+    threads: int | None,
+    timeout: float,
+    failures: Path | None,
+    quiet: bool,
+    **decode: Any,
 ) -> None:
     """Decode, sample and resize every video of DATA into the cache.
 
@@ -227,12 +330,27 @@ def build_command(
         for video in sample.videos:
             users.setdefault(video, []).append(sample)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    report = build_cache(users, params, cache_dir, workers=workers, timeout=timeout, threads=threads,
-                         progress=not quiet, verify=verify)
+    report = build_cache(
+        users,
+        params,
+        cache_dir,
+        workers=workers,
+        timeout=timeout,
+        threads=threads,
+        progress=not quiet,
+        verify=verify,
+    )
     for failure in report.failures:
         for sample in users.get(failure.video, []):
-            failed.append({"sample": sample.id, "where": sample.origin, "video": failure.video,
-                           "reason": failure.reason, "stage": failure.stage})
+            failed.append(
+                {
+                    "sample": sample.id,
+                    "where": sample.origin,
+                    "video": failure.video,
+                    "reason": failure.reason,
+                    "stage": failure.stage,
+                }
+            )
     report_path = failures or cache_dir / "build-failures.jsonl"
     not_written = _write_report(report_path, failed)
     click.echo(
@@ -254,7 +372,9 @@ def build_command(
 
 @cache_group.command("verify")
 @click.argument("cache_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--delete-bad", is_flag=True, help="Delete corrupt entries and temporary files left by killed writers.")
+@click.option(
+    "--delete-bad", is_flag=True, help="Delete corrupt entries and temporary files left by killed writers."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool) -> None:
@@ -286,9 +406,14 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
             Path(item["entry"]).unlink(missing_ok=True)
         for tmp in temps:
             tmp.unlink(missing_ok=True)
-    result = {"entries": len(paths), "ok": len(paths) - len(bad), "corrupt": bad,
-              "temp_files": [str(t) for t in temps], "links_not_followed": [str(p) for p in links],
-              "deleted": delete_bad}
+    result = {
+        "entries": len(paths),
+        "ok": len(paths) - len(bad),
+        "corrupt": bad,
+        "temp_files": [str(t) for t in temps],
+        "links_not_followed": [str(p) for p in links],
+        "deleted": delete_bad,
+    }
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -299,8 +424,10 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
         for link in links:
             click.echo(f"LINK {link} (a symbolic link; not followed, not checked)")
         action = "; deleted" if delete_bad and (bad or temps) else ""
-        click.echo(f"{len(paths) - len(bad)} of {len(paths)} entries OK, {len(bad)} corrupt, "
-                   f"{len(temps)} temporary files{action}")
+        click.echo(
+            f"{len(paths) - len(bad)} of {len(paths)} entries OK, {len(bad)} corrupt, "
+            f"{len(temps)} temporary files{action}"
+        )
     if bad:
         raise SystemExit(1)
 
@@ -325,7 +452,9 @@ def stats_command(cache_dir: Path, as_json: bool) -> None:
             unreadable += 1
             continue
         sources.add(info.source["sha256"])
-        group = groups.setdefault(info.params.to_json(), {"params": info.params.to_dict(), "entries": 0, "bytes": 0, "frames": 0})
+        group = groups.setdefault(
+            info.params.to_json(), {"params": info.params.to_dict(), "entries": 0, "bytes": 0, "frames": 0}
+        )
         group["entries"] += 1
         group["bytes"] += size
         group["frames"] += info.metadata.num_frames
@@ -344,26 +473,42 @@ def stats_command(cache_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    click.echo(f"{cache_dir}: {summary['entries']} entries of {len(sources)} videos, {_mb(total)}"
-               + (f", {unreadable} unreadable" if unreadable else "") + (f", {len(temps)} temporary files" if temps else "")
-               + (f", {len(links)} symbolic links (not followed)" if links else ""))
+    click.echo(
+        f"{cache_dir}: {summary['entries']} entries of {len(sources)} videos, {_mb(total)}"
+        + (f", {unreadable} unreadable" if unreadable else "")
+        + (f", {len(temps)} temporary files" if temps else "")
+        + (f", {len(links)} symbolic links (not followed)" if links else "")
+    )
     for g in summary["by_params"]:
         p = g["params"]
         budget = f"fps {p['fps']:g}, ≤{p['max_frames']} frames, {p['min_pixels']}–{p['max_pixels']} px/frame"
         budget += f", total {p['total_pixels']}" if p["total_pixels"] else ""
-        click.echo(f"  {g['entries']:>7} entries  {_mb(g['bytes']):>12}  {g['frames']:>9} frames  "
-                   f"factor {p['factor']}, tps {p['temporal_patch_size']}, {budget}, {p['interpolation']}")
+        click.echo(
+            f"  {g['entries']:>7} entries  {_mb(g['bytes']):>12}  {g['frames']:>9} frames  "
+            f"factor {p['factor']}, tps {p['temporal_patch_size']}, {budget}, {p['interpolation']}"
+        )
 
 
 @cache_group.command("gc")
 @click.argument("cache_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("more", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--keep", "keep", multiple=True, type=click.Path(path_type=Path),
-              help="A dataset (or video list, video, folder) whose videos' entries are kept; repeatable.")
-@click.option("--media-root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder that relative media paths are resolved against.")
+@click.option(
+    "--keep",
+    "keep",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A dataset (or video list, video, folder) whose videos' entries are kept; repeatable.",
+)
+@click.option(
+    "--media-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder that relative media paths are resolved against.",
+)
 @click.option("--dry-run", is_flag=True, help="Only print what would be deleted.")
-def gc_command(cache_dir: Path, more: tuple[Path, ...], keep: tuple[Path, ...], media_root: Path | None, dry_run: bool) -> None:
+def gc_command(
+    cache_dir: Path, more: tuple[Path, ...], keep: tuple[Path, ...], media_root: Path | None, dry_run: bool
+) -> None:
     """Delete entries of videos that none of the --keep datasets refers to (any parameters), and
     temporary files left by killed writers. `videorl cache gc DIR --keep a.jsonl b.jsonl`. Symbolic
     links in the cache are never followed (nothing outside the cache is deleted)."""
@@ -403,10 +548,16 @@ def gc_command(cache_dir: Path, more: tuple[Path, ...], keep: tuple[Path, ...], 
             path.unlink(missing_ok=True)
     entries = sum(1 for p in doomed if p.suffix == ".safetensors" and not p.name.startswith("."))
     verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{verb} {entries} entries and {len(doomed) - entries} other files ({_mb(freed)}); "
-               f"kept the entries of {len(kept)} videos")
+    click.echo(
+        f"{verb} {entries} entries and {len(doomed) - entries} other files ({_mb(freed)}); "
+        f"kept the entries of {len(kept)} videos"
+    )
     if unknown:
-        click.echo(f"warning: {unknown} videos of the --keep datasets are missing and were never cached", err=True)
+        click.echo(
+            f"warning: {unknown} videos of the --keep datasets are missing and were never cached", err=True
+        )
     links = cache.links()
     if links:
-        click.echo(f"note: {len(links)} symbolic links in the cache were not followed (e.g. {links[0]})", err=True)
+        click.echo(
+            f"note: {len(links)} symbolic links in the cache were not followed (e.g. {links[0]})", err=True
+        )

@@ -17,7 +17,9 @@ def resolve_checkpoint(source: Path) -> Path:
     if (source / CHECKPOINT_DIR).is_dir() or (source / "config.yaml").is_file():
         latest = CheckpointManager(source / CHECKPOINT_DIR).latest_valid()
         if latest is None:
-            raise CheckpointError(f"{source} holds no complete checkpoint (looked in {source / CHECKPOINT_DIR})")
+            raise CheckpointError(
+                f"{source} holds no complete checkpoint (looked in {source / CHECKPOINT_DIR})"
+            )
         return latest
     CheckpointManager(source.parent).load(source)  # a complete checkpoint, or an error naming what is wrong
     return source
@@ -38,12 +40,21 @@ def base_model_of(checkpoint: Path) -> Path:
 
 
 @click.command("export")
-@click.argument("source", metavar="RUN_OR_CHECKPOINT", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "source", metavar="RUN_OR_CHECKPOINT", type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
 @click.argument("out_dir", metavar="OUT_DIR", type=click.Path(path_type=Path))
-@click.option("--base-model", default=None, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="The model the run started from (default: model.path of the run's config.yaml).")
-@click.option("--overwrite", is_flag=True,
-              help="Replace OUT_DIR if it is an earlier export (never the run, the base model or another folder).")
+@click.option(
+    "--base-model",
+    default=None,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The model the run started from (default: model.path of the run's config.yaml).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace OUT_DIR if it is an earlier export (never the run, the base model or another folder).",
+)
 def export_command(source: Path, out_dir: Path, base_model: Path | None, overwrite: bool) -> None:
     """Write the policy of a checkpoint (or of a run's latest undamaged checkpoint) to OUT_DIR as a plain
     HF model directory: the base model's config, tokenizer and processor with the trained weights,

@@ -19,19 +19,48 @@ if TYPE_CHECKING:
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--model", "model", required=True, metavar="DIR", help="The base model directory.")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the kept rows (JSONL).")
-@click.option("--k", "k", default=8, show_default=True, type=click.IntRange(min=2), help="Rollouts per sample.")
-@click.option("--engine", default=None, metavar="NAME", help="Rollout engine (hf, vllm; default: the config's).")
-@click.option("--cache-dir", default=None, metavar="DIR", help="Frame cache of the videos (videorl cache build).")
-@click.option("--config", "config_file", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="A training config whose data, rollout and rewards settings to use.")
-@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Prompts generated together.")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the kept rows (JSONL).",
+)
+@click.option(
+    "--k", "k", default=8, show_default=True, type=click.IntRange(min=2), help="Rollouts per sample."
+)
+@click.option(
+    "--engine", default=None, metavar="NAME", help="Rollout engine (hf, vllm; default: the config's)."
+)
+@click.option(
+    "--cache-dir", default=None, metavar="DIR", help="Frame cache of the videos (videorl cache build)."
+)
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A training config whose data, rollout and rewards settings to use.",
+)
+@click.option(
+    "--batch-size",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Prompts generated together.",
+)
 @click.pass_obj
 def filter_command(
-    plugins: Plugins, data: Path, overrides: tuple[str, ...], model: str, out: Path, k: int,
-    engine: str | None, cache_dir: str | None, config_file: str | None, batch_size: int,
+    plugins: Plugins,
+    data: Path,
+    overrides: tuple[str, ...],
+    model: str,
+    out: Path,
+    k: int,
+    engine: str | None,
+    cache_dir: str | None,
+    config_file: str | None,
+    batch_size: int,
 ) -> None:
     """Score DATA with K rollouts per sample of the model in DIR; write to OUT the rows whose pass
     rate is strictly between 0 and 1, in DATA's schema with a `pass_rate` field.
@@ -86,13 +115,25 @@ def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_siz
     if done:
         click.echo(f"continuing: {done} of {len(samples)} samples already scored ({progress})")
     engine = make_engine(
-        plugins, config.rollout.engine, backend, model_path=config.model.path, dtype=config.model.dtype,
-        seed=config.seed, options=config.rollout.engine_options, device=local_device(),
+        plugins,
+        config.rollout.engine,
+        backend,
+        model_path=config.model.path,
+        dtype=config.model.dtype,
+        seed=config.seed,
+        options=config.rollout.engine_options,
+        device=local_device(),
     )
     try:
         rates = score_pass_rates(
-            samples, make_encoder(config, backend, plugins), engine, rewards, backend,
-            sampling_params(config, seed=config.seed), progress, batch_size=batch_size,
+            samples,
+            make_encoder(config, backend, plugins),
+            engine,
+            rewards,
+            backend,
+            sampling_params(config, seed=config.seed),
+            progress,
+            batch_size=batch_size,
         )
     finally:
         engine.close()

@@ -25,13 +25,20 @@ def _table(title: str, values: dict[str, Any], unit: str = "GB") -> list[str]:
 @click.command("plan", context_settings={"ignore_unknown_options": True})
 @click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
-@click.option("--gpus", type=int, required=True, help="GPUs of the run (the FSDP ranks, colocated with the engines).")
+@click.option(
+    "--gpus", type=int, required=True, help="GPUs of the run (the FSDP ranks, colocated with the engines)."
+)
 @click.option("--gpu-memory", type=float, required=True, help="Memory of one GPU, in GB (10^9 bytes).")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes the GPUs are spread over.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
 @click.pass_obj
 def plan_command(
-    plugins: Plugins, config_file: str, overrides: tuple[str, ...], gpus: int, gpu_memory: float, nodes: int,
+    plugins: Plugins,
+    config_file: str,
+    overrides: tuple[str, ...],
+    gpus: int,
+    gpu_memory: float,
+    nodes: int,
     as_json: bool,
 ) -> None:
     """Estimate the memory a colocated run of CONFIG needs per GPU and per node, and say what does not fit.
@@ -55,13 +62,24 @@ def plan_command(
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"parameters": shape.parameters, "sequence": result.sequence, "update": result.update,
-                               "rollout": result.rollout, "host_per_node": result.host_per_node,
-                               "findings": result.findings}))
+        click.echo(
+            json.dumps(
+                {
+                    "parameters": shape.parameters,
+                    "sequence": result.sequence,
+                    "update": result.update,
+                    "rollout": result.rollout,
+                    "host_per_node": result.host_per_node,
+                    "findings": result.findings,
+                }
+            )
+        )
         return
-    lines = [f"{config.model.path}: {shape.parameters / 1e9:.2f} B parameters ({shape.vision_parameters / 1e9:.2f} B "
-             f"vision); {gpus} GPU(s) of {gpu_memory:g} GB on {nodes} node(s)",
-             f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual) + {seq['response']:,} response"]
+    lines = [
+        f"{config.model.path}: {shape.parameters / 1e9:.2f} B parameters ({shape.vision_parameters / 1e9:.2f} B "
+        f"vision); {gpus} GPU(s) of {gpu_memory:g} GB on {nodes} node(s)",
+        f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual) + {seq['response']:,} response",
+    ]
     lines += _table("update phase, per GPU", result.update)
     lines += _table("rollout phase, per GPU", result.rollout)
     lines += _table("host memory, per node", result.host_per_node)

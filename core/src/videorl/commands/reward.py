@@ -121,7 +121,9 @@ def _pack(out: RewardOutput | None) -> Scored:
     return out.score, dict(out.parts), out.error
 
 
-def _score_in_worker(specs: Sequence[RewardSpec], config: RewardConfig, inputs: list[RewardInput]) -> list[Scored]:
+def _score_in_worker(
+    specs: Sequence[RewardSpec], config: RewardConfig, inputs: list[RewardInput]
+) -> list[Scored]:
     global _worker_router
     if _worker_router is None:
         _worker_router = _rebuild_router(specs, config)

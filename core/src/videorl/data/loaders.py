@@ -36,8 +36,21 @@ LIST_EXTENSIONS = frozenset({".txt", ".lst"})
 
 _PROBLEM_KEYS = ("problem", "prompt", "question")
 _CONSUMED = frozenset(
-    {*_PROBLEM_KEYS, *GROUND_TRUTH_KEYS, *ID_KEYS, "data_type", "problem_type", "options", "videos",
-     "video", "images", "image", "path", "has_offline_trajectory", "offline_output"}
+    {
+        *_PROBLEM_KEYS,
+        *GROUND_TRUTH_KEYS,
+        *ID_KEYS,
+        "data_type",
+        "problem_type",
+        "options",
+        "videos",
+        "video",
+        "images",
+        "image",
+        "path",
+        "has_offline_trajectory",
+        "offline_output",
+    }
 )
 
 
@@ -75,7 +88,9 @@ def _iter_json_array(text: str, where: str) -> Iterator[tuple[int, Any]]:
         i = end
 
 
-def read_rows(path: str | os.PathLike[str], errors: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
+def read_rows(
+    path: str | os.PathLike[str], errors: list[DataError] | None = None
+) -> Iterator[tuple[int, Any]]:
     """``(line, row)`` for each row of a JSON array, JSON-lines, Parquet or Arrow file (numbers from 1;
     a columnar row's null fields left out). With an ``errors`` list, a JSON-lines line that is not valid
     JSON is collected there and skipped. Another suffix is an error listing the formats read."""
@@ -160,7 +175,9 @@ def parse_row(
     that is only scored may leave out the question and its media files.
     """
     if isinstance(row, str):  # a JSON list of video paths
-        return Sample(id=default_id, data_type="video", problem="", videos=[_resolve(row, media_root)], origin=where)
+        return Sample(
+            id=default_id, data_type="video", problem="", videos=[_resolve(row, media_root)], origin=where
+        )
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
     _, raw_id = _first(row, ID_KEYS)
@@ -176,7 +193,9 @@ def parse_row(
         raise DataError(f"{where}: {key!r} must be a string, got {type(problem).__name__}")
     answer_key, answer = _first(row, GROUND_TRUTH_KEYS)
     if require_answer and (answer_key is None or answer is None or answer == "") and not row.get("tests"):
-        raise DataError(f"{where}: missing the ground truth ('answer' in EasyVideoR1 rows, 'solution' in Video-R1 rows)")
+        raise DataError(
+            f"{where}: missing the ground truth ('answer' in EasyVideoR1 rows, 'solution' in Video-R1 rows)"
+        )
 
     videos = _paths(row, ("videos", "video"), where)
     images = _paths(row, ("images", "image"), where)
@@ -200,7 +219,9 @@ def parse_row(
         hint = f"; known: {', '.join(known)}" if known else ""
         raise DataError(f"{where}: unknown problem_type {problem_type!r} (no reward handles it){hint}")
     options = row.get("options")
-    if options is not None and (not isinstance(options, list) or not all(isinstance(o, str) for o in options)):
+    if options is not None and (
+        not isinstance(options, list) or not all(isinstance(o, str) for o in options)
+    ):
         raise DataError(f"{where}: options must be a list of strings, got {options!r:.80}")
 
     offline = row.get("offline_output")
@@ -252,15 +273,31 @@ def load_samples(
     dataset = dataset_files(path, VIDEO_EXTENSIONS) if path.is_dir() else (path.absolute().parent, [path])
     if dataset is None:
         found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS and p.is_file())
-        return [Sample(id=str(p.relative_to(path)), data_type="video", problem="", videos=[str(p.absolute())], origin=str(p)) for p in found]
+        return [
+            Sample(
+                id=str(p.relative_to(path)),
+                data_type="video",
+                problem="",
+                videos=[str(p.absolute())],
+                origin=str(p),
+            )
+            for p in found
+        ]
     if path.suffix.lower() in VIDEO_EXTENSIONS:
-        return [Sample(id=path.name, data_type="video", problem="", videos=[os.path.abspath(path)], origin=str(path))]
+        return [
+            Sample(
+                id=path.name, data_type="video", problem="", videos=[os.path.abspath(path)], origin=str(path)
+            )
+        ]
     base, files = dataset
     root = Path(media_root) if media_root is not None else base.absolute()
     if path.suffix.lower() in LIST_EXTENSIONS:
         if not path.is_file():
             raise DataError(f"{path}: video list not found")
-        return [Sample(id=where, data_type="video", problem="", videos=[video], origin=where) for where, video in _video_list(path, root)]
+        return [
+            Sample(id=where, data_type="video", problem="", videos=[video], origin=where)
+            for where, video in _video_list(path, root)
+        ]
 
     samples: list[Sample] = []
     seen: dict[str, str] = {}
@@ -269,11 +306,17 @@ def load_samples(
             where = f"{file}:{line}"
             try:
                 sample = parse_row(
-                    row, where, media_root=root, default_id=f"{file.stem}:{number}",
-                    problem_types=problem_types, require_answer=require_answer,
+                    row,
+                    where,
+                    media_root=root,
+                    default_id=f"{file.stem}:{number}",
+                    problem_types=problem_types,
+                    require_answer=require_answer,
                 )
                 if sample.id in seen:
-                    raise DataError(f"{where}: duplicate sample id {sample.id!r} (first at {seen[sample.id]})")
+                    raise DataError(
+                        f"{where}: duplicate sample id {sample.id!r} (first at {seen[sample.id]})"
+                    )
             except DataError as exc:
                 if errors is None:
                     raise

@@ -53,7 +53,9 @@ def _parse(record: Any, where: str) -> Prediction:
         )
     judge = record.get("judge_score")
     if judge is not None and (
-        isinstance(judge, bool) or not isinstance(judge, (int, float)) or not 0.0 <= judge <= 1.0
+        isinstance(judge, bool)
+        or not isinstance(judge, (int, float))
+        or not 0.0 <= judge <= 1.0
         or math.isnan(judge)
     ):
         raise DataError(f"{where}: 'judge_score' of {sample_id!r} must be a number in [0, 1]")
@@ -77,7 +79,9 @@ def read_predictions(path: Path | str) -> dict[str, Prediction]:
         except json.JSONDecodeError as exc:
             if number == len(lines) and not text.endswith("\n"):
                 continue  # torn final write of a killed run: that sample is simply not done
-            raise DataError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object") from exc
+            raise DataError(
+                f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object"
+            ) from exc
         prediction = _parse(record, where)
         out[prediction.id] = prediction
     return out

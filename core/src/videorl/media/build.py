@@ -103,8 +103,10 @@ def build_cache(
                         report.refs[path] = MediaRef(path, key)
                 else:
                     stage = "decode" if result.stage == "task" else result.stage
-                    report.failures.extend(BuildFailure(path, _as_seen_from(result.value, group[0], path), stage)
-                                           for path in group)
+                    report.failures.extend(
+                        BuildFailure(path, _as_seen_from(result.value, group[0], path), stage)
+                        for path in group
+                    )
                 bar.update()
     report.failures.sort(key=lambda f: f.video)
     report.seconds = time.monotonic() - start

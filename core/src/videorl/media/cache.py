@@ -349,7 +349,9 @@ class MediaCache:
         own = self.entry_path(cache_key(fp.sha256, params))
         others = [p for p in self.entries_for_source(fp.sha256) if p != own]
         if others and (self.strict_params or self.mode == "preprocessed_only"):
-            diffs = [{k: v for k, v in d.items() if k not in RANGE_FIELDS} for d in _differences(others, params)]
+            diffs = [
+                {k: v for k, v in d.items() if k not in RANGE_FIELDS} for d in _differences(others, params)
+            ]
             if all(diffs):  # an entry differing in its time range alone has this run's budget
                 raise self._mismatch(fp.path, diffs, params)
         if self.mode != "preprocessed_only":
@@ -370,7 +372,9 @@ class MediaCache:
             f"source mode is preprocessed_only. {how}"
         )
 
-    def _mismatch(self, source: str, diffs: list[dict[str, tuple[Any, Any]]], params: DecodeParams) -> ParamsMismatchError:
+    def _mismatch(
+        self, source: str, diffs: list[dict[str, tuple[Any, Any]]], params: DecodeParams
+    ) -> ParamsMismatchError:
         """The error for a source cached only with other parameters; ``diffs`` are the readable entries'
         :meth:`DecodeParams.differences` from ``params`` (none: only damaged entries)."""
         if not diffs:
@@ -379,7 +383,9 @@ class MediaCache:
                 f"remove them with: videorl cache verify {self.root} --delete-bad"
             )
         best = min(diffs, key=len)
-        what = ", ".join(f"{k}={cached!r} (this run: {wanted!r})" for k, (cached, wanted) in sorted(best.items()))
+        what = ", ".join(
+            f"{k}={cached!r} (this run: {wanted!r})" for k, (cached, wanted) in sorted(best.items())
+        )
         return ParamsMismatchError(
             f"{source}: the cache {self.root} holds this video only for other decoding parameters: {what}. "
             f"Build entries for this run's parameters (videorl cache build ... {_cli_flags(params)}) or "
@@ -392,19 +398,25 @@ class MediaCache:
 
     # --- loading --------------------------------------------------------------------------------
 
-    def load(self, ref: MediaRef | str | os.PathLike[str], params: DecodeParams) -> tuple[torch.Tensor, VideoMetadata]:
+    def load(
+        self, ref: MediaRef | str | os.PathLike[str], params: DecodeParams
+    ) -> tuple[torch.Tensor, VideoMetadata]:
         """uint8 frames ``T×3×H×W`` (a torch tensor mapping the entry) and their metadata."""
         import torch
 
         frames, meta = self._load(ref, params, "pt")
         return (torch.from_numpy(frames) if isinstance(frames, np.ndarray) else frames), meta
 
-    def load_numpy(self, ref: MediaRef | str | os.PathLike[str], params: DecodeParams) -> tuple[np.ndarray, VideoMetadata]:
+    def load_numpy(
+        self, ref: MediaRef | str | os.PathLike[str], params: DecodeParams
+    ) -> tuple[np.ndarray, VideoMetadata]:
         """As :meth:`load`, as a numpy array (a copy; no torch needed)."""
         frames, meta = self._load(ref, params, "numpy")
         return frames, meta
 
-    def _load(self, ref: MediaRef | str | os.PathLike[str], params: DecodeParams, framework: Literal["pt", "numpy"]) -> tuple[Any, VideoMetadata]:
+    def _load(
+        self, ref: MediaRef | str | os.PathLike[str], params: DecodeParams, framework: Literal["pt", "numpy"]
+    ) -> tuple[Any, VideoMetadata]:
         if not isinstance(ref, MediaRef):
             ref = self.resolve(ref, params)
         if self.mode == "realtime_only" or ref.key is None:
@@ -447,7 +459,12 @@ class MediaCache:
         return ref
 
     def build(
-        self, source: str | os.PathLike[str], params: DecodeParams, *, check: bool = False, verify: bool = False
+        self,
+        source: str | os.PathLike[str],
+        params: DecodeParams,
+        *,
+        check: bool = False,
+        verify: bool = False,
     ) -> tuple[MediaRef, bool]:
         """Ensure the entry for ``source`` exists; return its reference and whether it was decoded now.
 
@@ -456,7 +473,9 @@ class MediaCache:
         entry is rebuilt. Otherwise existence suffices. Loads check the full checksum every time.
         """
         if self.mode != "prefer_preprocessed":
-            raise ConfigError(f"source mode {self.mode} does not build cache entries (prefer_preprocessed does)")
+            raise ConfigError(
+                f"source mode {self.mode} does not build cache entries (prefer_preprocessed does)"
+            )
         fp = self.fingerprint(source)
         key = cache_key(fp.sha256, params)
         path = self.entry_path(key)
@@ -479,7 +498,9 @@ class MediaCache:
         note.unlink(missing_ok=True)
         return MediaRef(fp.path, key), True
 
-    def write(self, key: str, frames: np.ndarray, meta: VideoMetadata, params: DecodeParams, fp: SourceFingerprint) -> Path:
+    def write(
+        self, key: str, frames: np.ndarray, meta: VideoMetadata, params: DecodeParams, fp: SourceFingerprint
+    ) -> Path:
         """Store an entry atomically (temporary file, fsync, rename) and return its path."""
         from safetensors.numpy import save_file
 

@@ -128,7 +128,9 @@ def index_video(container: Any, stream: Any, path: Path) -> VideoIndex:
     keyframes = np.flatnonzero(np.fromiter((r[1] for r in rows), dtype=bool, count=len(rows)))
     # the last frame lasts as long as the typical frame (containers disagree on its own duration)
     last = int(np.median(np.diff(pts))) if len(rows) > 1 else tick
-    return VideoIndex(pts=pts, keyframes=keyframes, time_base=Fraction(time_base), frame_ticks=last, seekable=timed)
+    return VideoIndex(
+        pts=pts, keyframes=keyframes, time_base=Fraction(time_base), frame_ticks=last, seekable=timed
+    )
 
 
 def _rotated(rotation: int) -> int:
@@ -181,7 +183,9 @@ def _decode_selected(
     return slot
 
 
-def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads: int = 0) -> tuple[np.ndarray, VideoMetadata]:
+def decode_video(
+    path: str | os.PathLike[str], params: DecodeParams, *, threads: int = 0
+) -> tuple[np.ndarray, VideoMetadata]:
     """Sample and resize a video: uint8 frames ``T×3×H×W`` and the :class:`VideoMetadata`.
 
     With a time range (``params.start``/``end``) only the frames shown during it are sampled, as a
@@ -259,7 +263,9 @@ def decode_video(path: str | os.PathLike[str], params: DecodeParams, *, threads:
     return out, meta
 
 
-def _fit(path: str | os.PathLike[str], height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+def _fit(
+    path: str | os.PathLike[str], height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
     """:func:`fit_to_budget`, with the file named when the frame cannot be sized (its aspect ratio)."""
     try:
         return fit_to_budget(height, width, factor=factor, min_pixels=min_pixels, max_pixels=max_pixels)

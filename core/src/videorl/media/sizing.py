@@ -28,7 +28,9 @@ def ceil_by(value: float, factor: int) -> int:
     return math.ceil(value / factor) * factor
 
 
-def fit_to_budget(height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+def fit_to_budget(
+    height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
     """``(height, width)``: multiples of ``factor``, aspect ratio kept, area within the budget.
 
     The area never exceeds ``max_pixels``: where the short side would fall below ``factor`` (a very
@@ -58,7 +60,9 @@ def fit_to_budget(height: int, width: int, *, factor: int, min_pixels: int, max_
     return h, w
 
 
-def frame_pixel_cap(num_frames: int, *, min_pixels: int, max_pixels: int, total_pixels: int | None, temporal_patch_size: int) -> int:
+def frame_pixel_cap(
+    num_frames: int, *, min_pixels: int, max_pixels: int, total_pixels: int | None, temporal_patch_size: int
+) -> int:
     """The per-frame ``max_pixels`` once ``total_pixels`` (per temporal patch) is shared by the frames."""
     if total_pixels is None:
         return max_pixels

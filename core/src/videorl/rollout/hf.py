@@ -46,7 +46,9 @@ class _ChosenLogprobs:
 
         self._take(new_tokens[:, -1])
         if len(self.steps) != new_tokens.shape[1]:
-            raise RuntimeError(f"hf engine: {len(self.steps)} forward passes for {new_tokens.shape[1]} new tokens")
+            raise RuntimeError(
+                f"hf engine: {len(self.steps)} forward passes for {new_tokens.shape[1]} new tokens"
+            )
         return torch.stack(self.steps, dim=1)
 
 
@@ -97,7 +99,9 @@ class HFEngine:
             self.model.train(was_training)
         return out
 
-    def _generate_chunk(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
+    def _generate_chunk(
+        self, prompts: Sequence[EncodedPrompt], params: SamplingParams
+    ) -> list[list[Completion]]:
         import torch
 
         repeated = [p for p in prompts for _ in range(params.n)]

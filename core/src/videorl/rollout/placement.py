@@ -70,16 +70,21 @@ def engine_placement(
         raise ConfigError(
             f"rollout.engine_options.tensor_parallel_size={tp} must divide the processes per node "
             f"({local_world_size}): an engine spans GPUs of one node, each used by one training process"
-            + (" (a Ray actor worker holds one GPU: use ray.placement=split for tensor-parallel engines)"
-               if local_world_size == 1 else "")
+            + (
+                " (a Ray actor worker holds one GPU: use ray.placement=split for tensor-parallel engines)"
+                if local_world_size == 1
+                else ""
+            )
         )
     first = rank - rank % tp
     group = tuple(range(first, first + tp))
     if not cuda:
         return EnginePlacement(rank, group, None)
-    devices = [d.strip() for d in visible_devices.split(",")] if visible_devices else [
-        str(i) for i in range(local_world_size)
-    ]
+    devices = (
+        [d.strip() for d in visible_devices.split(",")]
+        if visible_devices
+        else [str(i) for i in range(local_world_size)]
+    )
     if len(devices) < local_world_size:
         raise ConfigError(
             f"CUDA_VISIBLE_DEVICES={visible_devices!r} lists {len(devices)} device(s) for "
@@ -98,7 +103,9 @@ class GroupedEngine:
     and sleeps are the leader's.
     """
 
-    def __init__(self, engine: RolloutEngine | None, placement: EnginePlacement, group: Any, weights_dtype: Any) -> None:
+    def __init__(
+        self, engine: RolloutEngine | None, placement: EnginePlacement, group: Any, weights_dtype: Any
+    ) -> None:
         """``weights_dtype``: the dtype the group's refresh is gathered in, the same on every rank
         (the others hold no engine to ask)."""
         self.engine, self.placement, self.group = engine, placement, group
@@ -122,7 +129,9 @@ class GroupedEngine:
                 results[i] = outputs[start : start + len(share)]
                 start += len(share)
         mine: list[Any] = [None]
-        dist.scatter_object_list(mine, results if self.placement.hosts_engine else None, src=leader, group=self.group)
+        dist.scatter_object_list(
+            mine, results if self.placement.hosts_engine else None, src=leader, group=self.group
+        )
         return list(mine[0])
 
     def sleep(self) -> None:

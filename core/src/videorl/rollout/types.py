@@ -60,9 +60,7 @@ class RolloutEngine(Protocol):
     ``update_weights`` must bring it back.
     """
 
-    def generate(
-        self, prompts: Sequence[EncodedPrompt], params: SamplingParams
-    ) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions for each prompt, in prompt order."""
         ...
 

@@ -74,10 +74,16 @@ class VLLMEngine:
         self.backend = backend
         self.model_path = model_dir(backend, model_path, "VLLMEngine")
         options = engine_options(
-            self.model_path, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
-            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-            max_media_per_prompt=max_media_per_prompt, max_model_len=max_model_len,
-            enable_sleep_mode=sleep_mode or None, **engine_args,
+            self.model_path,
+            dtype=dtype,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_media_per_prompt=max_media_per_prompt,
+            max_model_len=max_model_len,
+            enable_sleep_mode=sleep_mode or None,
+            **engine_args,
         )
         with engine_process_environment(visible_devices):
             self.llm: Any = LLM(**options)

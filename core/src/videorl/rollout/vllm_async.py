@@ -74,11 +74,19 @@ class AsyncVLLMEngine:
         self.backend = backend
         self.model_path = model_dir(backend, model_path, "AsyncVLLMEngine")
         options = engine_options(
-            self.model_path, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
-            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-            max_media_per_prompt=max_media_per_prompt, enable_chunked_prefill=enable_chunked_prefill,
-            disable_log_stats=True, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs, **engine_args,
+            self.model_path,
+            dtype=dtype,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_media_per_prompt=max_media_per_prompt,
+            enable_chunked_prefill=enable_chunked_prefill,
+            disable_log_stats=True,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            **engine_args,
         )
         cpu = current_platform.is_cpu()
         self.per_request_seed = not (cpu and enable_chunked_prefill)
@@ -106,25 +114,43 @@ class AsyncVLLMEngine:
 
     def describe(self) -> dict[str, Any]:
         """The engine's settings (recorded by the evaluator)."""
-        keys = ("dtype", "seed", "max_model_len", "enable_chunked_prefill", "max_num_batched_tokens", "max_num_seqs")
-        return {"name": "vllm-async", **{k: self.options[k] for k in keys if k in self.options},
-                "per_request_seed": self.per_request_seed}
+        keys = (
+            "dtype",
+            "seed",
+            "max_model_len",
+            "enable_chunked_prefill",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+        )
+        return {
+            "name": "vllm-async",
+            **{k: self.options[k] for k in keys if k in self.options},
+            "per_request_seed": self.per_request_seed,
+        }
 
     def _sampling(self, params: SamplingParams) -> Any:
-        return vllm_sampling_params(params, self.bias, per_request_seed=self.per_request_seed, final_only=True)
+        return vllm_sampling_params(
+            params, self.bias, per_request_seed=self.per_request_seed, final_only=True
+        )
 
     async def _generate_one(self, request: RolloutRequest, sampling: Any) -> list[Completion]:
         final = None
-        async for output in self.llm.generate(request.vllm_prompt(), sampling, f"{request.sample_id}#{next(self._ids)}"):
+        async for output in self.llm.generate(
+            request.vllm_prompt(), sampling, f"{request.sample_id}#{next(self._ids)}"
+        ):
             final = output
         if final is None:
             raise RuntimeError(f"vLLM returned no output for sample {request.sample_id!r}")
         return completions(request, final)
 
-    def submit(self, prompt: EncodedPrompt, params: SamplingParams) -> concurrent.futures.Future[list[Completion]]:
+    def submit(
+        self, prompt: EncodedPrompt, params: SamplingParams
+    ) -> concurrent.futures.Future[list[Completion]]:
         """Queue one prompt; the future holds its ``params.n`` completions (or the engine's error)."""
         request = self.backend.rollout_request(prompt)
-        return asyncio.run_coroutine_threadsafe(self._generate_one(request, self._sampling(params)), self._loop)
+        return asyncio.run_coroutine_threadsafe(
+            self._generate_one(request, self._sampling(params)), self._loop
+        )
 
     def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
         futures = [self.submit(p, params) for p in prompts]

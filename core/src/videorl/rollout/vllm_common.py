@@ -32,7 +32,9 @@ SUPPRESS = -100.0
 
 def default_environment() -> None:
     """Defaults for vLLM's environment variables (set before vLLM is imported; the user's win)."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default (4+) is far too big for tests
+    os.environ.setdefault(
+        "VLLM_CPU_KVCACHE_SPACE", "1"
+    )  # GiB; vLLM's CPU default (4+) is far too big for tests
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -50,8 +52,17 @@ def platform_defaults(platform: Any) -> dict[str, bool]:
 #: torchrun's variables: an engine's processes form a world of their own (vLLM's executor sets up its
 #: own process group), and must not read the training job's rank, world size or rendezvous.
 _LAUNCHER_VARIABLES = (
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
 )
 
 
@@ -138,7 +149,11 @@ def suppression_bias(backend: ModelBackend) -> dict[int, float]:
 
 
 def vllm_sampling_params(
-    params: SamplingParams, bias: Mapping[int, float], *, per_request_seed: bool = True, final_only: bool = False
+    params: SamplingParams,
+    bias: Mapping[int, float],
+    *,
+    per_request_seed: bool = True,
+    final_only: bool = False,
 ) -> Any:
     """``params`` as ``vllm.SamplingParams``, with the log-prob of each sampled token and ``bias``.
 

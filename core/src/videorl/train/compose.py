@@ -54,9 +54,17 @@ class Training:
 
         try:
             return train(
-                self.config, actor=self.actor, engine=self.engine, rewards=self.rewards, data=self.data,
-                encode=self.encode, io=self.io, dist=self.dist, engine_shares_actor=self.engine_shares_actor,
-                validation=self.validation, **kwargs,
+                self.config,
+                actor=self.actor,
+                engine=self.engine,
+                rewards=self.rewards,
+                data=self.data,
+                encode=self.encode,
+                io=self.io,
+                dist=self.dist,
+                engine_shares_actor=self.engine_shares_actor,
+                validation=self.validation,
+                **kwargs,
             )
         finally:
             self.close()
@@ -151,9 +159,15 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
     cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
     budget = d.visual_budget(backend.budget)  # the family's budget, as evaluation's, with the keys set
     return PromptEncoder(
-        backend, MediaLoader.for_budget(cache, budget, backend), plugins.prompt_templates, thinking=d.thinking,
-        max_prompt_length=d.max_prompt_length, template=_dataset_template(d.prompt_template, plugins),
-        rewards=RewardRouter.from_registry(plugins.rewards, config.rewards),  # routed types use their rewards' templates
+        backend,
+        MediaLoader.for_budget(cache, budget, backend),
+        plugins.prompt_templates,
+        thinking=d.thinking,
+        max_prompt_length=d.max_prompt_length,
+        template=_dataset_template(d.prompt_template, plugins),
+        rewards=RewardRouter.from_registry(
+            plugins.rewards, config.rewards
+        ),  # routed types use their rewards' templates
     )
 
 
@@ -190,7 +204,9 @@ def make_engine(
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
         for key in kwargs:
             if key not in accepted or key in ("backend", "model", "model_path", "owns_model"):
-                valid = [k for k in accepted if k not in ("self", "backend", "model", "model_path", "owns_model")]
+                valid = [
+                    k for k in accepted if k not in ("self", "backend", "model", "model_path", "owns_model")
+                ]
                 raise ConfigError(
                     f"rollout.engine_options.{key}: the {canonical} engine takes no option {key!r}; "
                     f"its options: {', '.join(valid)}"
@@ -204,8 +220,12 @@ def make_engine(
             use_fast_attention(model, getattr(torch, dtype))
         engine: RolloutEngine = factory(backend, model, owns_model=owns, **kwargs)
         return engine
-    for key, value in (("dtype", dtype), ("seed", seed), ("max_model_len", max_model_len),
-                       ("visible_devices", visible_devices)):
+    for key, value in (
+        ("dtype", dtype),
+        ("seed", seed),
+        ("max_model_len", max_model_len),
+        ("visible_devices", visible_devices),
+    ):
         if key in accepted and value is not None:
             kwargs.setdefault(key, value)
     engine = factory(backend, model_path, **kwargs)
@@ -230,14 +250,18 @@ def make_actor(
     # unit moves to the device as it is sharded (fully_shard) and rank 0 sends every rank its shards,
     # so a GPU never holds more than one unit's full float32 weights (the whole float32 model on each
     # GPU first, 33 GB at 7B, leaves vLLM too little to start) and the checkpoint is read once.
-    model = backend.load_model(dtype=torch.float32, device=distributed.load_device(dist.rank) if sharded else device)
+    model = backend.load_model(
+        dtype=torch.float32, device=distributed.load_device(dist.rank) if sharded else device
+    )
     initial = dict(model.state_dict()) if sharded and dist.rank == 0 else {}
     distributed.use_fast_attention(model, dtype)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_model = None
     if config.algorithm.use_kl_loss if reference is None else reference:
-        ref_model = load_reference(config, backend, device=distributed.load_device(dist.rank) if sharded else None)
+        ref_model = load_reference(
+            config, backend, device=distributed.load_device(dist.rank) if sharded else None
+        )
     vision_sync = backend.install_vision_sync(model)
     # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
     # process needs none (and the HF engine, generating with the actor, would run it every token).
@@ -255,11 +279,19 @@ def make_actor(
         distributed.release_cached_memory()  # the blocks sharding freed, for the engine about to start
     o = config.optim
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=(o.betas[0], o.betas[1]), eps=o.eps, weight_decay=o.weight_decay,
+        model.parameters(),
+        lr=o.lr,
+        betas=(o.betas[0], o.betas[1]),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
         **fused_adamw_options(device),
     )
     actor = Actor(
-        model, optimizer, backend, ref_model, compute_dtype=None if sharded else dtype,
+        model,
+        optimizer,
+        backend,
+        ref_model,
+        compute_dtype=None if sharded else dtype,
         full_state_dict=(lambda dtype: distributed.full_state_dict(model, dtype)) if sharded else None,
         load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
     )
@@ -291,7 +323,9 @@ def max_model_len(config: TrainConfig) -> int:
     return config.data.max_prompt_length + config.rollout.max_response_length
 
 
-def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist) -> tuple[RolloutEngine, bool]:
+def make_rank_engine(
+    config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist
+) -> tuple[RolloutEngine, bool]:
     """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
     engine in one process: no copy, never refreshed).
 
@@ -308,7 +342,9 @@ def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: 
     engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
     shares = engine_name == "hf" and dist.world_size == 1
     placement = engine_placement(
-        rank=dist.rank, world_size=dist.world_size, local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        rank=dist.rank,
+        world_size=dist.world_size,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.world_size))),
         tensor_parallel_size=int(config.rollout.engine_options.get("tensor_parallel_size", 1)),
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -317,10 +353,17 @@ def make_rank_engine(config: TrainConfig, plugins: Plugins, actor: Actor, dist: 
     engine: RolloutEngine | None = None
     if placement.hosts_engine:
         engine = make_engine(
-            plugins, engine_name, actor.backend, model_path=config.model.path, dtype=config.model.dtype,
-            seed=config.seed + dist.rank, options=config.rollout.engine_options,
-            model=actor.model if shares else None, device=distributed.local_device(),
-            max_model_len=max_model_len(config), visible_devices=placement.visible_devices,
+            plugins,
+            engine_name,
+            actor.backend,
+            model_path=config.model.path,
+            dtype=config.model.dtype,
+            seed=config.seed + dist.rank,
+            options=config.rollout.engine_options,
+            model=actor.model if shares else None,
+            device=distributed.local_device(),
+            max_model_len=max_model_len(config),
+            visible_devices=placement.visible_devices,
         )
     if len(placement.group) == 1:
         assert engine is not None
@@ -358,7 +401,9 @@ def open_checkpoints(config: TrainConfig) -> tuple[CheckpointManager, Path | Non
     return checkpoints, resume_from
 
 
-def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder) -> tuple[list[Sample], list[Sample]]:
+def load_datasets(
+    config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder
+) -> tuple[list[Sample], list[Sample]]:
     """The training and validation samples, validated, each with its prompt text (in
     ``preprocessed_only`` mode every video must be in the cache)."""
     d = config.data
@@ -368,8 +413,13 @@ def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEnc
             "data.rollout_batch_size is %d but the training data has %d samples: each step repeats every "
             "sample about %.3g× (%d prompts × %d responses = %d per step). Set data.rollout_batch_size "
             "(and actor.global_batch_size) to at most %d for a step that sees each sample once.",
-            d.rollout_batch_size, len(samples), d.rollout_batch_size / len(samples), d.rollout_batch_size,
-            config.rollout.n, d.rollout_batch_size * config.rollout.n, len(samples),
+            d.rollout_batch_size,
+            len(samples),
+            d.rollout_batch_size / len(samples),
+            d.rollout_batch_size,
+            config.rollout.n,
+            d.rollout_batch_size * config.rollout.n,
+            len(samples),
         )
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
     encoder.check(samples + val_samples)
@@ -378,7 +428,9 @@ def load_datasets(config: TrainConfig, rewards: RewardRouter, encoder: PromptEnc
     if encoder.max_prompt_length is not None:  # at load, not mid-step: the cache's headers give the sizes
         from videorl.prompt_length import check_cached_prompt_lengths
 
-        check_cached_prompt_lengths(samples + val_samples, encoder, encoder.max_prompt_length, "data.max_prompt_length")
+        check_cached_prompt_lengths(
+            samples + val_samples, encoder, encoder.max_prompt_length, "data.max_prompt_length"
+        )
     return samples, val_samples
 
 
@@ -407,7 +459,10 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
 
-    if 0 < len(val_samples) < dist.world_size and int(config.rollout.engine_options.get("tensor_parallel_size", 1)) > 1:
+    if (
+        0 < len(val_samples) < dist.world_size
+        and int(config.rollout.engine_options.get("tensor_parallel_size", 1)) > 1
+    ):
         raise ConfigError(  # a tensor-parallel group generates together: each of its ranks needs prompts
             f"data.val_files hold {len(val_samples)} sample(s) for {dist.world_size} processes; with "
             "tensor-parallel engines every process needs at least one: add samples or set data.val_files=[]"

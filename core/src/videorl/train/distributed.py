@@ -87,9 +87,11 @@ def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float
         # The root does not cast the model's floating inputs: ``second_per_grid_ts`` must reach the
         # position computation in float32 (in bfloat16 Qwen2.5-VL's temporal positions differ from
         # the engine's at non-round frame rates). Pixels are cast by the vision units' own policy.
-        root = {"mp_policy": MixedPrecisionPolicy(
-            param_dtype=compute_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False
-        )}
+        root = {
+            "mp_policy": MixedPrecisionPolicy(
+                param_dtype=compute_dtype, reduce_dtype=torch.float32, cast_forward_inputs=False
+            )
+        }
     units = set(getattr(model, "_no_split_modules", None) or [])
     for module in model.modules():
         if type(module).__name__ in units:

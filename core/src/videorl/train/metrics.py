@@ -137,7 +137,9 @@ class MetricsWriter:
     ``start_step + 1``.
     """
 
-    def __init__(self, run_dir: str | Path, *, start_step: int = 0, loggers: Mapping[str, Logger] | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, *, start_step: int = 0, loggers: Mapping[str, Logger] | None = None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS_FILE
         if loggers is None:
@@ -147,7 +149,9 @@ class MetricsWriter:
         self._closed = False
 
     @classmethod
-    def for_run(cls, run_dir: str | Path, config: Any, plugins: Plugins, *, start_step: int = 0) -> MetricsWriter:
+    def for_run(
+        cls, run_dir: str | Path, config: Any, plugins: Plugins, *, start_step: int = 0
+    ) -> MetricsWriter:
         """The writer of a training run: ``trainer.loggers`` with ``trainer.logger_options``, each told the
         config and ``run.json`` (written first, by :func:`write_run_metadata`)."""
         from videorl.config import config_to_dict
@@ -158,7 +162,11 @@ class MetricsWriter:
         metadata["requirements"] = plugins.requirements()
         run = RunContext(run_dir, "train", start_step, config_to_dict(config), metadata)
         t = config.trainer
-        return cls(run_dir, start_step=start_step, loggers=open_loggers(plugins.loggers, t.loggers, t.logger_options, run))
+        return cls(
+            run_dir,
+            start_step=start_step,
+            loggers=open_loggers(plugins.loggers, t.loggers, t.logger_options, run),
+        )
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
         """Send the metrics of ``step`` (the step after the last one logged) to every logger; returns the row."""

@@ -107,7 +107,13 @@ def score_pass_rates(
             rate = sum(accuracies) / len(accuracies)
             append_prediction(
                 progress,
-                {"id": sample.id, "response": None, "k": params.n, "pass_rate": rate, "accuracies": accuracies},
+                {
+                    "id": sample.id,
+                    "response": None,
+                    "k": params.n,
+                    "pass_rate": rate,
+                    "accuracies": accuracies,
+                },
             )
             rates[sample.id] = rate
             if on_sample is not None:
@@ -139,7 +145,12 @@ def _relocate(row: dict[str, Any], root: Path, out_dir: Path) -> dict[str, Any]:
 
 
 def write_kept_rows(
-    data: Path, samples: Sequence[Sample], rates: dict[str, float], out: Path, *, media_root: str | None = None
+    data: Path,
+    samples: Sequence[Sample],
+    rates: dict[str, float],
+    out: Path,
+    *,
+    media_root: str | None = None,
 ) -> FilterSummary:
     """Write the rows of ``data`` whose sample has ``0 < pass rate < 1`` to ``out`` (JSONL, atomically):
     each row as it was, plus ``pass_rate``, with relative media paths made to resolve from ``out``'s
@@ -161,4 +172,6 @@ def write_kept_rows(
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "".join(lines))
     values = [rates[s.id] for s in samples]
-    return FilterSummary(len(values), len(lines), sum(v >= 1.0 for v in values), sum(v <= 0.0 for v in values))
+    return FilterSummary(
+        len(values), len(lines), sum(v >= 1.0 for v in values), sum(v <= 0.0 for v in values)
+    )

@@ -35,7 +35,9 @@ def import_plugin(spec: str, base: Path) -> ModuleType:
             return importlib.import_module(spec)
         path = (base / spec).resolve()
         if not path.is_file():
-            raise ConfigError(f"{where}: {path} does not exist (a .py path in a config file is relative to that file; in an override, to the working directory)")
+            raise ConfigError(
+                f"{where}: {path} does not exist (a .py path in a config file is relative to that file; in an override, to the working directory)"
+            )
         name = path.stem
         loaded = sys.modules.get(name)
         if loaded is not None:

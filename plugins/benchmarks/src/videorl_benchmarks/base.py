@@ -84,7 +84,9 @@ class BaseBenchmark:
             if row.id in seen:
                 raise DataError(f"{self.name}: question id {row.id!r} appears twice under {root}")
             if row.problem_type not in PROBLEM_TYPES:
-                raise DataError(f"{self.name}: question {row.id!r} has unknown problem type {row.problem_type!r}")
+                raise DataError(
+                    f"{self.name}: question {row.id!r} has unknown problem type {row.problem_type!r}"
+                )
             seen.add(row.id)
         return rows
 
@@ -95,7 +97,9 @@ class BaseBenchmark:
             return self.read_official(root, official)
         if self.unified_file and (root / self.unified_file).is_file():
             return [self.adapt_unified(rec, row) for rec, row in read_unified(root / self.unified_file, root)]
-        raise missing(self.name, root, [*self.official_files, *([self.unified_file] if self.unified_file else [])])
+        raise missing(
+            self.name, root, [*self.official_files, *([self.unified_file] if self.unified_file else [])]
+        )
 
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         """Rows from the official annotation file ``path`` (the first of ``official_files`` found)."""

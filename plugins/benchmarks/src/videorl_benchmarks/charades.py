@@ -53,7 +53,9 @@ class CharadesSTA(BaseBenchmark):
                     continue
                 match = _LINE.match(line.strip())
                 if not match:
-                    raise DataError(f"{path}:{number}: expected '<video> <start> <end>##<sentence>', got {line!r}")
+                    raise DataError(
+                        f"{path}:{number}: expected '<video> <start> <end>##<sentence>', got {line!r}"
+                    )
                 video, start, end, sentence = match.groups()
                 entries.append((video, float(start), float(end), sentence, f"{path}:{number}"))
         else:

@@ -39,7 +39,9 @@ class Record:
         """A required non-empty string field (numbers are accepted and turned into strings)."""
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, (str, int, float)) or str(value).strip() == "":
-            raise self.error(f"field {key!r} is missing or not a non-empty string (keys: {sorted(self.data)})")
+            raise self.error(
+                f"field {key!r} is missing or not a non-empty string (keys: {sorted(self.data)})"
+            )
         return str(value)
 
     def number(self, key: str) -> float:
@@ -168,7 +170,9 @@ def read_json_array(path: Path) -> Iterator[Record]:
             return
         if index:
             if not text.startswith(",", pos):
-                raise DataError(f"{path}:{_line_of(text, pos, cache)}: expected ',' or ']' between array items")
+                raise DataError(
+                    f"{path}:{_line_of(text, pos, cache)}: expected ',' or ']' between array items"
+                )
             pos = _skip(text, pos + 1, path)
         try:
             value, end = decoder.raw_decode(text, pos)

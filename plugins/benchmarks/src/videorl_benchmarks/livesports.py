@@ -23,5 +23,7 @@ class LiveSports3K(BaseBenchmark):
     def adapt_unified(self, rec: Record, row: BenchmarkRow) -> BenchmarkRow:
         row = super().adapt_unified(rec, row)
         if rec.get("ocr_livesports") is not None:
-            row.categories["ocr"] = "OCR" if str(rec.get("ocr_livesports")) in ("1", "True", "true") else "non-OCR"
+            row.categories["ocr"] = (
+                "OCR" if str(rec.get("ocr_livesports")) in ("1", "True", "true") else "non-OCR"
+            )
         return row

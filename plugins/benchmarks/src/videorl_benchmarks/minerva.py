@@ -43,7 +43,9 @@ class Minerva(BaseBenchmark):
                     answer=index_answer(rec, rec.get("answer_id"), len(options)),
                     video=resolve_media(root, [f"{d}{video}{e}" for e in _EXTS for d in ("videos/", "")]),
                     options=options,
-                    categories={"question_type": rec.text("question_type")} if rec.has("question_type") else {},
+                    categories={"question_type": rec.text("question_type")}
+                    if rec.has("question_type")
+                    else {},
                 )
             )
         return rows

@@ -52,7 +52,12 @@ class MLVU(BaseBenchmark):
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         if path.is_file():  # test split
             return [
-                _row(rec, rec.text("question_id"), rec.text("question_type"), root / "video" / rec.text("video"))
+                _row(
+                    rec,
+                    rec.text("question_id"),
+                    rec.text("question_type"),
+                    root / "video" / rec.text("video"),
+                )
                 for rec in read_records(path)
             ]
         rows = []
@@ -62,7 +67,9 @@ class MLVU(BaseBenchmark):
                 continue  # a generation task
             task = re.sub(r"^\d+_", "", file.stem)
             for i, rec in enumerate(records):
-                rows.append(_row(rec, f"{file.stem}/{i}", task, root / "video" / file.stem / rec.text("video")))
+                rows.append(
+                    _row(rec, f"{file.stem}/{i}", task, root / "video" / file.stem / rec.text("video"))
+                )
         return rows
 
     def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:

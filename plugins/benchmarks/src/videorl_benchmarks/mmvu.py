@@ -63,7 +63,7 @@ class MMVU(BaseBenchmark):
     }
     thinking_instructions: ClassVar[dict[str, str]] = {
         "multiple_choice": f"{_VISUAL}\nAnswer the given multiple-choice question step by step. Begin by "
-        'explaining your reasoning process clearly. Conclude by stating the final answer using the following '
+        "explaining your reasoning process clearly. Conclude by stating the final answer using the following "
         'format: "Therefore, the final answer is: $LETTER" (without quotes), where $LETTER is one of the '
         "options. Think step by step before answering.",
         "open_ended": f"{_VISUAL}\nAnswer the given question step by step. Begin by explaining your reasoning "

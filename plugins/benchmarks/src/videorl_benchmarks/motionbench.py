@@ -22,7 +22,9 @@ class MotionBench(BaseBenchmark):
     official_files = ("video_info.meta.jsonl", "data/video_info.meta.jsonl")
     unified_file = "motionbench.json"
     unified_categories: ClassVar[dict[str, str]] = {"original_question_type": "question_type"}
-    instructions: ClassVar[dict[str, str]] = {"multiple_choice": "Answer with only the option letter (A, B, C, D, E, or F)."}
+    instructions: ClassVar[dict[str, str]] = {
+        "multiple_choice": "Answer with only the option letter (A, B, C, D, E, or F)."
+    }
 
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         rows = []

@@ -99,4 +99,6 @@ class MVBench(BaseBenchmark):
             overall = macro_mean(group_means(rows, scores, "task"))
         else:
             overall = mean(scores)
-        return benchmark_summary(overall, breakdown(rows, scores), metrics={"accuracy (pooled)": mean(scores)})
+        return benchmark_summary(
+            overall, breakdown(rows, scores), metrics={"accuracy (pooled)": mean(scores)}
+        )

@@ -170,6 +170,8 @@ class OVOBench(BaseBenchmark):
             if any(t in tasks for t in members)
         }
         return benchmark_summary(
-            macro_mean(categories), {"task": tasks, "category": categories}, metric=self.metric,
+            macro_mean(categories),
+            {"task": tasks, "category": categories},
+            metric=self.metric,
             metrics={"accuracy (pooled)": mean(scores)},
         )

@@ -82,7 +82,9 @@ _Q3_OPEN_THINKING = (
     "Begin by explaining your reasoning process briefly.\n"
     "Question: {Question}"
 )
-_TG_JSON = 'as JSON within the <answer>...</answer> tags.\nExample:\n<answer>{"time": [12.3, 25.7]}</answer>\n'
+_TG_JSON = (
+    'as JSON within the <answer>...</answer> tags.\nExample:\n<answer>{"time": [12.3, 25.7]}</answer>\n'
+)
 _STG_RULES = (
     "You MUST output one bounding box for every integer second within the given time span (inclusive).\n"
     "Example:\n"
@@ -123,7 +125,9 @@ THINK_SUFFIX = {
 THINK_LEAD = "Begin by explaining your reasoning process briefly."
 
 
-def family_prompt(style: str, question: str, problem_type: str, *, thinking: bool, image_hint: str = "") -> str:
+def family_prompt(
+    style: str, question: str, problem_type: str, *, thinking: bool, image_hint: str = ""
+) -> str:
     """EasyVideoR1's prompt for ``question`` (see :func:`evr1_question`) in ``style``.
 
     Problem types without a template of their own (yes/no, counting, ...) get the free-form one.

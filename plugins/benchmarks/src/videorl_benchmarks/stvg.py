@@ -22,4 +22,6 @@ class STVG(BaseBenchmark):
     unified_file = "stvg.json"
 
     def official_prompt(self, row: BenchmarkRow, *, thinking: bool) -> str:
-        return family_prompt(QWEN3, evr1_question(row.problem, row.options), row.problem_type, thinking=thinking)
+        return family_prompt(
+            QWEN3, evr1_question(row.problem, row.options), row.problem_type, thinking=thinking
+        )

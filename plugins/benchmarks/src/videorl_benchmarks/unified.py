@@ -31,6 +31,7 @@ TYPES = {
     "crr": "yes_no",
 }
 
+
 def answer_from_solution(rec: Record, problem_type: str, solution: str, n_options: int) -> Any:
     """The ground truth of ``solution`` in the form the adapters' ``extract`` returns."""
     body = answers.extract_tag(solution)

@@ -59,7 +59,9 @@ class VideoMME(BaseBenchmark):
     name = "video-mme"
     official_files = ("videomme/*.parquet", "videomme/*.jsonl", "videomme/*.json")
     unified_file = "videomme.json"
-    unified_categories: ClassVar[dict[str, str]] = {c: c for c in _CATEGORIES[:3]} | {"original_question_type": "task_type"}
+    unified_categories: ClassVar[dict[str, str]] = {c: c for c in _CATEGORIES[:3]} | {
+        "original_question_type": "task_type"
+    }
     # Qwen3-VL's Video-MME script
     preamble = (
         "Select the best answer to the following multiple-choice question based on the video. "

@@ -75,7 +75,9 @@ class VideoMMEv2(BaseBenchmark):
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         records = read_records(path)
         if len(records) % GROUP_SIZE:
-            raise DataError(f"{path}: {len(records)} rows, not a multiple of {GROUP_SIZE} (one group = 4 rows)")
+            raise DataError(
+                f"{path}: {len(records)} rows, not a multiple of {GROUP_SIZE} (one group = 4 rows)"
+            )
         rows = []
         for index, rec in enumerate(records):
             raw = rec.get("options")
@@ -87,11 +89,21 @@ class VideoMMEv2(BaseBenchmark):
             if not options:
                 raise rec.error(f"cannot read options from {raw!r}")
             group_type, structure = rec.text("group_type"), _structure(rec.get("group_structure"))
-            if group_type not in ("relevance", "logic") or (group_type == "logic" and structure not in _LOGIC_MAPS):
-                raise rec.error(f"unknown group type {group_type!r} / structure {rec.get('group_structure')!r}")
-            video = str(int(rec.text("video_id"))).zfill(3) if rec.text("video_id").isdigit() else rec.text("video_id")
+            if group_type not in ("relevance", "logic") or (
+                group_type == "logic" and structure not in _LOGIC_MAPS
+            ):
+                raise rec.error(
+                    f"unknown group type {group_type!r} / structure {rec.get('group_structure')!r}"
+                )
+            video = (
+                str(int(rec.text("video_id"))).zfill(3)
+                if rec.text("video_id").isdigit()
+                else rec.text("video_id")
+            )
             categories: dict[str, str | list[str]] = {
-                k: rec.text(k) for k in _CATEGORY_KEYS if rec.has(k) and str(rec.get(k)) not in ("None", "nan")
+                k: rec.text(k)
+                for k in _CATEGORY_KEYS
+                if rec.has(k) and str(rec.get(k)) not in ("None", "nan")
             }
             rows.append(
                 BenchmarkRow(

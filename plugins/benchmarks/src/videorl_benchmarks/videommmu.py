@@ -78,7 +78,11 @@ class VideoMMMU(BaseBenchmark):
     def _row(self, root: Path, track: str, rec: Record) -> BenchmarkRow:
         sample_id = rec.text("id")
         raw = rec.get("options") or []
-        options = [answers.strip_option_letter(o) for o in (raw.tolist() if hasattr(raw, "tolist") else raw) if str(o).strip()]
+        options = [
+            answers.strip_option_letter(o)
+            for o in (raw.tolist() if hasattr(raw, "tolist") else raw)
+            if str(o).strip()
+        ]
         answer: Any = rec.text("answer")
         if options:
             kind, answer = "multiple_choice", letter_answer(rec, answer, len(options))
@@ -91,7 +95,9 @@ class VideoMMMU(BaseBenchmark):
             problem=rec.text("question"),
             answer=answer,
             problem_type=kind,
-            video=resolve_media(root, [f"{track}/{sample_id}.mp4", f"videos/{sample_id}.mp4", f"{sample_id}.mp4"]),
+            video=resolve_media(
+                root, [f"{track}/{sample_id}.mp4", f"videos/{sample_id}.mp4", f"{sample_id}.mp4"]
+            ),
             options=options or None,
             categories={"track": track, **_categories(sample_id)},
         )

@@ -13,7 +13,11 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("qwen3_vl_moe",),
         "Qwen3-VL dense and MoE (factor 32, DeepStack)",
     ),
-    "qwen3_5": ("videorl_models.qwen3_5:Qwen3_5Backend", ("qwen3_5_moe",), "Qwen3.5 dense and MoE (factor 32)"),
+    "qwen3_5": (
+        "videorl_models.qwen3_5:Qwen3_5Backend",
+        ("qwen3_5_moe",),
+        "Qwen3.5 dense and MoE (factor 32)",
+    ),
 }
 
 
@@ -21,4 +25,3 @@ BACKENDS: dict[str, tuple[str, tuple[str, ...], str]] = {
 def register_model_backends(register: Register) -> None:
     for family, (target, aliases, description) in BACKENDS.items():
         register(family, target, aliases=aliases, description=description)
-

@@ -161,11 +161,18 @@ class QwenVLBackend:
         from videorl_models.rope import mrope_positions
 
         if inputs.mm_token_type_ids is None:
-            raise ValueError("rope_positions: these inputs lack mm_token_type_ids (collate them with this backend)")
+            raise ValueError(
+                "rope_positions: these inputs lack mm_token_type_ids (collate them with this backend)"
+            )
         tokens_per_second = self.config.get("vision_config", {}).get("tokens_per_second")
         return mrope_positions(
-            inputs.input_ids, inputs.mm_token_type_ids, inputs.image_grid_thw, inputs.video_grid_thw,
-            inputs.attention_mask, inputs.second_per_grid_ts, merge_size=self.merge_size,
+            inputs.input_ids,
+            inputs.mm_token_type_ids,
+            inputs.image_grid_thw,
+            inputs.video_grid_thw,
+            inputs.attention_mask,
+            inputs.second_per_grid_ts,
+            merge_size=self.merge_size,
             tokens_per_second=tokens_per_second if self.uses_second_per_grid_ts else None,
             split_frames=self.timestamped_frames,
         )[0]
@@ -235,7 +242,10 @@ class QwenVLBackend:
     ) -> tuple[list[int], list[int]]:
         """Expand each placeholder: ``(prompt_ids, engine_prompt_ids)``."""
         image_id, video_id = self.token_ids["image"], self.token_ids["video"]
-        for name, token_id, count in (("image", image_id, len(image_grids)), ("video", video_id, len(video_grids))):
+        for name, token_id, count in (
+            ("image", image_id, len(image_grids)),
+            ("video", video_id, len(video_grids)),
+        ):
             found = compact.count(token_id)
             if found != count:
                 raise AlignmentError(
@@ -257,7 +267,9 @@ class QwenVLBackend:
             elif tok == video_id:
                 grid, meta = next(videos)
                 block = self._video_tokens(grid, meta)
-                wrapped = self.timestamped_frames and expanded[-1:] == [start] and compact[i + 1 : i + 2] == [end]
+                wrapped = (
+                    self.timestamped_frames and expanded[-1:] == [start] and compact[i + 1 : i + 2] == [end]
+                )
                 if wrapped:
                     # Qwen3: the per-frame blocks replace the template's whole <vs><pad><ve>, as vLLM
                     # does when given only the bare pad (and transformers 4.x did); no nesting.
@@ -385,7 +397,10 @@ class QwenVLBackend:
         prompt = encoded.prompt
         if prompt.videos:
             data["video"] = [
-                (frames.permute(0, 2, 3, 1).contiguous().numpy(), {**meta.to_hf_dict(), "do_sample_frames": False})
+                (
+                    frames.permute(0, 2, 3, 1).contiguous().numpy(),
+                    {**meta.to_hf_dict(), "do_sample_frames": False},
+                )
                 for frames, meta in prompt.videos
             ]
         if prompt.images:

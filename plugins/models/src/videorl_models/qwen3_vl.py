@@ -37,7 +37,11 @@ class Qwen3VLBackend(QwenVLBackend):
     def _video_tokens(self, grid: tuple[int, int, int], meta: VideoMetadata) -> list[int]:
         _, h, w = grid
         stamps = temporal_patch_seconds(meta, self.temporal_patch_size)
-        start, end, pad = self.token_ids["vision_start"], self.token_ids["vision_end"], self.token_ids["video"]
+        start, end, pad = (
+            self.token_ids["vision_start"],
+            self.token_ids["vision_end"],
+            self.token_ids["video"],
+        )
         per_frame = h * w // self.merge_size**2
         tokens: list[int] = []
         for seconds in stamps:

@@ -87,7 +87,9 @@ def mrope_positions(
             item = torch.stack([tt, hh, ww]).reshape(3, -1) + start
             parts.append(item)
             start = int(item.max()) + 1
-        row_positions = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.long, device=device)
+        row_positions = (
+            torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.long, device=device)
+        )
         positions[:, row, keep] = row_positions
         deltas.append((int(row_positions.max()) + 1 if parts else 0) - len(types))
     return positions, torch.tensor(deltas, device=device).unsqueeze(1)

@@ -49,9 +49,7 @@ WORD_TOKENS = ("<answer>", "</answer>", "<think>", "</think>")
 
 # The pre-tokenisation regexes of Qwen2Tokenizer and Qwen3_5Tokenizer: AutoTokenizer rebuilds the
 # pipeline from vocab + merges with these for Qwen3.5, so the trained tokenizer must use the same.
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+_QWEN2_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 _QWEN35_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -183,7 +181,13 @@ def _text_config(model_type: str, vocab: int, token_ids: dict[str, int], width: 
 
 def _vision_config(model_type: str, width: int = 64) -> dict[str, Any]:
     """The vision tower: half the text width, projecting to the text width."""
-    common: dict[str, Any] = {"depth": 2, "num_heads": 2, "in_channels": 3, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    common: dict[str, Any] = {
+        "depth": 2,
+        "num_heads": 2,
+        "in_channels": 3,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
     if model_type == "qwen2_vl":
         return {**common, "embed_dim": width // 2, "hidden_size": width, "mlp_ratio": 2, "patch_size": 14}
     if model_type == "qwen2_5_vl":
@@ -281,6 +285,10 @@ def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0, width: in
     )
     processor.save_pretrained(out)
     (out / "videorl_tiny.json").write_text(
-        json.dumps({"model_type": model_type, "seed": seed, "width": width, "builder": "videorl_models.tiny"}, indent=2) + "\n"
+        json.dumps(
+            {"model_type": model_type, "seed": seed, "width": width, "builder": "videorl_models.tiny"},
+            indent=2,
+        )
+        + "\n"
     )
     return out

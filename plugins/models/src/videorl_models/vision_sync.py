@@ -112,7 +112,9 @@ class QwenVisionSync:
         import torch
 
         dtype = self.visual.dtype
-        out = self.visual(torch.cat([images.to(dtype), videos.to(dtype)]), grid_thw=torch.cat([image_grid, video_grid]))
+        out = self.visual(
+            torch.cat([images.to(dtype), videos.to(dtype)]), grid_thw=torch.cat([image_grid, video_grid])
+        )
         merge = self.backend.merge_size**2
         sizes = (torch.cat([image_grid, video_grid]).prod(-1) // merge).tolist()
         n_images = image_grid.shape[0]

@@ -16,7 +16,7 @@ class MultipleChoiceReward(TaskReward):
     """
 
     name = "multiple_choice"
-    truth_shape = "an option letter such as \"B\" (or \"(B)\", \"B. red\", an option's text)"
+    truth_shape = 'an option letter such as "B" (or "(B)", "B. red", an option\'s text)'
     truth_types = (str,)
 
     def parse_answer(self, text: Any, inp: RewardInput) -> str | None:
