@@ -576,6 +576,6 @@ def test_rows_sharing_a_video_build_its_cache_entry_once(tmp_path: Path, backend
     Evaluator(inputs, ScriptedEngine(backend.tokenizer, answers), GREEDY, workers=3).run(
         [task], tmp_path / "run"
     )
-    assert len(list(inputs.cache.entry_paths())) == 2
+    assert len(list(inputs.media.cache.entry_paths())) == 2
     summary = json.loads((tmp_path / "run" / "results.json").read_text())["benchmarks"]["mvbench"]
     assert summary["overall"] == 0.75  # truths A B A A, every answer A

@@ -209,9 +209,9 @@ def test_training_and_evaluation_share_each_familys_default_budget(tmp_path: Pat
     for family in families:
         backend = plugins.model_backends.create(family)
         encoder = make_encoder(config, backend, plugins)
-        assert (encoder.video_params, encoder.image_params) == visual_params(backend), family
+        assert (encoder.media.video_params, encoder.media.image_params) == visual_params(backend), family
     qwen3 = make_encoder(config, plugins.model_backends.create("qwen3_vl"), plugins)
-    assert (qwen3.video_params.min_pixels, qwen3.image_params.min_pixels) == (4096, 4096)
+    assert (qwen3.media.video_params.min_pixels, qwen3.media.image_params.min_pixels) == (4096, 4096)
     # a key that is set overrides the family's value; a combination that cannot fit names the keys
     small = load_config(
         None,

@@ -63,4 +63,4 @@ def test_training_and_evaluation_share_the_loader(tmp_path: Path) -> None:
     encoder = PromptEncoder(object(), MediaLoader(cache, video, image), templates=None)  # type: ignore[arg-type]
     assert isinstance(inputs.media, MediaLoader) and isinstance(encoder.media, MediaLoader)
     for user in (inputs, encoder):
-        assert (user.cache, user.video_params, user.image_params) == (cache, video, image)
+        assert (user.media.cache, user.media.video_params, user.media.image_params) == (cache, video, image)

@@ -93,10 +93,10 @@ def _cached_prompt(sample: Sample, encoder: PromptEncoder) -> PromptInput | None
     videos = []
     for path in sample.videos:
         try:
-            ref = encoder.cache.resolve(path, encoder.video_params)
-            if ref.key is None or not encoder.cache.entry_path(ref.key).is_file():
+            ref = encoder.media.cache.resolve(path, encoder.media.video_params)
+            if ref.key is None or not encoder.media.cache.entry_path(ref.key).is_file():
                 return None
-            meta = read_header(encoder.cache.entry_path(ref.key)).metadata
+            meta = read_header(encoder.media.cache.entry_path(ref.key)).metadata
         except (
             VideorlError,
             OSError,
@@ -130,7 +130,7 @@ def check_cached_prompt_lengths(
         )
     except DataError as exc:
         raise DataError(
-            f"{exc} ({where}; the frames were sampled with fps={encoder.video_params.fps}, "
-            f"max_frames={encoder.video_params.max_frames}, max_pixels={encoder.video_params.max_pixels})"
+            f"{exc} ({where}; the frames were sampled with fps={encoder.media.video_params.fps}, "
+            f"max_frames={encoder.media.video_params.max_frames}, max_pixels={encoder.media.video_params.max_pixels})"
         ) from None
     return len(prompts)

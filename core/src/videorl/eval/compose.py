@@ -140,8 +140,13 @@ def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None]) -> Path:
     checkpoints is exported first, as ``videorl export`` does, to ``RUN/model``; a later call with the
     same checkpoint reuses that export, and one with another checkpoint is refused for a run that
     already has results (its predictions came from the first)."""
-    from videorl.commands.export import base_model_of, resolve_checkpoint
-    from videorl.train.checkpoint import EXPORT_MARKER, STATE_FILE, export_hf_model
+    from videorl.train.checkpoint import (
+        EXPORT_MARKER,
+        STATE_FILE,
+        base_model_of,
+        export_hf_model,
+        resolve_checkpoint,
+    )
     from videorl.train.compose import CHECKPOINT_DIR
     from videorl.train.metrics import CONFIG_FILE
 

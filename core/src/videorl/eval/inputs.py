@@ -73,18 +73,6 @@ class RowInputs:
         self.thinking = thinking
         self.system = system
 
-    @property
-    def cache(self) -> MediaCache:
-        return self.media.cache
-
-    @property
-    def video_params(self) -> DecodeParams:
-        return self.media.video_params
-
-    @property
-    def image_params(self) -> ImageParams:
-        return self.media.image_params
-
     def video(self, path: str, clip: tuple[float, float] | None = None) -> tuple[torch.Tensor, VideoMetadata]:
         """uint8 ``T×3×H×W`` frames and metadata of ``path``; with ``clip`` only that time range."""
         return self.media.video(path, clip)

@@ -207,8 +207,8 @@ def run_settings(
     return {
         "model": {"path": str(Path(model).resolve()), "family": inputs.backend.family},
         "engine": dict(engine),
-        "video": inputs.video_params.to_dict(),
-        "image": asdict(inputs.image_params),
+        "video": inputs.media.video_params.to_dict(),
+        "image": asdict(inputs.media.image_params),
         "clip": CLIP_POLICY,
         "prompt": {
             "family": inputs.backend.family,

@@ -61,9 +61,11 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "CheckpointManager",
+    "base_model_of",
     "capture_rng_state",
     "checkpoint_due",
     "export_hf_model",
+    "resolve_checkpoint",
     "restore_rng_state",
 ]
 
@@ -521,6 +523,35 @@ class CheckpointManager:
 
 
 # --- export ---------------------------------------------------------------------------------------
+
+
+def resolve_checkpoint(source: Path) -> Path:
+    """The checkpoint ``source`` names: a checkpoint directory, or a run directory (its latest one)."""
+    from videorl.train.compose import CHECKPOINT_DIR  # compose imports this module
+
+    if (source / CHECKPOINT_DIR).is_dir() or (source / "config.yaml").is_file():
+        latest = CheckpointManager(source / CHECKPOINT_DIR).latest_valid()
+        if latest is None:
+            raise CheckpointError(
+                f"{source} holds no complete checkpoint (looked in {source / CHECKPOINT_DIR})"
+            )
+        return latest
+    CheckpointManager(source.parent).load(source)  # a complete checkpoint, or an error naming what is wrong
+    return source
+
+
+def base_model_of(checkpoint: Path) -> Path:
+    """The base model directory the run of ``checkpoint`` trained from (``model.path`` of its config.yaml)."""
+    from videorl.config import load_config
+    from videorl.train.metrics import CONFIG_FILE
+
+    config_file = checkpoint.parent.parent / CONFIG_FILE
+    if not config_file.is_file():
+        raise VideorlError(
+            f"{config_file} not found: cannot tell which base model {checkpoint} was trained from; "
+            "pass --base-model DIR"
+        )
+    return Path(load_config(config_file).model.path)
 
 
 def export_hf_model(

@@ -116,7 +116,7 @@ def check_cached(samples: list[Sample], encoder: PromptEncoder) -> None:
     for s in samples:
         for video in s.videos:
             try:
-                encoder.cache.resolve(video, encoder.video_params)
+                encoder.media.cache.resolve(video, encoder.media.video_params)
             except Exception as exc:  # the cache's own errors say which parameter differs
                 raise DataError(f"{s.origin}: sample {s.id!r}: {exc}") from None
 

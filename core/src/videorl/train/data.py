@@ -22,7 +22,6 @@ from videorl.rewards.types import MediaInfo
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.data import Sample
-    from videorl.media import DecodeParams, ImageParams, MediaCache
     from videorl.media.loader import MediaLoader
     from videorl.model_inputs import EncodedPrompt
     from videorl.prompts import PromptTemplate
@@ -121,18 +120,6 @@ class PromptEncoder:
         self.max_prompt_length = max_prompt_length
         self.template = template
         self.rewards = rewards
-
-    @property
-    def cache(self) -> MediaCache:
-        return self.media.cache
-
-    @property
-    def video_params(self) -> DecodeParams:
-        return self.media.video_params
-
-    @property
-    def image_params(self) -> ImageParams:
-        return self.media.image_params
 
     def text(self, sample: Sample) -> str:
         from videorl.prompts import render_prompt
