@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,3 +27,46 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
         return built[family]
 
     return get
+
+
+def _build_litter(folder: Path) -> list[str]:
+    """What a build leaves in a source folder: build/ and *.egg-info anywhere in it."""
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.name == "build" or p.suffix == ".egg-info"
+    )
+
+
+@pytest.fixture(scope="session")
+def install_plugin() -> Callable[[Path, Path], Path]:
+    """``install_plugin(project, tmp)``: install a plugin folder as a user would, and return the site folder.
+
+    A wheel is built from a copy of ``project`` (so nothing is written into the checkout, which is
+    asserted) and ``pip install --no-deps --target tmp/site``-ed; put the site folder on PYTHONPATH.
+    """
+
+    def install(project: Path, tmp: Path) -> Path:
+        before = _build_litter(project)
+        source = tmp / "build-copy" / project.name
+        shutil.copytree(
+            project,
+            source,
+            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"),
+        )
+        wheels = tmp / "wheels"
+        pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+        subprocess.run(
+            [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
+            check=True,
+            capture_output=True,
+        )
+        (wheel,) = wheels.glob("*.whl")
+        site = tmp / "site"
+        subprocess.run(
+            [*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
+            check=True,
+            capture_output=True,
+        )
+        assert _build_litter(project) == before, f"building {project.name} wrote into its folder"
+        return site
+
+    return install

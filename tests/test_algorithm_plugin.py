@@ -1,7 +1,7 @@
 """A third-party algorithm (contrib/videorl-algorithm-gmpo) as a stranger uses it: built into a wheel,
 installed into a throwaway folder, listed by ``videorl plugins``, and trained with for 2 steps.
 
-The helpers follow tests/test_third_party_plugins.py: the wheel is built from a copy of the folder and
+The ``install_plugin`` fixture (tests/conftest.py) builds the wheel from a copy of the folder and
 installed with ``pip install --no-deps --target``; ``videorl`` runs in subprocesses with an empty HOME
 and the folder on PYTHONPATH, so nothing is imported from the source tree and nothing is left in it.
 """
@@ -10,35 +10,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GMPO = ROOT / "contrib" / "videorl-algorithm-gmpo"
-LITTER = ("build", "*.egg-info", "__pycache__", ".pytest_cache")
 
 
 def _litter(folder: Path) -> list[str]:
     names = {"build", "__pycache__", ".pytest_cache"}
     return sorted(str(p) for p in folder.rglob("*") if p.name in names or p.suffix == ".egg-info")
-
-
-def _install(project: Path, tmp: Path) -> Path:
-    source = tmp / "build-copy" / project.name
-    shutil.copytree(project, source, ignore=shutil.ignore_patterns(*LITTER))
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    wheels = tmp / "wheels"
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-                   check=True, capture_output=True)  # fmt: skip
-    (wheel,) = wheels.glob("*.whl")
-    site = tmp / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True)  # fmt: skip
-    return site
 
 
 def _env(site: Path, tmp: Path) -> dict[str, str]:
@@ -60,11 +45,13 @@ def _run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProc
     return proc
 
 
-def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(tmp_path: Path) -> None:
+def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(
+    tmp_path: Path, install_plugin: Any
+) -> None:
     from videorl import demo
 
     before = _litter(GMPO)
-    env = _env(_install(GMPO, tmp_path), tmp_path)
+    env = _env(install_plugin(GMPO, tmp_path), tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     listed = {

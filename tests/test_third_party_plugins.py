@@ -32,23 +32,6 @@ def litter(folder: Path) -> list[str]:
     )
 
 
-def install(project: Path, tmp: Path) -> Path:
-    """Build a wheel of ``project`` from a copy, install it into ``tmp/site``; return the site folder."""
-    before = litter(project)
-    source = tmp / "build-copy" / project.name
-    shutil.copytree(project, source, ignore=shutil.ignore_patterns(*LITTER))
-    wheels = tmp / "wheels"
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-                   check=True, capture_output=True)  # fmt: skip
-    (wheel,) = wheels.glob("*.whl")
-    site = tmp / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True)  # fmt: skip
-    assert litter(project) == before, f"building {project.name} wrote into its folder"
-    return site
-
-
 def env_for(site: Path, tmp: Path) -> dict[str, str]:
     home = tmp / "home"
     home.mkdir(exist_ok=True)
@@ -79,11 +62,13 @@ def render(tmp: Path, kind: str, name: str) -> Path:
 # --- a benchmark rendered from the template ------------------------------------------------------
 
 
-def test_a_rendered_benchmark_evaluates_a_fixture_with_a_tiny_model(tmp_path: Path) -> None:
+def test_a_rendered_benchmark_evaluates_a_fixture_with_a_tiny_model(
+    tmp_path: Path, install_plugin: Any
+) -> None:
     from videorl.testing import write_test_video
 
     project = render(tmp_path, "benchmarks", "toy bench")
-    env = env_for(install(project, tmp_path), tmp_path)
+    env = env_for(install_plugin(project, tmp_path), tmp_path)
     work = tmp_path / "work"  # the evaluator runs elsewhere than the data: media paths must not be relative
     work.mkdir()
     data = tmp_path / "toy-bench"
@@ -131,10 +116,12 @@ def _train_config(tmp: Path, model: Path, train: Path) -> Path:
     return path
 
 
-def test_the_llava_backend_builds_a_tiny_model_and_trains_two_steps(tmp_path: Path) -> None:
+def test_the_llava_backend_builds_a_tiny_model_and_trains_two_steps(
+    tmp_path: Path, install_plugin: Any
+) -> None:
     from videorl import demo
 
-    env = env_for(install(CONTRIB / "videorl-models-llava-onevision", tmp_path), tmp_path)
+    env = env_for(install_plugin(CONTRIB / "videorl-models-llava-onevision", tmp_path), tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     listed = {p["name"]: p for p in json.loads(videorl(env, work, "plugins", "--json").stdout)}
@@ -192,7 +179,7 @@ py-modules = ["videorl_acme"]
 
 
 @pytest.fixture(scope="module")
-def acme(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+def acme(tmp_path_factory: pytest.TempPathFactory, install_plugin: Any) -> tuple[dict[str, str], Path]:
     tmp = tmp_path_factory.mktemp("acme")
     project = tmp / "videorl-acme"
     project.mkdir()
@@ -200,7 +187,7 @@ def acme(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path
     (project / "videorl_acme.py").write_text(textwrap.dedent(ACME))
     work = tmp / "work"
     work.mkdir()
-    return env_for(install(project, tmp), tmp), work
+    return env_for(install_plugin(project, tmp), tmp), work
 
 
 COLLISION = (
@@ -315,12 +302,12 @@ def register_loggers(register):
 '''
 
 
-def test_a_tracker_installed_as_a_package_logs_an_evaluation(tmp_path: Path) -> None:
+def test_a_tracker_installed_as_a_package_logs_an_evaluation(tmp_path: Path, install_plugin: Any) -> None:
     project = tmp_path / "videorl-lite"
     project.mkdir()
     (project / "pyproject.toml").write_text(ACME_PYPROJECT.replace("acme", "lite").replace("0.3.0", "0.2.0"))
     (project / "videorl_lite.py").write_text(textwrap.dedent(LITE))
-    env = env_for(install(project, tmp_path), tmp_path)
+    env = env_for(install_plugin(project, tmp_path), tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     listed = {p["name"]: p for p in json.loads(videorl(env, work, "plugins", "--json").stdout)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,24 +31,6 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Pa
     out = tmp_path_factory.mktemp("task")
     model, train, val = demo.prepare(out, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)
     return out, model, train, val
-
-
-def _install(package: Path, tmp: Path) -> Path:
-    """Build ``package`` into a wheel (from a copy) and install it into a new ``--target``; the target."""
-    copy = tmp / "src" / package.name
-    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "wheels"), str(copy)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = (tmp / "wheels").glob("*.whl")
-    target = tmp / "site"
-    subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True
-    )
-    return target
 
 
 def _rows(task: tuple[Path, Path, Path, Path], path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -115,8 +96,10 @@ def _completions(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
 
 
-def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(task: Any, tmp_path: Path) -> None:
-    target = _install(CONTRIB / "videorl-reward-counting", tmp_path)
+def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(
+    task: Any, tmp_path: Path, install_plugin: Any
+) -> None:
+    target = install_plugin(CONTRIB / "videorl-reward-counting", tmp_path)
     data = _rows(task, tmp_path / "count.jsonl", [
         {"problem_type": "object counting", "problem": "How many squares are there?", "answer": "1",
          "offline_output": "<answer>1</answer>"},  # an alias the plugin registers
@@ -145,7 +128,7 @@ def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(task: Any, tmp
     assert "videorl-reward-counting==0.1.0" in (run / "requirements.txt").read_text()
 
 
-def test_a_rendered_cookiecutter_reward_plugin_trains(task: Any, tmp_path: Path) -> None:
+def test_a_rendered_cookiecutter_reward_plugin_trains(task: Any, tmp_path: Path, install_plugin: Any) -> None:
     from cookiecutter.main import cookiecutter
 
     rendered = Path(
@@ -156,7 +139,7 @@ def test_a_rendered_cookiecutter_reward_plugin_trains(task: Any, tmp_path: Path)
             extra_context={"plugin_name": "shot colour", "kind": "rewards"},
         )
     )
-    target = _install(rendered, tmp_path)
+    target = install_plugin(rendered, tmp_path)
     data = _rows(task, tmp_path / "colour.jsonl", [
         {"problem_type": "shot colour", "problem": "What colour is the square?", "answer": "red",
          "offline_output": "<answer>Red</answer>"},
