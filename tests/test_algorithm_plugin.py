@@ -2,7 +2,7 @@
 installed into a throwaway folder, listed by ``videorl plugins``, and trained with for 2 steps.
 
 The ``install_plugin`` fixture (tests/conftest.py) builds the wheel from a copy of the folder and
-installed with ``pip install --no-deps --target``; ``videorl`` runs in subprocesses with an empty HOME
+installs it with ``pip install --no-deps --target``; ``videorl`` runs in subprocesses with an empty HOME
 and the folder on PYTHONPATH, so nothing is imported from the source tree and nothing is left in it.
 """
 
