@@ -177,8 +177,8 @@ class StagedReference(torch.nn.Module):
 def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
     """Train ``config`` with EasyR1's per-stage media; per step: the loop's metrics, ``loads/<stage>``
     ``media_seconds/<stage>`` (time spent encoding, frames included) and ``prompt_tokens/mean``."""
-    from videorl.grpo import train
     from videorl.train.compose import build_training
+    from videorl.train.grpo import train
 
     training = build_training(config, plugins)
     if training.actor.reference is None:

@@ -88,13 +88,13 @@ def main() -> None:
 
     from videorl.api import PromptInput
     from videorl.config import load_config
-    from videorl.grpo import Actor, Dist, StageTimer, Trajectory, assign_advantages, sampling_params, update
     from videorl.media.metadata import VideoMetadata
     from videorl.media.sizing import fit_to_budget
     from videorl.rollout.hf import HFEngine
     from videorl.train.compose import fused_adamw_options
     from videorl.train.data import Prompt
-    from videorl.train.distributed import attention_implementation, local_device, use_fast_attention
+    from videorl.train.distributed import Dist, attention_implementation, local_device, use_fast_attention
+    from videorl.train.grpo import Actor, StageTimer, Trajectory, assign_advantages, sampling_params, update
     from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
     from videorl_models.tiny import build_tiny
 

@@ -104,8 +104,8 @@ def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any,
     """A group generates together (its leader gathers the prompts), so a rank without validation
     prompts would leave the others waiting."""
     from videorl.errors import ConfigError
-    from videorl.grpo import Dist
     from videorl.train.compose import build_training
+    from videorl.train.distributed import Dist
 
     out, model, train, val = task  # one validation sample
     config = load_config(

@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from videorl.algo import (
+from videorl.model_inputs import token_logprobs
+from videorl.train.algo import (
     aggregate,
     batch_whitened_advantages,
     cispo_loss,
@@ -26,7 +27,6 @@ from videorl.algo import (
     rloo_advantages,
     rollout_correction,
 )
-from videorl.model_inputs import token_logprobs
 
 LN = math.log
 

@@ -17,10 +17,10 @@ from videorl.cluster.runtime import WorkerFailure, WorkerHandle, _groups, cpus_n
 from videorl.config import load_config
 from videorl.data import Sample
 from videorl.errors import ConfigError
-from videorl.grpo import StageTimer, Trajectory
 from videorl.rewards.types import MediaInfo
 from videorl.rollout import Completion
 from videorl.train.data import Prompt
+from videorl.train.grpo import StageTimer, Trajectory
 
 BASE = ["model.path=/m", "data.train_files=[/d.jsonl]"]
 

@@ -255,8 +255,8 @@ def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
 
 def test_refreshed_weights_are_gathered_in_the_engine_s_dtype() -> None:
     """A bf16 vLLM engine's refresh needs half the host memory (and /dev/shm) of a float32 one."""
-    from videorl.grpo import Actor, refresh_state
     from videorl.rollout.vllm_common import weights_dtype as engine_dtype
+    from videorl.train.grpo import Actor, refresh_state
 
     model = torch.nn.Linear(3, 2)
     model.register_buffer("steps", torch.tensor([1, 2]))

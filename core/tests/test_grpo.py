@@ -16,14 +16,15 @@ from typing import Any
 import pytest
 import torch
 
-from videorl import grpo
 from videorl.config import TrainConfig, load_config
 from videorl.data import Sample
 from videorl.errors import ConfigError
-from videorl.grpo import Actor, Dist, StageTimer, Trajectory
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded
 from videorl.rollout import Completion
+from videorl.train import grpo
 from videorl.train.data import Prompt
+from videorl.train.distributed import Dist, mean_over_ranks
+from videorl.train.grpo import Actor, StageTimer, Trajectory
 
 VOCAB = 11
 
@@ -150,7 +151,7 @@ def test_every_rank_runs_as_many_micro_batches_as_the_busiest() -> None:
 
 def test_mean_over_ranks_averages_each_metric_over_the_ranks_that_report_it() -> None:
     per_rank = [{"loss": 1.0, "reward/math": 0.5}, {"loss": 3.0}, {"loss": 2.0, "reward/math": 1.0}]
-    assert grpo.mean_over_ranks(per_rank) == {"loss": 2.0, "reward/math": 0.75}
+    assert mean_over_ranks(per_rank) == {"loss": 2.0, "reward/math": 0.75}
 
 
 class FakeData:

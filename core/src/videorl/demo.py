@@ -236,8 +236,8 @@ def run(
     """Prepare, train, and report held-out accuracy before and after (greedy, exact letter), on the
     clips and on the reversed control."""
     from videorl.config import load_config
-    from videorl.grpo import evaluate, local_scorer
     from videorl.train.compose import build_training, check_cached, load_training_samples
+    from videorl.train.grpo import evaluate, local_scorer
 
     spec = TASKS[task]
     out.mkdir(parents=True, exist_ok=True)

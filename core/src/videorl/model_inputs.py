@@ -324,7 +324,7 @@ def response_stats(
     chunk: int = STATS_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities and entropies (both ``B×R``, float32) of the responses in ``inputs``,
-    with the values of :func:`response_logprobs` and :func:`videorl.algo.entropy_from_logits`.
+    with the values of :func:`response_logprobs` and :func:`videorl.train.algo.entropy_from_logits`.
 
     The float32 softmax work runs ``chunk`` positions at a time, each chunk recomputed in the backward
     pass (activation checkpointing) instead of kept: of the response's logits only the model's own
@@ -335,7 +335,7 @@ def response_stats(
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    from videorl.algo import entropy_from_logits
+    from videorl.train.algo import entropy_from_logits
 
     step_logits, targets = _response_steps(logits, inputs)
     vocab = step_logits.shape[-1]

@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 
     from videorl.backend import ModelBackend, PromptInput, VisualBudget
     from videorl.config import TrainConfig
-    from videorl.grpo import Actor, Dist, Trajectory
     from videorl.model_inputs import EncodedPrompt, ModelInputs
     from videorl.rollout import RolloutEngine
+    from videorl.train.distributed import Dist
+    from videorl.train.grpo import Actor, Trajectory
 
 __all__ = [
     "TOLERANCES",
@@ -893,7 +894,7 @@ def first_step_check(
     (``warn``). Every rank runs it (the forwards are collectives under FSDP) and decides alike."""
     import torch
 
-    from videorl.grpo import _forward, _micro_batches
+    from videorl.train.grpo import _forward, _micro_batches
 
     forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
     gaps: dict[str, ModalityGap] = {}

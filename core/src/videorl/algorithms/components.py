@@ -1,6 +1,6 @@
 """The built-in advantage estimators, policy losses and presets (registered by :mod:`videorl.builtin`).
 
-Each component is a dataclass whose fields are its options; the formulas live in :mod:`videorl.algo`.
+Each component is a dataclass whose fields are its options; the formulas live in :mod:`videorl.train.algo`.
 """
 
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import torch
 
-from videorl import algo
 from videorl.algorithms import LossScale, Preset
 from videorl.config import option
+from videorl.train import algo
 
 # --- advantage estimators -------------------------------------------------------------------------
 

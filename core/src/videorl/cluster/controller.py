@@ -1,4 +1,4 @@
-"""The controller of a Ray run: the GRPO step of :mod:`videorl.grpo`, driving worker groups.
+"""The controller of a Ray run: the GRPO step of :mod:`videorl.train.grpo`, driving worker groups.
 
 The controller holds the data order of every actor rank (as each torchrun rank would), the run's
 metrics and progress, and decides everything between the workers' calls. One step:
@@ -6,10 +6,10 @@ metrics and progress, and decides everything between the workers' calls. One ste
 1. rollout    each rank's share of the prompts goes, as sample ids, to a rollout worker, which
               encodes the prompts from the frame cache and generates; reward workers score the
               responses; dynamic sampling and mix-policy decide as in one process
-              (:func:`videorl.grpo.collect_groups`). The ranks' shares run at once, a thread each;
+              (:func:`videorl.train.grpo.collect_groups`). The ranks' shares run at once, a thread each;
 2. advantage  group-normalised here;
 3. reference  split placement with the KL penalty: reference workers return per-token log-probs;
-4. update     every actor rank runs :func:`videorl.grpo.update` on its share (FSDP between them);
+4. update     every actor rank runs :func:`videorl.train.grpo.update` on its share (FSDP between them);
 5. sync       colocated: each worker refreshes its own engine; split: actor rank 0 puts the weights in
               Ray's object store and every rollout worker loads them;
 6. metrics    averaged over the ranks as under torchrun; a checkpoint every ``save_every`` steps, the
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.data import Sample
-    from videorl.grpo import Scorer, StageTimer, Trajectory
     from videorl.plugins import Plugins
     from videorl.train.data import TrainData
+    from videorl.train.grpo import Scorer, StageTimer, Trajectory
     from videorl.train.metrics import MetricsWriter, ProgressBar
 
 WORKERS_FILE = "ray-workers.json"
@@ -80,7 +80,7 @@ class Controller:
         return replies
 
     def scorer(self, split: str) -> Scorer:
-        """A :data:`~videorl.grpo.Scorer` on the reward workers for samples of ``split`` (train or val):
+        """A :data:`~videorl.train.grpo.Scorer` on the reward workers for samples of ``split`` (train or val):
         the responses are shared among the workers."""
 
         def score(trajectories: Sequence[Trajectory]) -> None:
@@ -123,8 +123,8 @@ class Controller:
         return prompts, [[wire.completion_in(c) for c in group] for group in reply["completions"]]
 
     def _rollout(self, rank: int, timer: StageTimer) -> Callable[[list[Sample], int, int], Any]:
-        """A :data:`~videorl.grpo.Rollout` for rank ``rank`` on the workers."""
-        from videorl.grpo import finish_groups
+        """A :data:`~videorl.train.grpo.Rollout` for rank ``rank`` on the workers."""
+        from videorl.train.grpo import finish_groups
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
             prompts, outputs = self._generate(rank, "train", samples, seed, timer)
@@ -143,7 +143,7 @@ class Controller:
     # --- the step ----------------------------------------------------------------------------------
 
     def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Trajectory], dict[str, float]]:
-        from videorl.grpo import assign_advantages, collect_groups
+        from videorl.train.grpo import assign_advantages, collect_groups
 
         per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))
         groups, extra = collect_groups(
@@ -194,7 +194,7 @@ class Controller:
         return float(size)
 
     def _validate(self, rank: int) -> dict[str, float]:
-        from videorl.grpo import StageTimer, validation_metrics
+        from videorl.train.grpo import StageTimer, validation_metrics
 
         shard = self.validation[rank :: len(self.cluster.actors)]
         if not shard:
@@ -204,7 +204,8 @@ class Controller:
 
     def step_once(self, step: int, pool: ThreadPoolExecutor) -> dict[str, float]:
         """One GRPO step over the workers; the step's metrics, averaged over the ranks as torchrun does."""
-        from videorl.grpo import StageTimer, mean_over_ranks, step_metrics
+        from videorl.train.distributed import mean_over_ranks
+        from videorl.train.grpo import StageTimer, step_metrics
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated

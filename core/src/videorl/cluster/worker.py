@@ -1,7 +1,7 @@
 """A worker process of a Ray run, hosting the roles its controller gives it.
 
 - ``actor``: one FSDP rank of the policy, its optimizer and (colocated) the reference copy; it runs
-  :func:`videorl.grpo.update` on its rank's trajectories and writes checkpoints with the other ranks;
+  :func:`videorl.train.grpo.update` on its rank's trajectories and writes checkpoints with the other ranks;
 - ``rollout``: a rollout engine; with ``actor`` in the same process (colocated placement) it is
   refreshed in place after each update, otherwise from the weights the actor ranks publish;
 - ``reference``: the frozen reference model's log-probs of the responses (split placement, KL on);
@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     import torch
 
     from videorl.data import Sample
-    from videorl.grpo import Actor, Dist, Scorer, Trajectory
     from videorl.rollout import RolloutEngine
     from videorl.train.data import Prompt
+    from videorl.train.distributed import Dist
+    from videorl.train.grpo import Actor, Scorer, Trajectory
 
 ROLES = ("actor", "rollout", "reference", "reward")
 
@@ -101,7 +102,6 @@ class Worker:
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Build this worker's roles; the ``actor`` ranks join one process group at ``master_addr``."""
-        from videorl.grpo import Dist
         from videorl.rewards.router import RewardRouter
         from videorl.train.compose import (
             load_reference,
@@ -112,7 +112,7 @@ class Worker:
             max_model_len,
             seed_everything,
         )
-        from videorl.train.distributed import init_distributed, local_device
+        from videorl.train.distributed import Dist, init_distributed, local_device
 
         config = self.config
         self.encoder = make_encoder(config, self.backend, self.plugins)
@@ -152,7 +152,7 @@ class Worker:
                     max_model_len=max_model_len(config),
                 )
         if "reward" in self.roles:
-            from videorl.grpo import local_scorer
+            from videorl.train.grpo import local_scorer
 
             self.scorer = local_scorer(
                 RewardRouter.from_registry(self.plugins.rewards, config.rewards), self.backend
@@ -192,7 +192,7 @@ class Worker:
 
     def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Trajectory]:
         """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories."""
-        from videorl.grpo import Trajectory
+        from videorl.train.grpo import Trajectory
 
         return [
             Trajectory(
@@ -206,7 +206,7 @@ class Worker:
     def generate(self, message: bytes) -> bytes:
         """``{split, step, ids, seed, greedy}`` -> per sample its media metadata and completions, and
         the seconds spent encoding (``data``) and generating (``rollout``)."""
-        from videorl.grpo import sampling_params, validation_params
+        from videorl.train.grpo import sampling_params, validation_params
 
         assert self.engine is not None, "generate() on a worker without the rollout role"
         request = wire.loads(message)
@@ -230,9 +230,9 @@ class Worker:
 
     def score(self, message: bytes) -> bytes:
         """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
-        from videorl.grpo import Trajectory
         from videorl.rollout import Completion
         from videorl.train.data import Prompt
+        from videorl.train.grpo import Trajectory
 
         assert self.scorer is not None, "score() on a worker without the reward role"
         request = wire.loads(message)
@@ -250,7 +250,7 @@ class Worker:
     def reference_logprobs(self, message: bytes) -> bytes:
         """``{step, items}`` (as :meth:`update`) -> the reference model's per-token log-probs of each
         response, and the seconds spent encoding (``data``) and in the forward (``reference``)."""
-        from videorl.grpo import reference_logprobs
+        from videorl.train.grpo import reference_logprobs
 
         assert self.reference is not None, "reference_logprobs() on a worker without the reference role"
         request = wire.loads(message)
@@ -268,7 +268,7 @@ class Worker:
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
-        from videorl.grpo import StageTimer, refresh_state, set_learning_rate, sleep_engine, update
+        from videorl.train.grpo import StageTimer, refresh_state, set_learning_rate, sleep_engine, update
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
         request = wire.loads(message)
@@ -312,15 +312,15 @@ class Worker:
     # --- checkpoints -------------------------------------------------------------------------------
 
     def _io(self) -> Any:
-        from videorl.grpo import RunIO
         from videorl.train.compose import checkpoint_manager
+        from videorl.train.grpo import RunIO
 
         return RunIO(checkpoint_manager(self.config))
 
     def save_checkpoint(self, step: int, data_state: dict[str, int]) -> None:
         """Every actor rank gathers model and optimizer states; rank 0 writes, with each rank's data
         position (held by the controller) and RNG state: the same checkpoint a torchrun run writes."""
-        from videorl.grpo import save_checkpoint
+        from videorl.train.grpo import save_checkpoint
 
         assert self.actor is not None and self.dist is not None
         save_checkpoint(step, self.actor, _DataPosition(data_state), self._io(), self.dist)  # type: ignore[arg-type]
@@ -330,7 +330,7 @@ class Worker:
         positions); a colocated engine gets the loaded weights."""
         from dataclasses import replace
 
-        from videorl.grpo import refresh_state, resume
+        from videorl.train.grpo import refresh_state, resume
 
         assert self.actor is not None and self.dist is not None
         config = replace(self.config, trainer=replace(self.config.trainer, resume=path))

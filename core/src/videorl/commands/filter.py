@@ -94,7 +94,6 @@ def filter_command(
 
 
 def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_size: int) -> FilterSummary:
-    from videorl.grpo import sampling_params
     from videorl.rewards.router import RewardRouter
     from videorl.train.compose import (
         load_training_samples,
@@ -104,6 +103,7 @@ def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_siz
         seed_everything,
     )
     from videorl.train.distributed import local_device
+    from videorl.train.grpo import sampling_params
     from videorl.train.pass_rate import progress_path, read_progress, score_pass_rates, write_kept_rows
 
     seed_everything(config.seed)

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from videorl.backend import ModelBackend, VisionSync
     from videorl.config import TrainConfig
     from videorl.data import Sample
-    from videorl.grpo import Actor, Dist, RunIO
     from videorl.plugins import Plugins
     from videorl.prompts import PromptTemplate
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt, PromptEncoder, TrainData
+    from videorl.train.distributed import Dist
+    from videorl.train.grpo import Actor, RunIO
 
 CHECKPOINT_DIR = "checkpoints"
 log = logging.getLogger("videorl.train")
@@ -35,7 +36,7 @@ log = logging.getLogger("videorl.train")
 
 @dataclass
 class Training:
-    """Everything :func:`videorl.grpo.train` receives."""
+    """Everything :func:`videorl.train.grpo.train` receives."""
 
     config: TrainConfig
     actor: Actor
@@ -50,7 +51,7 @@ class Training:
     vision_sync: VisionSync | None = None  # the actor's hooks (``dummy_calls`` counts text-only forwards)
 
     def run(self, **kwargs: Any) -> int:
-        from videorl.grpo import train
+        from videorl.train.grpo import train
 
         try:
             return train(
@@ -239,8 +240,8 @@ def make_actor(
     copy when ``reference`` (default: when the KL penalty is on)."""
     import torch
 
-    from videorl.grpo import Actor
     from videorl.train import distributed
+    from videorl.train.grpo import Actor
 
     dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
     sharded = dist.world_size > 1
@@ -436,9 +437,10 @@ def load_datasets(
 
 def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
-    from videorl.grpo import Dist, RunIO
     from videorl.rewards.router import RewardRouter
     from videorl.train.data import TrainData
+    from videorl.train.distributed import Dist
+    from videorl.train.grpo import RunIO
     from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
 
     dist = dist or Dist()

@@ -6,13 +6,61 @@ HF model), then the vision tower and the root, as FSDP2 (``fully_shard``) expect
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
 import torch
 
-from videorl.grpo import Dist
+
+@dataclass
+class Dist:
+    """This process's place among the training processes (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        out = value.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return out
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+def gather_objects(value: Any, dist: Dist) -> list[Any]:
+    """``value`` of every rank, in rank order (a collective; JSON-like values only)."""
+    if dist.world_size == 1:
+        return [value]
+    import torch.distributed as tdist
+
+    out: list[Any] = [None] * dist.world_size
+    tdist.all_gather_object(out, value)
+    return out
+
+
+def average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
+    if dist.world_size == 1:
+        return metrics
+    return mean_over_ranks(gather_objects(metrics, dist))
+
+
+def mean_over_ranks(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the ranks that report it (ranks may see different problem types)."""
+    keys = sorted(set().union(*per_rank))
+    return {k: math.fsum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank) for k in keys}
+
 
 #: How long a collective may wait: rank 0 writing a checkpoint of a 7-8B model (model and optimizer
 #: states, ~100 GB) keeps the others in a barrier far longer than torch's default 10 minutes.

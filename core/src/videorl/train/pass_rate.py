@@ -87,7 +87,7 @@ def score_pass_rates(
     from dataclasses import replace
 
     from videorl.eval.predictions import append_prediction
-    from videorl.grpo import Trajectory, accuracy_of, score
+    from videorl.train.grpo import Trajectory, accuracy_of, score
 
     rates = read_progress(progress, params.n)
     known = {s.id for s in samples}

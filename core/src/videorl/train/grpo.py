@@ -35,14 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from videorl import algo, algorithms
+from videorl import algorithms
 from videorl.alignment import check_response_tokens
 from videorl.errors import ConfigError
 from videorl.model_inputs import response_stats
 from videorl.parity import first_step_check, modality_gaps
 from videorl.rewards.types import RewardInput
 from videorl.rollout import Completion, SamplingParams
+from videorl.train import algo
 from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_rng_state
+from videorl.train.distributed import Dist, average_over_ranks, gather_objects
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -103,29 +105,6 @@ class RunIO:
     metrics: MetricsWriter | None = None
     progress: ProgressBar | None = None
     completions: CompletionLog | None = None  # trainer.log_completions
-
-
-@dataclass
-class Dist:
-    """This process's place among the training processes (one process: rank 0 of 1)."""
-
-    rank: int = 0
-    world_size: int = 1
-
-    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        if self.world_size == 1:
-            return value
-        import torch.distributed as dist
-
-        out = value.clone()
-        dist.all_reduce(out, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-        return out
-
-    def barrier(self) -> None:
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
 
 
 @dataclass
@@ -807,7 +786,7 @@ def train(
                 )
         timer.seconds["step"] = time.perf_counter() - step_start
         metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
-        metrics = _average_over_ranks(metrics, dist)
+        metrics = average_over_ranks(metrics, dist)
         if dist.rank == 0 and io.metrics is not None:
             io.metrics.log(step, metrics)
         if dist.rank == 0 and io.progress is not None:
@@ -819,18 +798,6 @@ def train(
         if checkpoint_due(step, config.trainer.save_every, config.trainer.max_steps):
             save_checkpoint(step, actor, data, io, dist)
     return config.trainer.max_steps
-
-
-def _average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
-    if dist.world_size == 1:
-        return metrics
-    return mean_over_ranks(_gather_objects(metrics, dist))
-
-
-def mean_over_ranks(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
-    """Each metric's mean over the ranks that report it (ranks may see different problem types)."""
-    keys = sorted(set().union(*per_rank))
-    return {k: math.fsum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank) for k in keys}
 
 
 # --- checkpoints ----------------------------------------------------------------------------------
@@ -846,7 +813,7 @@ def save_checkpoint(step: int, actor: Actor, data: TrainData, io: RunIO, dist: D
     model_state = actor.state_dict()
     optimizer_state = _optimizer_state(actor)
     local = json.dumps({"data": data.state_dict(), "rng": capture_rng_state()})
-    states = [str(v) for v in _gather_objects(local, dist)]
+    states = [str(v) for v in gather_objects(local, dist)]
     if dist.rank == 0:
         parsed = [json.loads(s) for s in states]
         io.checkpoints.save(
@@ -867,17 +834,6 @@ def _optimizer_state(actor: Actor) -> dict[str, Any]:
     return get_optimizer_state_dict(
         actor.model, actor.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
-
-
-def _gather_objects(value: Any, dist: Dist) -> list[Any]:
-    """``value`` of every rank, in rank order (a collective; JSON-like values only)."""
-    if dist.world_size == 1:
-        return [value]
-    import torch.distributed as tdist
-
-    out: list[Any] = [None] * dist.world_size
-    tdist.all_gather_object(out, value)
-    return out
 
 
 def resume(config: TrainConfig, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> int:
