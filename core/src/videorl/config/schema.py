@@ -360,6 +360,37 @@ class ActorConfig:
 
 
 @dataclass
+class BenchmarkConfig:
+    """One benchmark scored during training (an item of ``trainer.benchmarks``)."""
+
+    name: str = option("", "A registered benchmark (videorl plugins lists them). Required.")
+    data_root: str = option("", "The benchmark's directory (its official files). Required.")
+    every: int = option(0, "A pass every N steps, and one after the last step; 0: after the last only.")
+    limit: int | None = option(None, "Only the first N rows (after ids); null: all.")
+    ids: list[str] = option(factory=list, help="Only these row ids (a fixed subset); []: every row.")
+    max_tokens: int = option(1024, "Most tokens per response.")
+    temperature: float = option(0.0, "Sampling temperature; 0: greedy.")
+    thinking: bool | None = option(None, "The thinking prompt variant; null: data.thinking.")
+
+    def _problems(self) -> Problems:
+        problems: Problems = []
+        for key in ("name", "data_root"):
+            if not getattr(self, key).strip():
+                problems.append((key, "is required"))
+        if self.every < 0:
+            problems.append(("every", "must be >= 0"))
+        if self.limit is not None and self.limit < 1:
+            problems.append(("limit", "must be >= 1"))
+        if self.max_tokens < 1:
+            problems.append(("max_tokens", "must be >= 1"))
+        if not self.temperature >= 0:
+            problems.append(("temperature", "must be >= 0"))
+        if len(set(self.ids)) != len(self.ids):
+            problems.append(("ids", "names a row id twice"))
+        return problems
+
+
+@dataclass
 class TrainerConfig:
     max_steps: int = option(200, "Training steps (one step = one rollout batch and its updates).")
     save_every: int = option(
@@ -385,6 +416,15 @@ class TrainerConfig:
         0,
         "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: none.",
     )
+    benchmarks: list[BenchmarkConfig] = option(
+        factory=list,
+        help="Benchmarks scored with the current weights through the rollout engine, as videorl eval run scores "
+        "them, into output_dir/benchmarks/ and the bench/* metrics: a list of {name, data_root, every, limit, "
+        "ids, max_tokens, temperature, thinking} (docs/training.md, Benchmarks during training).",
+    )
+    benchmarks_strict: bool = option(
+        False, "A benchmark that fails (its data, a sample, its adapter) stops the run; false: logged, run goes on."
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -393,6 +433,11 @@ class TrainerConfig:
         for key in ("save_every", "keep_last", "val_every", "log_completions"):
             if getattr(self, key) < 0:
                 problems.append((key, "must be >= 0"))
+        for i, bench in enumerate(self.benchmarks):
+            problems += [(f"benchmarks[{i}].{key}", message) for key, message in bench._problems()]
+        names = [b.name for b in self.benchmarks]
+        if len(set(names)) != len(names):
+            problems.append(("benchmarks", f"names a benchmark twice: {names}"))
         if "jsonl" not in self.loggers:
             problems.append(
                 ("loggers", "must include jsonl (metrics.jsonl is what resume and videorl plot read)")
