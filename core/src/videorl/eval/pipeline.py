@@ -55,6 +55,8 @@ __all__ = [
     "RunReport",
     "StageTimes",
     "load_task",
+    "prediction_record",
+    "score_tasks",
     "timing_summary",
 ]
 
@@ -209,13 +211,7 @@ class Evaluator:
             items += pending
         if items:
             self._pipeline(items, run_dir, times, progress)
-        results = {}
-        for task in tasks:
-            path = predictions_path(run_dir, task.name)
-            saved: Mapping[str, Prediction] = read_predictions(path) if path.exists() else {}
-            result = score_predictions(task.benchmark, task.rows, saved)
-            record_result(run_dir, result)
-            results[task.name] = result
+        results = score_tasks(tasks, run_dir)
         times.wall_s = time.perf_counter() - started
         write_timing(run_dir, times.as_dict())
         return RunReport(results, times)
@@ -268,26 +264,54 @@ class Evaluator:
 
     def _record(self, item: _Item) -> dict[str, Any]:
         """The predictions-file record of a finished item, scored by the adapter."""
-        if item.completion is None:
-            return {"id": item.row.id, "error": item.error or "no response", "stage": item.stage}
-        completion = item.completion
-        response = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
-        result = score_row(item.task.benchmark, item.row, Prediction(item.row.id, response))
-        record: dict[str, Any] = {
-            "id": item.row.id,
-            "response": response,
-            "prediction": result.prediction,
-            "score": result.score,
-            "num_output_tokens": len(completion.token_ids),
-            "finish_reason": completion.finish_reason,
-        }
-        if result.failed is not None:
-            record["scoring_error"] = result.failed
-        try:
-            json.dumps(result.prediction, allow_nan=False)
-        except (TypeError, ValueError):  # an adapter returned something JSON cannot hold: keep its text
-            record["prediction"] = repr(result.prediction)
-        return record
+        return prediction_record(
+            item.task.benchmark, item.row, item.completion, self.tokenizer, error=item.error, stage=item.stage
+        )
+
+
+def prediction_record(
+    benchmark: Benchmark,
+    row: BenchmarkRow,
+    completion: Completion | None,
+    tokenizer: Any,
+    *,
+    error: str | None = None,
+    stage: str | None = None,
+) -> dict[str, Any]:
+    """The predictions-file record of one row: its decoded response scored by the adapter, or (no
+    ``completion``) the ``error`` of the ``stage`` where it failed."""
+    if completion is None:
+        return {"id": row.id, "error": error or "no response", "stage": stage}
+    response = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+    result = score_row(benchmark, row, Prediction(row.id, response))
+    record: dict[str, Any] = {
+        "id": row.id,
+        "response": response,
+        "prediction": result.prediction,
+        "score": result.score,
+        "num_output_tokens": len(completion.token_ids),
+        "finish_reason": completion.finish_reason,
+    }
+    if result.failed is not None:
+        record["scoring_error"] = result.failed
+    try:
+        json.dumps(result.prediction, allow_nan=False)
+    except (TypeError, ValueError):  # an adapter returned something JSON cannot hold: keep its text
+        record["prediction"] = repr(result.prediction)
+    return record
+
+
+def score_tasks(tasks: Sequence[EvalTask], run_dir: Path) -> dict[str, BenchmarkResult]:
+    """Each benchmark rescored from its predictions file, written into ``run_dir`` (``results.json``,
+    ``scores.jsonl``)."""
+    results = {}
+    for task in tasks:
+        path = predictions_path(run_dir, task.name)
+        saved: Mapping[str, Prediction] = read_predictions(path) if path.exists() else {}
+        result = score_predictions(task.benchmark, task.rows, saved)
+        record_result(run_dir, result)
+        results[task.name] = result
+    return results
 
 
 class _Run:
