@@ -47,6 +47,7 @@ from videorl.model_inputs import (
     response_logprobs,
     token_logprobs,
 )
+from videorl.packing import PackedInputs, pack_model_inputs
 from videorl.prompt_length import OverlongPrompt, filter_overlong
 from videorl.prompts import PromptTemplate, find_template, register_template_dir, render_prompt, template_name
 from videorl.registry import Register
@@ -75,6 +76,7 @@ __all__ = [
     "ModelBackend",
     "ModelInputs",
     "OverlongPrompt",
+    "PackedInputs",
     "PolicyLoss",
     "PolicyLossFunction",
     "Preset",
@@ -116,6 +118,7 @@ __all__ = [
     "macro_mean",
     "mean",
     "mm_token_types",
+    "pack_model_inputs",
     "read_model_type",
     "register_template_dir",
     "render_prompt",

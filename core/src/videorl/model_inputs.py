@@ -29,6 +29,7 @@ __all__ = [
     "response_logprobs",
     "response_stats",
     "token_logprobs",
+    "token_stats",
 ]
 
 _GRID_KEYS = ("image_grid_thw", "video_grid_thw")
@@ -332,12 +333,25 @@ def response_stats(
     entropy keep for the backward (2.5 GB each per 4,096-token row at a 152k vocabulary). Without
     ``entropy_grad`` the entropy is computed without a graph (it is only logged).
     """
+    step_logits, targets = _response_steps(logits, inputs)
+    return token_stats(step_logits, targets, forbidden=forbidden, entropy_grad=entropy_grad, chunk=chunk)
+
+
+def token_stats(
+    step_logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    forbidden: Iterable[int] = (),
+    entropy_grad: bool = True,
+    chunk: int = STATS_CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`response_stats` on the logits that predict ``targets`` (``B×T×V`` and ``B×T``), e.g. the
+    response positions of a packed row (:mod:`videorl.packing`)."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
     from videorl.train.algo import entropy_from_logits
 
-    step_logits, targets = _response_steps(logits, inputs)
     vocab = step_logits.shape[-1]
     banned = torch.tensor(
         sorted(i for i in set(forbidden) if i < vocab), dtype=torch.long, device=step_logits.device

@@ -25,6 +25,7 @@ from videorl.api import (
     DataError,
     EncodedPrompt,
     ModelInputs,
+    PackedInputs,
     RolloutRequest,
     VisualBudget,
     check_alignment,
@@ -35,6 +36,7 @@ from videorl.api import (
     collate_encoded,
     image_grid,
     mm_token_types,
+    pack_model_inputs,
     video_grid,
 )
 
@@ -176,6 +178,12 @@ class QwenVLBackend:
             tokens_per_second=tokens_per_second if self.uses_second_per_grid_ts else None,
             split_frames=self.timestamped_frames,
         )[0]
+
+    def pack_inputs(self, inputs: ModelInputs) -> PackedInputs:
+        """The teacher-forced batch ``inputs`` in one row (``actor.padding_free``): each sequence's 3-D
+        positions are those of :meth:`rope_positions` for the padded batch, after the per-sequence
+        token counters that mark the boundaries (transformers' ``4 × 1 × N`` packed layout)."""
+        return pack_model_inputs(inputs, self.rope_positions(inputs))
 
     @cached_property
     def token_ids(self) -> dict[str, int]:

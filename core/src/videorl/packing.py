@@ -1,0 +1,161 @@
+"""Padding-free (packed) teacher-forced batches: a micro-batch's sequences concatenated into one row.
+
+A padded micro-batch (:class:`~videorl.model_inputs.ModelInputs`) computes on ``B × max length``
+positions; when video prompts vary several-fold in length most of them are padding. A
+:class:`PackedInputs` holds the same sequences back to back in one ``1 × N`` row (``N`` the sum of
+their lengths) and keeps them apart through the position ids alone, as transformers' packed-sequence
+support expects (``attention_mask=None``):
+
+- row 0 of ``position_ids`` counts each sequence's tokens from 0 (a reset marks a boundary).
+  transformers builds a block-diagonal causal mask from these resets for sdpa, eager and flex
+  attention (``masking_utils.find_packed_sequence_indices``), and flash-attention 2/3 runs its
+  varlen kernel from them (``_is_packed_sequence`` → ``cu_seqlens``), so the implementation the
+  model was loaded with selects the right path by construction;
+- the further rows are the family's own positions of each sequence (Qwen-VL: the 3-D M-RoPE
+  positions of the padded batch, gathered), which the model then uses instead of computing its own
+  over the whole row.
+
+Visual tensors are unchanged: they are concatenated in sample order, and so are the placeholders
+of the packed row. The LM head runs only on the positions that predict response tokens
+(``logits_to_keep`` as an index tensor); :meth:`PackedInputs.response_stats` returns the log-probs
+and entropies as ``B × R`` with the padded batch's layout, zeros where its response mask is 0.
+
+A backend opts in by implementing ``pack_inputs(inputs) -> PackedInputs`` (with
+:func:`pack_model_inputs`); :func:`pack_for_backend` falls back to padding (``None``) for one that
+does not, or that sets ``packing_unsupported`` to the reason, and says so once per family.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from videorl.model_inputs import ModelInputs, token_stats
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["PackedInputs", "pack_for_backend", "pack_model_inputs"]
+
+log = logging.getLogger(__name__)
+
+_warned: set[str] = set()
+
+
+@dataclass
+class PackedInputs:
+    """The sequences of ``padded`` in one row (see the module docstring).
+
+    ``position_ids`` is ``(1 + k) × 1 × N``: the per-sequence token counters, then the family's
+    ``k`` rows (none for a 1-D rotary model: then it is ``1 × N``). ``logits_index`` (``M``) are
+    the packed positions whose logits predict the ``M`` response tokens ``targets`` (``1 × M``), in
+    the row-major order of ``padded.response_mask``.
+    """
+
+    padded: ModelInputs
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    mm_token_type_ids: torch.Tensor | None
+    lengths: list[int]
+    logits_index: torch.Tensor
+    targets: torch.Tensor
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """Arguments for the model's ``forward``: the packed row, its positions, the visual tensors
+        of the padded batch, no attention mask (the positions carry the boundaries)."""
+        skip = {"input_ids", "attention_mask", "mm_token_type_ids"}
+        kwargs = {k: v for k, v in self.padded.model_kwargs().items() if k not in skip}
+        kwargs.update(input_ids=self.input_ids, position_ids=self.position_ids)
+        if self.mm_token_type_ids is not None:
+            kwargs["mm_token_type_ids"] = self.mm_token_type_ids
+        return kwargs
+
+    def response_stats(
+        self, logits: torch.Tensor, *, forbidden: Iterable[int] = (), entropy_grad: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies (``B × R``, float32) of the responses, as
+        :func:`~videorl.model_inputs.response_stats` returns them for the padded batch.
+
+        ``logits`` are the model's for :attr:`logits_index` (``1 × M × V``) or for the whole row
+        (``1 × N × V``: a model without ``logits_to_keep``)."""
+        if logits.shape[1] != self.logits_index.numel():
+            logits = logits[:, self.logits_index.to(logits.device)]
+        logp, entropy = token_stats(
+            logits, self.targets.to(logits.device), forbidden=forbidden, entropy_grad=entropy_grad
+        )
+        mask = self.padded.response_mask
+        assert mask is not None  # pack_model_inputs requires responses
+        keep = mask.to(logp.device).bool()
+        return (
+            logp.new_zeros(keep.shape).masked_scatter(keep, logp[0]),
+            entropy.new_zeros(keep.shape).masked_scatter(keep, entropy[0]),
+        )
+
+
+def pack_model_inputs(inputs: ModelInputs, positions: torch.Tensor | None = None) -> PackedInputs:
+    """Pack a teacher-forced batch (prompts and responses, as a backend's ``collate`` builds it).
+
+    ``positions`` (``k × B × L``, optional) are the family's positions of the padded batch, each
+    sequence counted from its first real token (Qwen-VL: the 3-D M-RoPE positions); they are
+    gathered into the packed row after the per-sequence token counters."""
+    import torch
+
+    mask = inputs.response_mask
+    if mask is None:
+        raise ValueError("pack_model_inputs: these inputs have no responses (collate with responses=...)")
+    keep = inputs.attention_mask.bool()
+    lengths = [int(n) for n in keep.sum(dim=1).tolist()]
+    device = inputs.input_ids.device
+    counters = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
+    rows = [counters.unsqueeze(0)]
+    if positions is not None:
+        if positions.shape[1:] != inputs.input_ids.shape:
+            raise ValueError(
+                f"pack_model_inputs: positions of shape {tuple(positions.shape)} for a batch of "
+                f"{tuple(inputs.input_ids.shape)}; expected k × B × L"
+            )
+        rows.append(positions.to(device)[:, keep].unsqueeze(1))
+    response_lengths = [int(n) for n in mask.sum(dim=1).tolist()]
+    starts = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
+    index = []
+    for start, length, responded in zip(starts.tolist(), lengths, response_lengths):
+        first = start + length - responded - 1  # the prompt's last token predicts the first response token
+        index.append(torch.arange(first, first + responded, device=device))
+    width = inputs.prompt_width
+    targets = inputs.input_ids[:, width : width + mask.shape[1]][mask.bool()]
+    return PackedInputs(
+        padded=inputs,
+        input_ids=inputs.input_ids[keep].unsqueeze(0),
+        position_ids=torch.cat(rows, dim=0) if positions is not None else counters,
+        mm_token_type_ids=(
+            inputs.mm_token_type_ids[keep].unsqueeze(0) if inputs.mm_token_type_ids is not None else None
+        ),
+        lengths=lengths,
+        logits_index=torch.cat(index),
+        targets=targets.unsqueeze(0),
+    )
+
+
+def pack_for_backend(backend: Any, inputs: ModelInputs) -> PackedInputs | None:
+    """``backend.pack_inputs(inputs)``, or ``None`` (pad instead) when the backend cannot pack: it has
+    no ``pack_inputs``, or its ``packing_unsupported`` gives the reason. The reason is logged once per
+    family."""
+    reason = getattr(backend, "packing_unsupported", None)
+    pack = getattr(backend, "pack_inputs", None)
+    if reason is None and pack is None:
+        reason = "the backend has no pack_inputs()"
+    if reason is not None:
+        family = str(getattr(backend, "family", type(backend).__name__))
+        if family not in _warned:
+            _warned.add(family)
+            log.warning(
+                "actor.padding_free: the %s backend cannot pack sequences (%s); its micro-batches are "
+                "padded instead. Set actor.padding_free=false to silence this.",
+                family,
+                reason,
+            )
+        return None
+    packed: PackedInputs = pack(inputs)
+    return packed
