@@ -349,6 +349,11 @@ class ActorConfig:
         "Token budget of one micro-batch (dynamic batching); a longer sequence gets a micro-batch of its own.",
     )
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
+    padding_free: bool = option(
+        True,
+        "Pack each micro-batch's sequences into one row (per-sequence positions and attention boundaries) "
+        "instead of padding them to the longest; families that cannot pack are padded (logged once).",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []

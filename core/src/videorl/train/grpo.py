@@ -39,6 +39,7 @@ from videorl import algorithms
 from videorl.alignment import check_response_tokens
 from videorl.errors import ConfigError
 from videorl.model_inputs import response_stats
+from videorl.packing import pack_for_backend
 from videorl.parity import first_step_check, modality_gaps
 from videorl.rewards.types import RewardInput
 from videorl.rollout import Completion, SamplingParams
@@ -316,6 +317,7 @@ def _forward(
     forbidden: Sequence[int],
     compute_dtype: torch.dtype | None = None,
     entropy_grad: bool = False,
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token log-probs and entropies of the responses of ``batch`` (teacher-forced), and their mask.
 
@@ -323,24 +325,30 @@ def _forward(
     head runs on the response's positions only (``logits_to_keep``: a 21k-token video prompt's logits
     would be 6.4 GB in bf16 at a 152k vocabulary, and are never used); log-softmax and entropy run in
     chunks (:func:`~videorl.model_inputs.response_stats`), the entropy with a graph only when
-    ``entropy_grad`` (its coefficient is not 0)."""
+    ``entropy_grad`` (its coefficient is not 0). ``padding_free`` (``actor.padding_free``): the
+    sequences run packed in one row (:mod:`videorl.packing`) when the backend can pack them; the
+    results keep the padded ``B×R`` layout either way."""
     param = next(model.parameters())
     inputs = backend.collate(
         [t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch]
     )
     inputs = inputs.to(device=param.device, dtype=param.dtype)
+    packed = pack_for_backend(backend, inputs) if padding_free else None
     mixed = compute_dtype is not None and compute_dtype != param.dtype
-    kwargs = inputs.model_kwargs()
+    kwargs = packed.model_kwargs() if packed is not None else inputs.model_kwargs()
     accepted = inspect.signature(model.forward).parameters
     if "logits_to_keep" in accepted:
-        kwargs["logits_to_keep"] = inputs.logits_to_keep
+        kwargs["logits_to_keep"] = packed.logits_index if packed is not None else inputs.logits_to_keep
     if (
         "use_cache" in accepted
     ):  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
         kwargs["use_cache"] = False
     with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
         logits = model(**kwargs).logits
-    logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
+    if packed is not None:
+        logp, entropy = packed.response_stats(logits, forbidden=forbidden, entropy_grad=entropy_grad)
+    else:
+        logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
     assert inputs.response_mask is not None
     return logp, entropy, inputs.response_mask.to(logp.device)
 
@@ -374,12 +382,14 @@ def update(
     updates = max(1, min(len(groups), config.data.rollout_batch_size // config.actor.global_batch_size))
     per_update = math.ceil(len(groups) / updates)
     minis = [[t for g in groups[u * per_update : (u + 1) * per_update] for t in g] for u in range(updates)]
-    budget = config.actor.max_tokens_per_micro_batch
+    budget, packed = config.actor.max_tokens_per_micro_batch, config.actor.padding_free
     old: dict[int, torch.Tensor] = {}
     if updates > 1:
         with timer("old_logprob"), torch.no_grad():
             for batch in _micro_batches(trajectories, budget, dist):
-                logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
+                logp, _, _ = _forward(
+                    actor.model, actor.backend, batch, forbidden, actor.compute_dtype, padding_free=packed
+                )
                 old.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
     # Before the micro-batch loop, not between an actor forward and its backward (where its
     # activations would sit on top of the actor's).
@@ -402,6 +412,7 @@ def update(
                 forbidden,
                 actor.compute_dtype,
                 entropy_grad=cfg.entropy_coef > 0,
+                padding_free=packed,
             )
             if cfg.overlong_filtering:
                 keep = torch.tensor([_trained(cfg, t) for t in batch], device=mask.device)
@@ -507,7 +518,9 @@ def _reference_rows(
     if actor.reference is not None:
         with timer("reference"), torch.no_grad():
             for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
-                logp = _forward(actor.reference, actor.backend, batch, forbidden)[0]
+                logp = _forward(
+                    actor.reference, actor.backend, batch, forbidden, padding_free=config.actor.padding_free
+                )[0]
                 out.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
         return out
     for t in trajectories:
@@ -529,7 +542,7 @@ def reference_logprobs(
     out: dict[int, list[float]] = {}
     with torch.no_grad():
         for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Dist()):
-            logp = _forward(reference, backend, batch, forbidden)[0]
+            logp = _forward(reference, backend, batch, forbidden, padding_free=config.actor.padding_free)[0]
             for row, t in enumerate(batch):
                 out[id(t)] = logp[row, : len(t.completion.token_ids)].float().tolist()
     return [out[id(t)] for t in trajectories]
