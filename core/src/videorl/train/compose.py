@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from videorl.prompts import PromptTemplate
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.checkpoint import Checkpoint, CheckpointManager
     from videorl.train.data import Prompt, PromptEncoder, TrainData
     from videorl.train.distributed import Dist
     from videorl.train.grpo import Actor, RunIO
+    from videorl.train.loop import PeriodicEvaluation
 
 CHECKPOINT_DIR = "checkpoints"
 log = logging.getLogger("videorl.train")
@@ -36,7 +37,8 @@ log = logging.getLogger("videorl.train")
 
 @dataclass
 class Training:
-    """Everything :func:`videorl.train.grpo.train` receives."""
+    """Everything :func:`videorl.train.grpo.train` receives; ``evaluations`` run in the loop next to
+    validation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
 
     config: TrainConfig
     actor: Actor
@@ -49,6 +51,7 @@ class Training:
     engine_shares_actor: bool
     validation: list[Prompt]
     vision_sync: VisionSync | None = None  # the actor's hooks (``dummy_calls`` counts text-only forwards)
+    evaluations: list[PeriodicEvaluation] = field(default_factory=list)
 
     def run(self, **kwargs: Any) -> int:
         from videorl.train.grpo import train
@@ -65,16 +68,14 @@ class Training:
                 dist=self.dist,
                 engine_shares_actor=self.engine_shares_actor,
                 validation=self.validation,
+                evaluations=self.evaluations,
                 **kwargs,
             )
         finally:
             self.close()
 
     def close(self) -> None:
-        if self.io.metrics is not None:
-            self.io.metrics.close()
-        if self.io.progress is not None:
-            self.io.progress.close()
+        close_io(self.io)
 
 
 def seed_everything(seed: int) -> None:
@@ -242,6 +243,7 @@ def make_actor(
 
     from videorl.train import distributed
     from videorl.train.grpo import Actor
+    from videorl.train.lora import inject as inject_lora
 
     dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
     sharded = dist.world_size > 1
@@ -251,15 +253,18 @@ def make_actor(
     # unit moves to the device as it is sharded (fully_shard) and rank 0 sends every rank its shards,
     # so a GPU never holds more than one unit's full float32 weights (the whole float32 model on each
     # GPU first, 33 GB at 7B, leaves vLLM too little to start) and the checkpoint is read once.
+    # With LoRA the base never moves: it stays in model.dtype, frozen; only the float32 adapters train.
+    lora = config.actor.lora.enabled
     model = backend.load_model(
-        dtype=torch.float32, device=distributed.load_device(dist.rank) if sharded else device
+        dtype=dtype if lora else torch.float32, device=distributed.load_device(dist.rank) if sharded else device
     )
+    adapters = inject_lora(model, config.actor.lora) if lora else None  # before sharding: they shard along
     initial = dict(model.state_dict()) if sharded and dist.rank == 0 else {}
     distributed.use_fast_attention(model, dtype)
     if config.actor.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ref_model = None
-    if config.algorithm.use_kl_loss if reference is None else reference:
+    ref_model = None  # with LoRA the reference is the actor with its adapters off: no copy
+    if (config.algorithm.use_kl_loss if reference is None else reference) and adapters is None:
         ref_model = load_reference(
             config, backend, device=distributed.load_device(dist.rank) if sharded else None
         )
@@ -280,7 +285,7 @@ def make_actor(
         distributed.release_cached_memory()  # the blocks sharding freed, for the engine about to start
     o = config.optim
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        model.parameters() if adapters is None else adapters.parameters(),
         lr=o.lr,
         betas=(o.betas[0], o.betas[1]),
         eps=o.eps,
@@ -295,6 +300,7 @@ def make_actor(
         compute_dtype=None if sharded else dtype,
         full_state_dict=(lambda dtype: distributed.full_state_dict(model, dtype)) if sharded else None,
         load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
+        lora=adapters,
     )
     return actor, vision_sync
 
@@ -402,6 +408,59 @@ def open_checkpoints(config: TrainConfig) -> tuple[CheckpointManager, Path | Non
     return checkpoints, resume_from
 
 
+@dataclass
+class RunStart:
+    """What a launcher knows of a run before building anything: its checkpoints and the one it resumes
+    from (verified, tensors not yet read)."""
+
+    checkpoints: CheckpointManager
+    resume_from: Checkpoint | None
+
+    @property
+    def step(self) -> int:
+        """The step the run continues after (0: a new run)."""
+        return 0 if self.resume_from is None else self.resume_from.step
+
+    def open_io(self, config: TrainConfig, plugins: Plugins, *, writer: bool) -> RunIO:
+        """The run's writers, once the models, data and engines are ready: when ``writer`` (rank 0, the
+        Ray controller) ``config.yaml``/``run.json``/``requirements.txt``, the metrics, the progress
+        bar (``trainer.progress_bar``) and the completion log (``trainer.log_completions``)."""
+        from videorl.train.grpo import RunIO
+        from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
+
+        if not writer:
+            return RunIO(self.checkpoints)
+        out, t = Path(config.output_dir), config.trainer
+        write_run_metadata(out, config, plugins)
+        metrics = MetricsWriter.for_run(out, config, plugins, start_step=self.step)
+        progress = ProgressBar(t.max_steps, start_step=self.step) if t.progress_bar else None
+        completions = (
+            CompletionLog(out, t.log_completions, start_step=self.step) if t.log_completions else None
+        )
+        return RunIO(self.checkpoints, metrics, progress, completions)
+
+
+def begin_run(config: TrainConfig, ranks: int, ranks_name: str) -> RunStart:
+    """The checks every launcher makes first: ``data.rollout_batch_size`` a multiple of the ``ranks``
+    training ranks (``ranks_name`` says what sets them), and the checkpoint to resume from
+    (:func:`open_checkpoints`)."""
+    if config.data.rollout_batch_size % ranks:
+        raise ConfigError(
+            f"data.rollout_batch_size ({config.data.rollout_batch_size}) must be a multiple of {ranks_name} "
+            f"({ranks}): each training rank takes the same share of the prompts"
+        )
+    checkpoints, resume_from = open_checkpoints(config)
+    return RunStart(checkpoints, None if resume_from is None else checkpoints.load(resume_from))
+
+
+def close_io(io: RunIO) -> None:
+    """Close the run's writers (the metrics' trackers, the progress bar)."""
+    if io.metrics is not None:
+        io.metrics.close()
+    if io.progress is not None:
+        io.progress.close()
+
+
 def load_datasets(
     config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder
 ) -> tuple[list[Sample], list[Sample]]:
@@ -440,18 +499,10 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     from videorl.rewards.router import RewardRouter
     from videorl.train.data import TrainData
     from videorl.train.distributed import Dist
-    from videorl.train.grpo import RunIO
-    from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
 
     dist = dist or Dist()
-    if config.data.rollout_batch_size % dist.world_size:
-        raise ConfigError(
-            f"data.rollout_batch_size ({config.data.rollout_batch_size}) must be a multiple of the number "
-            f"of training processes ({dist.world_size}): each takes the same share of the prompts"
-        )
+    run = begin_run(config, dist.world_size, "the number of training processes")
     seed_everything(config.seed + dist.rank)
-    out = Path(config.output_dir)
-    checkpoints, resume_from = open_checkpoints(config)
 
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
@@ -472,14 +523,5 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     actor, vision_sync = make_actor(config, backend, dist)
     engine, shares = make_rank_engine(config, plugins, actor, dist)
 
-    metrics = progress = completions = None
-    if dist.rank == 0:
-        write_run_metadata(out, config, plugins)
-        start = 0 if resume_from is None else checkpoints.load(resume_from).step
-        metrics = MetricsWriter.for_run(out, config, plugins, start_step=start)
-        if config.trainer.progress_bar:
-            progress = ProgressBar(config.trainer.max_steps, start_step=start)
-        if config.trainer.log_completions:
-            completions = CompletionLog(out, config.trainer.log_completions, start_step=start)
-    io = RunIO(checkpoints, metrics, progress, completions)
+    io = run.open_io(config, plugins, writer=dist.rank == 0)
     return Training(config, actor, engine, rewards, data, encoder, io, dist, shares, validation, vision_sync)

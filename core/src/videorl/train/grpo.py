@@ -44,8 +44,8 @@ from videorl.parity import first_step_check, modality_gaps
 from videorl.rewards.types import RewardInput
 from videorl.rollout import Completion, SamplingParams
 from videorl.train import algo
-from videorl.train.checkpoint import capture_rng_state, checkpoint_due, restore_rng_state
-from videorl.train.distributed import Dist, average_over_ranks, gather_objects
+from videorl.train.checkpoint import capture_rng_state, restore_rng_state
+from videorl.train.distributed import Dist, gather_objects
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt, TrainData
+    from videorl.train.loop import OnStep, PeriodicEvaluation
     from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar
 
 
@@ -738,6 +739,83 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, config: TrainConfig, ste
         group["lr"] = lr
 
 
+class LocalStep:
+    """The :class:`~videorl.train.loop.StepDriver` of one process, or of one torchrun rank: this rank's
+    share of the prompts, rolled out with its engine, scored here, and its actor's update.
+
+    ``engine_shares_actor``: the engine generates with the actor's own module (one process, no copy),
+    so its weights never need a refresh. ``validation`` prompts are this rank's share, scored greedily
+    (``val/*`` metrics) when the loop says."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        actor: Actor,
+        engine: RolloutEngine,
+        rewards: RewardRouter,
+        data: TrainData,
+        encode: Callable[[Any], Prompt],
+        io: RunIO,
+        dist: Dist | None = None,
+        engine_shares_actor: bool = False,
+        validation: Sequence[Prompt] = (),
+    ) -> None:
+        self.config, self.actor, self.engine, self.rewards = config, actor, engine, rewards
+        self.data, self.encode, self.io, self.dist = data, encode, io, dist or Dist()
+        self.engine_shares_actor, self.validation = engine_shares_actor, list(validation)
+        self.scorer = local_scorer(rewards, actor.backend)
+        self._parity_due = config.rollout.parity_check != "off"  # on this process's first step
+
+    @property
+    def has_validation(self) -> bool:
+        return bool(self.validation)
+
+    def resume(self) -> int:
+        """Load the checkpoint ``trainer.resume`` names (``auto``: the latest) into the actor, the data
+        and the RNG; its step (0: none). An engine of its own, loaded with the base model, gets the
+        actor's weights."""
+        start = resume(self.config, self.actor, self.data, self.io, self.dist)
+        if start > 0 and not self.engine_shares_actor:
+            self.engine.update_weights(refresh_state(self.actor, self.engine))
+        return start
+
+    def step(self, step: int, timer: StageTimer) -> dict[str, float]:
+        config, actor, engine, dist = self.config, self.actor, self.engine, self.dist
+        prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
+        rollout = local_rollout(config, engine, self.scorer, actor.backend, self.encode, timer)
+        kept, extra = collect_groups(config, step, prompts_per_rank, self.data, rollout, dist.rank)
+        flat = assign_advantages(config, kept)
+        if self._parity_due:  # before any update, after a resume too
+            self._parity_due = False
+            with timer("parity_check"):
+                extra.update(first_step_check(config, actor, flat, dist))
+        set_learning_rate(actor.optimizer, config, step)
+        if not self.engine_shares_actor:
+            sleep_engine(engine)
+        with timer("actor"):
+            actor_metrics = update(config, actor, flat, dist, timer)
+        if not self.engine_shares_actor:
+            with timer("weight_sync"):
+                engine.update_weights(refresh_state(actor, engine))
+        if dist.rank == 0 and self.io.completions is not None:
+            decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
+            self.io.completions.log(step, flat, decode)
+        return {**step_metrics(flat, canonical=self.rewards.canonical_type), **actor_metrics, **extra}
+
+    def validate(self, step: int) -> dict[str, float]:
+        return evaluate(
+            self.validation,
+            self.engine,
+            self.scorer,
+            self.config.rollout.max_response_length,
+            self.rewards.canonical_type,
+        )
+
+    def save(self, step: int) -> None:
+        save_checkpoint(step, self.actor, self.data, self.io, self.dist)
+
+
 def train(
     config: TrainConfig,
     *,
@@ -750,67 +828,27 @@ def train(
     dist: Dist | None = None,
     engine_shares_actor: bool = False,
     validation: Sequence[Prompt] = (),
-    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    evaluations: Sequence[PeriodicEvaluation] = (),
+    on_step: OnStep | None = None,
 ) -> int:
-    """Train until ``config.trainer.max_steps``, resuming when ``config.trainer.resume`` says so.
+    """Train with :class:`LocalStep` in :func:`videorl.train.loop.run` until ``trainer.max_steps``,
+    resuming when ``trainer.resume`` says so; the last step done."""
+    from videorl.train.loop import run  # the loop imports this module's StageTimer
 
-    Returns the last step done. ``engine_shares_actor``: the engine generates with the actor's own
-    module (one process, no copy), so its weights never need a refresh. ``validation`` prompts are
-    scored greedily every ``config.trainer.val_every`` steps (``val/*`` metrics).
-    """
-    dist = dist or Dist()
-    start = resume(config, actor, data, io, dist)
-    if start > 0 and not engine_shares_actor:
-        engine.update_weights(
-            refresh_state(actor, engine)
-        )  # the engine was loaded with the base model's weights
-    prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
-    scorer = local_scorer(rewards, actor.backend)
-    decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
-    for step in range(start + 1, config.trainer.max_steps + 1):
-        timer = StageTimer(io.progress.stage if dist.rank == 0 and io.progress is not None else None)
-        step_start = time.perf_counter()
-        rollout = local_rollout(config, engine, scorer, actor.backend, encode, timer)
-        kept, extra = collect_groups(config, step, prompts_per_rank, data, rollout, dist.rank)
-        flat = assign_advantages(config, kept)
-        if (
-            step == start + 1 and config.rollout.parity_check != "off"
-        ):  # before any update, after a resume too
-            with timer("parity_check"):
-                extra.update(first_step_check(config, actor, flat, dist))
-        set_learning_rate(actor.optimizer, config, step)
-        if not engine_shares_actor:
-            sleep_engine(engine)
-        with timer("actor"):
-            actor_metrics = update(config, actor, flat, dist, timer)
-        if not engine_shares_actor:
-            with timer("weight_sync"):
-                engine.update_weights(refresh_state(actor, engine))
-        metrics = {**step_metrics(flat, canonical=rewards.canonical_type), **actor_metrics, **extra}
-        if dist.rank == 0 and io.completions is not None:
-            io.completions.log(step, flat, decode)
-        every = config.trainer.val_every
-        if validation and every and (step % every == 0 or step == config.trainer.max_steps):
-            with timer("validation"):
-                metrics.update(
-                    evaluate(
-                        validation, engine, scorer, config.rollout.max_response_length, rewards.canonical_type
-                    )
-                )
-        timer.seconds["step"] = time.perf_counter() - step_start
-        metrics.update({f"time/{k}": v for k, v in timer.seconds.items()})
-        metrics = average_over_ranks(metrics, dist)
-        if dist.rank == 0 and io.metrics is not None:
-            io.metrics.log(step, metrics)
-        if dist.rank == 0 and io.progress is not None:
-            io.progress.update(
-                step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0)
-            )
-        if on_step is not None:
-            on_step(step, metrics)
-        if checkpoint_due(step, config.trainer.save_every, config.trainer.max_steps):
-            save_checkpoint(step, actor, data, io, dist)
-    return config.trainer.max_steps
+    driver = LocalStep(
+        config,
+        actor=actor,
+        engine=engine,
+        rewards=rewards,
+        data=data,
+        encode=encode,
+        io=io,
+        dist=dist,
+        engine_shares_actor=engine_shares_actor,
+        validation=validation,
+    )
+    start = driver.resume()
+    return run(config, driver, io, start, dist=driver.dist, evaluations=evaluations, on_step=on_step)
 
 
 # --- checkpoints ----------------------------------------------------------------------------------
