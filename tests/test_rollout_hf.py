@@ -142,3 +142,43 @@ def test_only_the_chosen_tokens_log_probs_are_kept(setup: Any, monkeypatch: Any)
     got = [c.logprobs for g in groups for c in g]
     assert all(len(e) == len(o) for e, o in zip(expected, got))
     assert max(abs(a - b) for e, o in zip(expected, got) for a, b in zip(e, o)) < 1e-5
+
+
+def test_one_prefill_per_prompt_gives_what_n_repeated_prompts_give(setup: Any) -> None:
+    """The vision tower sees each prompt's patches once, not ``n`` times, and the samples are those of
+    ``generate`` on the ``n``-fold repeated batch (same seed, same tokens, same log-probs)."""
+    backend, model, prompts = setup
+    patches: list[int] = []
+    handle = model.model.visual.register_forward_hook(lambda _m, args, _out: patches.append(args[0].shape[0]))
+    engine = HFEngine(backend, model)
+    params = SamplingParams(n=4, max_tokens=8, seed=11)
+    try:
+        groups = engine.generate(prompts, params)
+        video_patches = prompts[0].visual["pixel_values_videos"].shape[0]
+        assert patches == [video_patches]  # one tower call for the batch; the text prompt has none
+        patches.clear()
+        repeated = backend.collate([p for p in prompts for _ in range(params.n)])
+        torch.manual_seed(11)
+        with torch.no_grad():
+            reference = model.generate(
+                **repeated.model_kwargs(),
+                max_new_tokens=params.max_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=None,
+                suppress_tokens=engine.forbidden,
+                pad_token_id=engine.pad_id,
+                eos_token_id=sorted(engine.eos_ids),
+            )
+        assert patches == [params.n * video_patches]  # what the engine did before
+    finally:
+        handle.remove()
+    for row, completion in enumerate(c for g in groups for c in g):
+        expected = reference[row, repeated.prompt_width :].tolist()[: len(completion.token_ids)]
+        assert completion.token_ids == expected
+    samples = [c.token_ids for g in groups for c in g]
+    assert len({tuple(s) for s in samples}) > 1  # the n rows are sampled independently, not copies
+    expected_lp = _teacher_forced(backend, model, prompts, groups)
+    got = [c.logprobs for g in groups for c in g]
+    assert max(abs(a - b) for e, o in zip(expected_lp, got) for a, b in zip(e, o)) < 1e-5

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import torch
 
     from videorl.backend import ModelBackend
-    from videorl.model_inputs import EncodedPrompt
+    from videorl.model_inputs import EncodedPrompt, ModelInputs
 
 
 class _ChosenLogprobs:
@@ -53,7 +53,8 @@ class _ChosenLogprobs:
 
 
 class HFEngine:
-    """Generates with ``model.generate`` on left-padded batches built by the backend.
+    """Generates with ``model.generate`` on left-padded batches built by the backend: each prompt is
+    prefilled once and its KV cache repeated for its ``n`` responses (:meth:`_prefill`).
 
     ``model`` is the policy itself when training in one process (``update_weights`` is then a no-op
     because the engine already sees the updated parameters) or a separate copy (``owns_model=True``)
@@ -104,10 +105,9 @@ class HFEngine:
     ) -> list[list[Completion]]:
         import torch
 
-        repeated = [p for p in prompts for _ in range(params.n)]
-        inputs = self.backend.collate(repeated)
-        device = next(self.model.parameters()).device
-        inputs = inputs.to(device=device, dtype=next(self.model.parameters()).dtype)
+        param = next(self.model.parameters())
+        inputs = self.backend.collate(prompts).to(device=param.device, dtype=param.dtype)
+        ids, mask, cache, positions = self._prefill(inputs, params.n)
         sampling: dict[str, Any] = (
             {"do_sample": False}
             if params.greedy
@@ -122,8 +122,13 @@ class HFEngine:
         handle = self.model.register_forward_hook(chosen, with_kwargs=True)
         try:
             with torch.no_grad():
+                # The prompts' last token is the only one not in the cache: generate's first forward
+                # computes the first token's logits from it, then decodes as usual.
                 result = self.model.generate(
-                    **inputs.model_kwargs(),
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
                     max_new_tokens=params.max_tokens,
                     suppress_tokens=self.forbidden or None,
                     pad_token_id=self.pad_id,
@@ -135,8 +140,56 @@ class HFEngine:
             handle.remove()
         new_tokens = result.sequences[:, inputs.prompt_width :]
         logprobs = chosen.finish(new_tokens)
-        completions = [self._completion(new_tokens[i], logprobs[i]) for i in range(len(repeated))]
+        completions = [self._completion(new_tokens[i], logprobs[i]) for i in range(new_tokens.shape[0])]
         return [completions[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _prefill(self, inputs: ModelInputs, n: int) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
+        """One forward over each prompt but its last token, its KV cache then repeated for the ``n`` rows.
+
+        Returns the ``n``-fold input ids, attention mask and position ids (rows ``p·n … p·n + n − 1``
+        continue prompt ``p``) and the cache. The positions are those ``generate`` computes itself
+        (its ``_prepare_position_ids_for_generation``, which M-RoPE models override with their 3-D
+        rule), passed explicitly so that decoding never reads positions the model kept from another
+        batch (Qwen-VL's ``rope_deltas``).
+
+        Memory, for ``B`` prompts of ``W`` tokens (``P`` visual patches each) and ``T`` new tokens:
+        the vision tower and the prefill see ``B`` rows instead of ``B·n`` (activations, the pixel
+        tensors and the vision tower's work shrink ``n``-fold: at 7B, a 20k-token prompt's prefill
+        activations are several GB per row); the KV cache still holds ``B·n·(W + T)`` positions,
+        since a transformers cache cannot share a prefix between rows (vLLM's prefix cache does);
+        the logits are one step's ``B·n×V`` at a time (:class:`_ChosenLogprobs`), never ``B·n×T×V``.
+        """
+        import torch
+
+        kwargs = inputs.model_kwargs()
+        ids, mask = kwargs.pop("input_ids"), kwargs.pop("attention_mask")
+        positions = self.model._prepare_position_ids_for_generation(
+            ids, {"input_ids": ids, "attention_mask": mask, **kwargs}
+        )
+        if "mm_token_type_ids" in kwargs:
+            kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, :-1]
+        with torch.no_grad():
+            out = self.model(
+                input_ids=ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                position_ids=positions[..., :-1],
+                use_cache=True,
+                logits_to_keep=1,
+                **kwargs,
+            )
+        cache = out.past_key_values
+        if n > 1:
+            # beam search's reordering: the one batch operation every cache layer has (linear-attention
+            # states of Qwen3.5 included, which lack ``batch_repeat_interleave``)
+            rows = torch.arange(ids.shape[0], device=ids.device).repeat_interleave(n)
+            cache.reorder_cache(rows)
+        batch_dim = 1 if positions.ndim == 3 else 0
+        return (
+            ids.repeat_interleave(n, dim=0),
+            mask.repeat_interleave(n, dim=0),
+            cache,
+            positions.repeat_interleave(n, dim=batch_dim),
+        )
 
     def _completion(self, tokens: torch.Tensor, logprobs: torch.Tensor) -> Completion:
         ids = [int(t) for t in tokens.tolist()]
