@@ -17,6 +17,8 @@ from videorl.config import (
     markdown_reference,
 )
 from videorl.errors import ConfigError
+from videorl.option import option
+from videorl.rewards import RewardConfig
 
 REQUIRED = ["model.path=/models/tiny", "data.train_files=[train.jsonl]"]
 
@@ -220,11 +222,12 @@ def test_dump_round_trips(tmp_path: Path) -> None:
 
 
 def test_config_keys_cover_every_leaf() -> None:
-    keys = {k.key: k for k in config_keys()}
+    keys = {k.key: k for k in config_keys(TrainConfig)}
     assert keys["algorithm.clip_high"].default == 0.28 and keys["algorithm.clip_high"].type == "float"
     assert keys["optim.betas"].default == [0.9, 0.999]
     assert keys["data.source_mode"].type == "preprocessed_only \\| prefer_preprocessed \\| realtime_only"
     assert all(k.help for k in keys.values()), [k for k, v in keys.items() if not v.help]
+    assert not [k for k in keys.values() if k.help.startswith("See ")]  # the rewards section's too
 
     def leaves(d: dict, prefix: str = "") -> list[str]:
         out = []
@@ -243,37 +246,83 @@ def test_config_keys_cover_every_leaf() -> None:
         return out
 
     assert list(keys) == leaves(config_to_dict(TrainConfig()))
-    table = markdown_reference()
+    table = markdown_reference(TrainConfig)
     assert all(f"| `{key}` |" in table for key in keys)
 
 
-def test_sections_that_parse_themselves_report_at_their_location(tmp_path: Path) -> None:
-    # the rewards section (videorl.rewards.config.RewardConfig) checks its own values
-    path = write(tmp_path, "model:\n  path: /m\ndata:\n  train_files: [a]\nrewards:\n  timeout: -1\n")
-    with pytest.raises(ConfigError, match=rf"{path}:5: rewards.timeout must be a positive number"):
+def test_rewards_section_problems_are_reported_with_the_others(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "model:\n  path: /m\ndata:\n  train_files: [a]\n"
+        "rewards:\n  accuracy_wieght: 0.8\n  threads: many\n  format:\n    think: requird\n"
+        "  routes:\n    qa: [{reward: a, wieght: 2}]\nrollout:\n  nn: 4\n",
+    )
+    with pytest.raises(ConfigError) as info:
         load_config(path)
+    assert str(info.value).splitlines()[1:] == [
+        f"  {path}:6: unknown key 'rewards.accuracy_wieght'. Did you mean 'rewards.accuracy_weight'?",
+        f"  {path}:7: rewards.threads must be int, got 'many'",
+        f"  {path}:9: rewards.format.think must be one of 'optional', 'required' (did you mean 'required'?), "
+        "got 'requird'",
+        f"  {path}:10: rewards.routes.qa[0] must be {{reward: NAME, weight: W}} (did you mean 'weight' for "
+        "'wieght'?), got {'reward': 'a', 'wieght': 2}",
+        f"  {path}:13: unknown key 'rollout.nn'. Did you mean 'rollout.n'?",
+    ]
+
+
+def test_rewards_section_ranges_are_checked_like_any_section(tmp_path: Path) -> None:
+    path = write(tmp_path, "rewards:\n  timeout: -1\n  routes:\n    Free Form: {a: -1, b: .nan}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, REQUIRED)
+    assert str(info.value).splitlines()[1:] == [
+        f"  {path}:2: rewards.timeout must be a positive number of seconds or null",
+        f"  {path}:3: rewards.routes.free_form weight of 'a' must be a non-negative number, got -1.0",
+        f"  {path}:3: rewards.routes.free_form weight of 'b' must be a non-negative number, got nan",
+    ]
+    with pytest.raises(ConfigError, match=r"override 'rewards.accuracy_weight=0.8': rewards.accuracy_weight "
+                       r"\+ format_weight must be 1 \(got 0.8 \+ 0.1\)"):  # fmt: skip
+        load_config(None, [*REQUIRED, "rewards.accuracy_weight=0.8"])
     with pytest.raises(
-        ConfigError, match=r"override 'rewards.format.think=requird': format.think must be one of"
+        ConfigError, match=r"override 'rewards.routes={math: 3}': rewards.routes.math must be"
     ):
-        load_config(None, [*REQUIRED, "rewards.format.think=requird"])
-    with pytest.raises(ConfigError, match=r"override 'rewards.routes={math: 3}': rewards.routes.math"):
         load_config(None, [*REQUIRED, "rewards.routes={math: 3}"])
-    with pytest.raises(ConfigError, match=r"rewards.threads must be int, got 'many'"):
-        load_config(None, [*REQUIRED, "rewards.threads=many"])  # plain keys are still typed here
+
+
+def test_route_shorthands_load_to_weighted_pairs_and_dump_loadable(tmp_path: Path) -> None:
+    route = "{Free Form: open_ended, qa: [[a, 0.5], {reward: b}], mix: {a: 1, b: 3}}"
+    config = load_config(None, [*REQUIRED, f"rewards.routes={route}"])
+    assert config.rewards.routes == {
+        "free_form": [("open_ended", 1.0)],
+        "qa": [("a", 0.5), ("b", 1.0)],
+        "mix": [("a", 1.0), ("b", 3.0)],
+    }
+    assert load_config(write(tmp_path, dump_config(config))).rewards == config.rewards
+    with pytest.raises(
+        ConfigError, match="'Free Form' and 'free_form' both name the problem type 'free_form'"
+    ):
+        load_config(None, [*REQUIRED, "rewards.routes={Free Form: a, free_form: b}"])
+
+
+def test_reward_config_from_dict_reports_every_problem() -> None:
+    with pytest.raises(ConfigError) as info:
+        RewardConfig.from_dict({"thread": 2, "timeout": "soon", "options": {"math": 5}})
+    assert str(info.value).splitlines()[1:] == [
+        "  unknown key 'rewards.thread'. Did you mean 'rewards.threads'?",
+        "  rewards.timeout must be float or null, got 'soon'",
+        "  rewards.options.math must be a mapping of str to any value, got 5",
+    ]
+
+
+def _pairs(value: object, key: str) -> object:
+    """``{name: weight}`` read as a list of pairs; anything else left for the type check."""
+    if isinstance(value, dict) and value.get("bad"):
+        raise ConfigError(f"{key} must not be bad")
+    return list(value.items()) if isinstance(value, dict) else value
 
 
 @dataclass
 class _Routes:
-    """A section with its own shorthand: ``routes: {name: weight}`` is stored as a list of pairs."""
-
-    routes: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> _Routes:
-        return cls({k: [(n, float(w)) for n, w in v.items()] for k, v in data.get("routes", {}).items()})
-
-    def to_dict(self) -> dict:
-        return {"routes": {k: dict(v) for k, v in self.routes.items()}}
+    routes: list[tuple[str, float]] = option(factory=list, help="Weighted names.", convert=_pairs)  # noqa: RUF009
 
 
 @dataclass
@@ -281,12 +330,18 @@ class _WithRoutes:
     section: _Routes = field(default_factory=_Routes)
 
 
-def test_to_dict_makes_dumps_loadable(tmp_path: Path) -> None:
-    config = load_config(None, ["section.routes={math: {math: 1}}"], schema=_WithRoutes)
-    assert config.section.routes == {"math": [("math", 1.0)]}
+def test_a_converter_reads_shorthands_before_the_type_check(tmp_path: Path) -> None:
+    config = load_config(None, ["section.routes={a: 1}"], schema=_WithRoutes)
+    assert config.section.routes == [("a", 1.0)]
     text = dump_config(config)
-    assert text == "section:\n  routes:\n    math:\n      math: 1.0\n"
+    assert text == "section:\n  routes:\n  - - a\n    - 1.0\n"
     assert load_config(write(tmp_path, text), schema=_WithRoutes) == config
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "section:\n  routes: {bad: 1}\n  other: 1\n"), schema=_WithRoutes)
+    assert "cfg.yaml:2: section.routes must not be bad" in str(info.value)
+    assert "cfg.yaml:3: unknown key 'section.other'" in str(info.value)  # reported together
+    with pytest.raises(ConfigError, match=r"section.routes\[0\] must be a list of 2 values \(str, float\)"):
+        load_config(None, ["section.routes=[x]"], schema=_WithRoutes)
 
 
 @dataclass

@@ -219,12 +219,12 @@ def test_config_parsing() -> None:
     )
     assert config.routes == {"free_form": [("open_ended", 1.0)], "qa": [("a", 0.5), ("b", 1.0)]}
     assert config.format.think == "required"
-    with pytest.raises(ConfigError, match="unknown rewards key.*accuracy_wieght"):
+    with pytest.raises(ConfigError, match="unknown key 'rewards.accuracy_wieght'. Did you mean"):
         RewardConfig.from_dict({"accuracy_wieght": 1})
     with pytest.raises(ConfigError, match="weight of 'a' must be a non-negative number"):
         RewardConfig.from_dict({"routes": {"qa": {"a": -1}}})
     with pytest.raises(ConfigError, match="rewards.timeout"):
-        RewardConfig(timeout=0)
+        RewardConfig.from_dict({"timeout": 0})
     with pytest.raises(ConfigError, match="rewards.routes.qa names reward 'zzz', which is not registered"):
         RewardRouter.of({"a": Const(1)}, config=RewardConfig.from_dict({"routes": {"qa": "zzz"}}))
 

@@ -1,30 +1,39 @@
 """Loading a schema from YAML: ``key=value`` overrides, every problem reported at once, and dumping back.
 
-``load_config(path, overrides)`` reads a YAML file, applies ``key=value`` overrides (dotted keys,
+``load(schema, path, overrides)`` reads a YAML file, applies ``key=value`` overrides (dotted keys,
 values parsed as YAML scalars: ``algorithm.clip_high=0.3``, ``data.train_files=[a.jsonl,b.jsonl]``)
 and checks every key and type against the dataclasses. Every problem found (an unknown key, a wrong
 type, a value out of range) is reported at once in one :class:`~videorl.errors.ConfigError` that
 names the full key, where it was set (``file:line`` or the override) and, for unknown keys, the
 closest valid keys. ``dump_config`` writes the resolved configuration back as YAML (saved with every
-run). The loader works for any dataclass schema, not only :class:`TrainConfig`.
+run).
+
+The loader knows no schema. What a schema may declare (:mod:`videorl.option`), in the order used:
+
+- per field, ``option(..., convert=f)``: ``f(value, key)`` rewrites a shorthand into the annotated type
+  before the type check (the rewards section's routes);
+- ``path_keys`` (class attribute of the root): dotted keys holding paths, made absolute against the
+  config file's folder when written there (and against the working directory when dumped), and
+  ``names_a_file(key, value, base)`` (static method of the root), whether a value is a path at all
+  (``trainer.resume: auto`` is not);
+- per section, ``_problems()``: range and cross-key checks, run once every value is well typed;
+- per section, ``_after_load()``: run last, on a valid config (resolving a Hub id to its snapshot).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import difflib
 import os
 import re
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from videorl.config.schema import TrainConfig
 from videorl.errors import ConfigError
 
 T = TypeVar("T")
@@ -231,55 +240,59 @@ def _suggest(path: tuple[str, ...], siblings: list[str], ctx: _Context) -> str:
     return " Did you mean " + " or ".join(repr(c) for c in candidates[:3]) + "?"
 
 
-def _is_container(tp: Any) -> bool:
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return any(_is_container(a) for a in get_args(tp))
-    return origin in (list, tuple, dict)
-
-
 def _build(schema: type[T], raw: Mapping[Any, Any], path: tuple[str, ...], ctx: _Context) -> T:
     """An instance of ``schema`` from ``raw``; problems go to ``ctx`` (defaults stand in meanwhile).
 
-    A section class with a ``from_dict`` classmethod (e.g. the rewards section) reads the shorthand
-    forms of its own list and mapping values: those are handed to it unchecked, and a
-    ``ConfigError`` it raises is reported at the section's location.
+    A field's converter (``option(convert=...)``) rewrites its shorthand forms first; a
+    ``ConfigError`` it raises, or one the section raises when constructed, is reported at the key's
+    (or the section's) location.
     """
     hints = get_type_hints(schema)
-    names = [f.name for f in fields(schema) if f.init]  # type: ignore[arg-type]
-    self_parsing = callable(getattr(schema, "from_dict", None))
+    declared = {f.name: f for f in fields(schema) if f.init}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         key_path = (*path, str(key))
-        if key not in names:
-            ctx.problem(key_path, f"unknown key {_dotted(key_path)!r}.{_suggest(key_path, names, ctx)}")
+        if key not in declared:
+            ctx.problem(
+                key_path, f"unknown key {_dotted(key_path)!r}.{_suggest(key_path, list(declared), ctx)}"
+            )
             continue
-        if self_parsing and _is_container(hints[key]):
-            kwargs[key] = value
-            continue
+        convert = declared[key].metadata.get("convert")
         try:
+            if convert is not None:
+                value = convert(value, _dotted(key_path))
             kwargs[key] = _convert(value, hints[key], key_path, ctx)
+        except ConfigError as exc:
+            ctx.problem(key_path, str(exc))
         except _Mismatch as exc:
             where, got = (exc.path, exc.value) if exc.path else (key_path, value)
             ctx.problem(where, f"{_dotted(where)} must be {exc.expected}, got {got!r}")
     try:
-        return schema.from_dict(kwargs) if self_parsing else schema(**kwargs)  # type: ignore[attr-defined]
+        return schema(**kwargs)
     except ConfigError as exc:
         ctx.problem(path, str(exc))
         return schema()
 
 
-def _check(obj: Any, path: tuple[str, ...], ctx: _Context) -> None:
+def _sections(obj: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every section of ``obj`` (itself included) with its key, children first."""
+    found = [
+        section
+        for f in fields(obj)
+        if is_dataclass(child := getattr(obj, f.name))
+        for section in _sections(child, (*path, f.name))
+    ]
+    return [*found, (path, obj)]
+
+
+def _check(obj: Any, ctx: _Context) -> None:
     """Run every section's ``_problems`` (value ranges, cross-key rules), children first."""
-    for f in fields(obj):
-        child = getattr(obj, f.name)
-        if is_dataclass(child):
-            _check(child, (*path, f.name), ctx)
-    check = getattr(obj, "_problems", None)
-    if check is not None:
-        for key, message in check():
-            key_path = (*path, *key.split("."))
-            ctx.problem(key_path, f"{_dotted(key_path)} {message}")
+    for path, section in _sections(obj):
+        check = getattr(section, "_problems", None)
+        if check is not None:
+            for key, message in check():
+                key_path = (*path, *key.split("."))
+                ctx.problem(key_path, f"{_dotted(key_path)} {message}")
 
 
 def _apply_override(raw: dict[str, Any], text: str, ctx: _Context) -> None:
@@ -324,39 +337,10 @@ def _apply_override(raw: dict[str, Any], text: str, ctx: _Context) -> None:
     ctx.raw_text[parts] = value_text.strip()
 
 
-#: Keys of :class:`TrainConfig` that hold paths (or lists of them). A relative path written in a config
-#: file is relative to the file's folder; one given as an override or left at its default, to the
-#: working directory.
-PATH_KEYS = (
-    "output_dir",
-    "model.path",
-    "data.train_files",
-    "data.val_files",
-    "data.media_root",
-    "data.cache_dir",
-    "data.prompt_template",
-    "trainer.resume",
-    "plugins",
-)
-
-
-def _names_a_file(key: str, value: str, base: Path) -> bool:
-    """Whether ``value`` of ``key`` is a path (not a registered template, ``auto`` or a module name)."""
-    if key == "data.prompt_template":
-        return value.endswith(".jinja") or (base / value).is_file()
-    if key == "trainer.resume":
-        return value != "auto"
-    if key == "plugins":
-        return value.endswith(".py")
-    if key == "model.path":  # a Hub id (org/name) unless such a folder is there
-        from videorl.hub import is_hub_id
-
-        return not is_hub_id(value) or (base / value).exists()
-    return True
-
-
-def _map_paths(raw: dict[str, Any], base: Path, change: Any, keys: Sequence[str] = PATH_KEYS) -> None:
-    """Replace, in place, every path value of ``keys`` (:data:`PATH_KEYS`) in ``raw`` by ``change(path)``."""
+def _map_paths(raw: dict[str, Any], schema: type, base: Path, change: Callable[[str], str]) -> None:
+    """Replace, in place, every path value of ``schema.path_keys`` in ``raw`` by ``change(path)``."""
+    keys: Sequence[str] = getattr(schema, "path_keys", ())
+    names_a_file: Callable[[str, str, Path], bool] = getattr(schema, "names_a_file", lambda *_: True)
     for key in keys:
         *sections, name = key.split(".")
         node: Any = raw
@@ -365,41 +349,29 @@ def _map_paths(raw: dict[str, Any], base: Path, change: Any, keys: Sequence[str]
         if not isinstance(node, dict) or node.get(name) is None:
             continue
         value = node[name]
-        if isinstance(value, str) and value and _names_a_file(key, value, base):
+        if isinstance(value, str) and value and names_a_file(key, value, base):
             node[name] = change(value)
         elif isinstance(value, list):
             node[name] = [
-                change(v) if isinstance(v, str) and v and _names_a_file(key, v, base) else v for v in value
+                change(v) if isinstance(v, str) and v and names_a_file(key, v, base) else v for v in value
             ]
 
 
-def _against(base: Path) -> Any:
+def _against(base: Path) -> Callable[[str], str]:
     def resolve(value: str) -> str:
         return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
 
     return resolve
 
 
-def _resolve_hub_model(config: TrainConfig) -> None:
-    """``model.path`` given as a Hub id becomes its snapshot folder when the local cache holds it
-    (:mod:`videorl.hub`); otherwise it stays as given (a config is checked, printed or planned on
-    machines without the model), and loading the model says what to download."""
-    from videorl.hub import is_hub_id, resolve_model
-
-    if not is_hub_id(config.model.path) or Path(config.model.path).exists():
-        return
-    with contextlib.suppress(ConfigError):
-        config.model.path = str(resolve_model(config.model.path))
-
-
-def load_config(
+def load(
+    schema: type[T],
     path: str | Path | None = None,
     overrides: Sequence[str] = (),
     *,
-    schema: type[T] = TrainConfig,  # type: ignore[assignment]
     data: Mapping[str, Any] | None = None,
 ) -> T:
-    """The configuration from a YAML file, or from ``data`` (what :func:`config_to_dict` returns, e.g.
+    """A ``schema`` instance from a YAML file, or from ``data`` (what :func:`config_to_dict` returns, e.g.
     sent to another process), or the defaults, with ``key=value`` overrides applied.
 
     Raises :class:`ConfigError` listing every unknown key, wrong type and out-of-range value, each
@@ -421,20 +393,20 @@ def load_config(
             raise ConfigError(f"{where}: the config must be a mapping of keys, got {type(data).__name__}")
         raw = data
         ctx.origins.update({key: f"{where}:{line}" for key, line in lines.items()})
-        path_keys = PATH_KEYS if schema is TrainConfig else getattr(schema, "path_keys", ())
-        if path_keys:
-            base = Path(path).absolute().parent
-            _map_paths(raw, base, _against(base), path_keys)
+        base = Path(path).absolute().parent
+        _map_paths(raw, schema, base, _against(base))
     for text in overrides:
         _apply_override(raw, text, ctx)
     config = _build(schema, raw, (), ctx)
     if not ctx.problems:  # range checks only make sense on well-typed values
-        _check(config, (), ctx)
-    if isinstance(config, TrainConfig) and not ctx.problems:
-        _resolve_hub_model(config)
+        _check(config, ctx)
     if ctx.problems:
         header = f"invalid configuration{f' in {path}' if path is not None else ''}:"
         raise ConfigError("\n  ".join([header, *ctx.problems]))
+    for _, section in _sections(config):
+        after_load = getattr(section, "_after_load", None)
+        if after_load is not None:
+            after_load()
     return config
 
 
@@ -442,14 +414,9 @@ def load_config(
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """Plain dicts, lists and scalars (tuples become lists), ready for YAML or JSON.
-
-    A section that defines ``to_dict()`` is written as that returns (the form its ``from_dict`` reads).
-    """
+    """Plain dicts, lists and scalars (tuples become lists), ready for YAML or JSON."""
 
     def plain(value: Any) -> Any:
-        if callable(getattr(value, "to_dict", None)) and not isinstance(value, type):
-            return plain(value.to_dict())
         if is_dataclass(value) and not isinstance(value, type):
             return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
         if isinstance(value, (list, tuple)):
@@ -471,15 +438,13 @@ def dump_config(config: Any, run_dir: str | Path | None = None) -> str:
     run's own folder, when the run directory is moved or resumed on another machine.
     """
     data = config_to_dict(config)
-    if isinstance(config, TrainConfig):
-        cwd = Path.cwd()
-        run = None if run_dir is None else Path(os.path.abspath(run_dir))
+    run = None if run_dir is None else Path(os.path.abspath(run_dir))
 
-        def portable(value: str) -> str:
-            absolute = Path(os.path.abspath(os.path.expanduser(value)))
-            if run is not None and absolute.is_relative_to(run):
-                return os.path.relpath(absolute, run)
-            return str(absolute)
+    def portable(value: str) -> str:
+        absolute = Path(os.path.abspath(os.path.expanduser(value)))
+        if run is not None and absolute.is_relative_to(run):
+            return os.path.relpath(absolute, run)
+        return str(absolute)
 
-        _map_paths(data, cwd, portable)
+    _map_paths(data, type(config), Path.cwd(), portable)
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

@@ -1,5 +1,5 @@
-"""The configuration reference: every key of a schema with its type, default and help
-(``videorl train --print-config`` and the table generated into docs/training.md)."""
+"""The configuration reference: every key of a schema with its type, default and help (the tables
+generated into docs/training.md and docs/benchmarks.md, and ``videorl eval run``'s flag help)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from videorl.config.loader import config_to_dict
-from videorl.config.schema import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ def _default_of(f: Any) -> Any:
     return f.default_factory()
 
 
-def config_keys(schema: type = TrainConfig, prefix: str = "") -> list[ConfigKey]:
+def config_keys(schema: type, prefix: str = "") -> list[ConfigKey]:
     """Every leaf key of ``schema``, in declaration order, with type, default and help."""
     keys: list[ConfigKey] = []
     hints = get_type_hints(schema)
@@ -68,8 +67,8 @@ def _yaml_scalar(value: Any) -> str:
     return text.removesuffix("...").strip()
 
 
-def markdown_reference(schema: type = TrainConfig) -> str:
-    """The Markdown table of every key (generated into docs/training.md)."""
+def markdown_reference(schema: type) -> str:
+    """The Markdown table of every key of ``schema`` (generated into docs/training.md)."""
     rows = ["| Key | Type | Default | Meaning |", "|---|---|---|---|"]
     for key in config_keys(schema):
         meaning = key.help.replace("|", "\\|")

@@ -1,7 +1,7 @@
 """The training schema: typed, nested dataclasses with visible defaults and help texts.
 
-Each section is a dataclass whose fields are declared with :func:`option` (default plus the help
-text that docs/training.md is generated from); a section may add ``_problems()`` for range and
+Each section is a dataclass whose fields are declared with :func:`~videorl.option.option` (default plus
+the help text that docs/training.md is generated from); a section may add ``_problems()`` for range and
 cross-field checks, which the loader (:mod:`videorl.config.loader`) reports with every other problem.
 
 The defaults are the seed's recipe (GRPO, DAPO clip-higher 0.2/0.28, KL off, n = 8, lr 1e-6
@@ -12,22 +12,14 @@ pixels per video frame, 1,048,576 per image, 4,096 response tokens).
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field
-from typing import Any, Literal
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from videorl.errors import ConfigError
+from videorl.option import Problems, option
 from videorl.rewards.config import RewardConfig
-
-
-def option(default: Any = MISSING, help: str = "", *, factory: Any = MISSING) -> Any:
-    """A dataclass field with its documentation (``help`` goes into docs/training.md)."""
-    if factory is not MISSING:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
-Problems = list[tuple[str, str]]  # (key relative to the section, message)
-
 
 # --- the schema -----------------------------------------------------------------------------------
 
@@ -51,6 +43,16 @@ class ModelConfig:
         help="Extra token ids never sampled and masked in the training logits (the backend adds its "
         "visual placeholder and padded-vocabulary ids).",
     )
+
+    def _after_load(self) -> None:
+        """``path`` given as a Hub id becomes its snapshot folder when the local cache holds it
+        (:mod:`videorl.hub`); otherwise it stays as given (a config is checked, printed or planned on
+        machines without the model), and loading the model says what to download."""
+        from videorl.hub import is_hub_id, resolve_model
+
+        if is_hub_id(self.path) and not Path(self.path).exists():
+            with contextlib.suppress(ConfigError):
+                self.path = str(resolve_model(self.path))
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -517,9 +519,40 @@ class RayConfig:
         return problems
 
 
+def names_a_file(key: str, value: str, base: Path) -> bool:
+    """Whether ``value`` of the path key ``key`` names a file or folder (not a registered template,
+    ``auto``, a module or a Hub id); how the training and evaluation schemas tell them apart."""
+    if key == "data.prompt_template":
+        return value.endswith(".jinja") or (base / value).is_file()
+    if key == "trainer.resume":
+        return value != "auto"
+    if key == "plugins":
+        return value.endswith(".py")
+    if key == "model.path":  # a Hub id (org/name) unless such a folder is there
+        from videorl.hub import is_hub_id
+
+        return not is_hub_id(value) or (base / value).exists()
+    return True
+
+
 @dataclass
 class TrainConfig:
     """Everything ``videorl train`` reads: one section per part of the system."""
+
+    #: keys holding paths (or lists of them): a relative path written in a config file is relative to
+    #: the file's folder; one given as an override or left at its default, to the working directory
+    path_keys: ClassVar[tuple[str, ...]] = (
+        "output_dir",
+        "model.path",
+        "data.train_files",
+        "data.val_files",
+        "data.media_root",
+        "data.cache_dir",
+        "data.prompt_template",
+        "trainer.resume",
+        "plugins",
+    )
+    names_a_file = staticmethod(names_a_file)
 
     seed: int = option(1, "Seed of every random generator (python, numpy, torch, data order, sampling).")
     plugins: list[str] = option(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from videorl.config import DataConfig, Problems, load_config, option
+from videorl.config.schema import names_a_file
 
 if TYPE_CHECKING:
     from videorl.backend import VisualBudget
@@ -137,6 +138,7 @@ class EvalConfig:
 
     #: keys holding paths: relative to the config file's folder when written there
     path_keys: ClassVar[tuple[str, ...]] = ("output_dir", "model.path", "data_root", "data.cache_dir")
+    names_a_file = staticmethod(names_a_file)  # model.path may be a Hub id, as in training
 
     output_dir: str = option(
         "", "The run directory (resumed when it exists: samples already predicted are skipped). Required."

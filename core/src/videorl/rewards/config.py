@@ -1,75 +1,134 @@
-"""``RewardConfig``: the ``rewards`` section of a config, validated."""
+"""``RewardConfig``: the ``rewards`` section of a config, declared and checked like every other section.
 
+The loader (:mod:`videorl.config.loader`) type-checks its keys, rewrites the route shorthands with
+:func:`parse_routes` and reports :meth:`RewardConfig._problems` with every other problem of the file;
+:meth:`RewardConfig.from_dict` runs the same loader on a bare mapping (``videorl reward --config``).
+"""
+
+# ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from videorl.errors import ConfigError
+from videorl.option import Problems, option
 from videorl.registry import normalize_name
 from videorl.rewards.format import FormatRule
 
 #: one route target: a reward name and its weight
 Route = tuple[str, float]
 
+_TARGET_KEYS = ("reward", "weight")
+
+
+def parse_routes(value: Any, key: str) -> Any:
+    """``rewards.routes`` with each problem type normalised and each route spelled as a list of
+    ``(reward, weight)`` pairs; a route may be written as a reward name, ``{name: weight}`` or a list of
+    ``{reward: name, weight: w}`` (weight 1 when left out) or ``[name, weight]`` (as dumped). Values in
+    none of these forms are left for the type check to report."""
+    if not isinstance(value, Mapping):
+        return value
+    routes: dict[str, Any] = {}
+    spelled: dict[str, Any] = {}
+    for problem_type, route in value.items():
+        name = normalize_name(str(problem_type))
+        if name in routes:
+            raise ConfigError(
+                f"{key}: {spelled[name]!r} and {problem_type!r} both name the problem type {name!r}"
+            )
+        routes[name], spelled[name] = _parse_route(route, f"{key}.{problem_type}"), problem_type
+    return routes
+
+
+def _parse_route(route: Any, key: str) -> Any:
+    if isinstance(route, str):
+        return [(route, 1.0)]
+    if isinstance(route, Mapping):
+        return list(route.items())
+    if not isinstance(route, list):
+        raise ConfigError(
+            f"{key} must be a reward name, {{name: weight}} or a list of {{reward: name, weight: w}}, "
+            f"got {route!r}"
+        )
+    targets = []
+    for i, item in enumerate(route):
+        if isinstance(item, Mapping):
+            unknown = [str(k) for k in item if k not in _TARGET_KEYS]
+            if unknown or "reward" not in item:
+                close = difflib.get_close_matches(unknown[0], _TARGET_KEYS, n=1) if unknown else []
+                hint = f" (did you mean {close[0]!r} for {unknown[0]!r}?)" if close else ""
+                raise ConfigError(f"{key}[{i}] must be {{reward: NAME, weight: W}}{hint}, got {dict(item)!r}")
+            item = (item["reward"], item.get("weight", 1.0))
+        targets.append(item)
+    return targets
+
 
 @dataclass
 class RewardConfig:
-    """How samples are scored.
+    """How samples are scored (docs/rewards.md explains each key)."""
 
-    - ``accuracy_weight``/``format_weight`` (0.9/0.1), ``format`` (a :class:`FormatRule`) and
-      ``fallback`` are handed to every reward that accepts them (all :class:`TaskReward` subclasses);
-    - ``timeout``: seconds one reward call may take before the sample scores 0 (``None``: no limit);
-      a ``score_batch`` call gets ``timeout`` per input;
-    - ``threads``: how many synchronous reward calls run at once;
-    - ``routes``: ``problem_type`` → reward name, ``{name: weight}`` or a list of
-      ``{reward: name, weight: w}`` (or ``[name, weight]``); the score of a sample is the weighted sum of its rewards' scores
-      (rewards that abstain are left out). Types not listed go to the reward registered under that
-      name or alias, with weight 1;
-    - ``options``: reward name → keyword options for its factory (e.g. ``{math: {timeout: 5}}``).
-    """
+    accuracy_weight: float = option(
+        0.9, "Weight of the accuracy part of every task reward's score (handed to rewards that take it)."
+    )
+    format_weight: float = option(0.1, "Weight of the format part (the format rule below).")
+    format: FormatRule = option(factory=FormatRule, help="The format rule: which response layouts count.")
+    fallback: bool = option(
+        True, "Score a response without a well-formed <answer> tag by its last line or number instead of 0."
+    )
+    timeout: float | None = option(
+        30.0,
+        "Seconds one reward call may take before the sample scores 0 (per input of a batch); null: none.",
+    )
+    threads: int = option(8, "Synchronous reward calls run at once.")
+    routes: dict[str, list[Route]] = option(
+        factory=dict,
+        convert=parse_routes,
+        help="problem_type -> reward name, {name: weight} or a list of {reward: name, weight: w}: the score "
+        "is the weighted sum of the rewards that do not abstain. Types not listed go to the reward "
+        "registered under that name or alias, with weight 1.",
+    )
+    options: dict[str, dict[str, Any]] = option(
+        factory=dict, help="Reward name -> keyword options of its factory (e.g. {math: {timeout: 5}})."
+    )
 
-    accuracy_weight: float = 0.9
-    format_weight: float = 0.1
-    format: FormatRule = field(default_factory=FormatRule)
-    fallback: bool = True
-    timeout: float | None = 30.0
-    threads: int = 8
-    routes: dict[str, list[Route]] = field(default_factory=dict)
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.timeout is not None and (
-            isinstance(self.timeout, bool)
-            or not isinstance(self.timeout, (int, float))
-            or not self.timeout > 0
-        ):
-            raise ConfigError(
-                f"rewards.timeout must be a positive number of seconds or null, got {self.timeout!r}"
+    def _problems(self) -> Problems:
+        problems: Problems = []
+        for key in ("accuracy_weight", "format_weight"):
+            if not getattr(self, key) >= 0:
+                problems.append((key, "must be >= 0"))
+        if not math.isclose(self.accuracy_weight + self.format_weight, 1.0, abs_tol=1e-9):
+            total = f"{self.accuracy_weight} + {self.format_weight}"
+            problems.append(
+                ("accuracy_weight", f"+ format_weight must be 1 (got {total}), so scores stay in [0, 1]")
             )
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise ConfigError(f"rewards.threads must be a positive integer, got {self.threads!r}")
-        self.format = FormatRule.from_value(self.format)
-        self.routes = {normalize_name(k): _parse_route(k, v) for k, v in self.routes.items()}
-        for name, opts in self.options.items():
-            if not isinstance(opts, Mapping):
-                raise ConfigError(
-                    f"rewards.options.{name} must be a mapping of keyword options, got {opts!r}"
-                )
+        if self.timeout is not None and not self.timeout > 0:
+            problems.append(("timeout", "must be a positive number of seconds or null"))
+        if self.threads < 1:
+            problems.append(("threads", "must be >= 1"))
+        for problem_type, targets in self.routes.items():
+            key = f"routes.{problem_type}"
+            if not targets:
+                problems.append((key, "names no reward"))
+            for name, weight in targets:
+                if not name.strip():
+                    problems.append((key, "reward names must not be empty"))
+                if not (math.isfinite(weight) and weight >= 0):
+                    problems.append(
+                        (key, f"weight of {name!r} must be a non-negative number, got {weight!r}")
+                    )
+        return problems
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RewardConfig:
-        """Validate a ``rewards`` mapping; an unknown key is a ``ConfigError`` naming it."""
-        data = dict(data or {})
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown rewards key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        return cls(**data)
+        """The section from a mapping (a config file's ``rewards:``), checked as in a config file: a
+        :class:`ConfigError` lists every problem, an unknown key with the closest valid ones."""
+        from videorl.config.loader import load  # here: the training schema imports this module
+
+        return load(_RewardsOnly, data={"rewards": dict(data or {})}).rewards
 
     def common_options(self) -> dict[str, Any]:
         """The options handed to every reward factory that accepts them."""
@@ -81,37 +140,8 @@ class RewardConfig:
         }
 
 
-def _parse_route(problem_type: str, value: Any) -> list[Route]:
-    where = f"rewards.routes.{problem_type}"
-    if isinstance(value, str):
-        items: list[tuple[Any, Any]] = [(value, 1.0)]
-    elif isinstance(value, Mapping):
-        items = list(value.items())
-    elif isinstance(value, list):
-        items = []
-        for item in value:
-            if isinstance(item, (list, tuple)) and len(item) == 2:  # [name, weight], as dumped
-                items.append((item[0], item[1]))
-                continue
-            if not isinstance(item, Mapping) or "reward" not in item or set(item) - {"reward", "weight"}:
-                raise ConfigError(
-                    f"{where}: each list item must be {{reward: NAME, weight: W}}, got {item!r}"
-                )
-            items.append((item["reward"], item.get("weight", 1.0)))
-    else:
-        raise ConfigError(f"{where}: expected a reward name, {{name: weight}} or a list, got {value!r}")
-    if not items:
-        raise ConfigError(f"{where}: no reward given")
-    routes: list[Route] = []
-    for name, weight in items:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{where}: reward name must be a non-empty string, got {name!r}")
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, (int, float))
-            or not math.isfinite(weight)
-            or weight < 0
-        ):
-            raise ConfigError(f"{where}: weight of {name!r} must be a non-negative number, got {weight!r}")
-        routes.append((name, float(weight)))
-    return routes
+@dataclass
+class _RewardsOnly:
+    """A schema of the rewards section alone, so that its problems name ``rewards.KEY``."""
+
+    rewards: RewardConfig = option(factory=RewardConfig, help="The rewards section.")

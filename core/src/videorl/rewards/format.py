@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from videorl.answers import extract_tag, normalize_tags
 from videorl.errors import ConfigError
+from videorl.option import option
 
 THINK_MODES = ("optional", "required")
 
@@ -32,8 +33,10 @@ class FormatRule:
     Tag spelling is repaired first (``< /answer >`` reads as ``</answer>``).
     """
 
-    think: str = "optional"
-    strict: bool = False
+    think: Literal["optional", "required"] = option(
+        "optional", "optional: reasoning in <think>…</think> may come first; required: it must."
+    )
+    strict: bool = option(False, "Nothing but whitespace outside the tags, one <answer>, at most one <think>.")
 
     def __post_init__(self) -> None:
         if self.think not in THINK_MODES:
