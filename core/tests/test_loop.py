@@ -42,7 +42,7 @@ class Driver:
     events: list[tuple[str, int]] = field(default_factory=list)
     has_validation: bool = True
 
-    def step(self, step: int, timer: StageTimer) -> dict[str, float]:
+    def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         self.events.append(("step", step))
         with timer("rollout"):
             self.clock.now += 1.0

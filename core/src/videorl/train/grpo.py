@@ -28,7 +28,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt, TrainData
+    from videorl.train.lora import Adapters
     from videorl.train.loop import OnStep, PeriodicEvaluation
     from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar
 
@@ -77,26 +78,49 @@ class Actor:
         None  # gathers FSDP shards
     )
     load_full_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None
+    lora: Adapters | None = None  # actor.lora: only these train, and they are all a checkpoint holds
 
     def state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """The full parameters and buffers (HF names), floating ones in ``dtype`` when given."""
-        if self.full_state_dict is not None:
-            return self.full_state_dict(dtype)
-        state = self.model.state_dict()
-        return (
-            state
-            if dtype is None
-            else {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-        )
+        """What a checkpoint holds: the full parameters and buffers (HF names), or with LoRA the
+        adapters' tensors alone; floating ones in ``dtype`` when given."""
+        if self.lora is not None:
+            return _cast(self.lora.state_dict(), dtype)
+        return self._full_state(dtype)
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if self.lora is not None:
+            self.lora.load_state_dict(state)
+            return
         (self.load_full_state_dict or self.model.load_state_dict)(state)
+
+    def weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The policy's full weights under the base model's names, for a rollout engine: with LoRA the
+        adapters merged into the base weights (a copy; the module keeps them apart)."""
+        if self.lora is not None:
+            return self.lora.merged(self._full_state(None), dtype)
+        return self._full_state(dtype)
+
+    def _full_state(self, dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+        if self.full_state_dict is not None:
+            return self.full_state_dict(dtype)
+        return _cast(self.model.state_dict(), dtype)
+
+    def reference_policy(self) -> AbstractContextManager[torch.nn.Module | None]:
+        """The reference policy of the KL term while in the ``with``: the frozen copy, or with LoRA this
+        module with its adapters off; None when there is neither (reference workers compute it)."""
+        return self.lora.disabled() if self.lora is not None else nullcontext(self.reference)
+
+
+def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    if dtype is None:
+        return state
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
 
 
 def refresh_state(actor: Actor, engine: RolloutEngine) -> dict[str, torch.Tensor]:
     """The actor's weights for ``engine``'s refresh, in the dtype it runs in when it says
     (``weights_dtype``: a bf16 vLLM engine needs half the host memory and /dev/shm of float32)."""
-    return actor.state_dict(getattr(engine, "weights_dtype", None))
+    return actor.weights(getattr(engine, "weights_dtype", None))
 
 
 @dataclass
@@ -512,18 +536,19 @@ def _reference_rows(
     timer: StageTimer,
 ) -> dict[int, torch.Tensor]:
     """The reference model's per-token log-probs of each response (keyed by ``id`` of the trajectory,
-    each row as long as its response): computed here by the actor's own reference copy, packed as
-    the update packs (its forward is a collective under FSDP), or taken from the trajectories
+    each row as long as its response): computed here by the actor's reference policy (its frozen copy,
+    or with LoRA the actor with its adapters off), packed as the update packs (its forward is a collective under FSDP), or taken from the trajectories
     (computed by reference workers)."""
     out: dict[int, torch.Tensor] = {}
-    if actor.reference is not None:
-        with timer("reference"), torch.no_grad():
-            for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
-                logp = _forward(
-                    actor.reference, actor.backend, batch, forbidden, padding_free=config.actor.padding_free
-                )[0]
-                out.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
-        return out
+    with actor.reference_policy() as reference:
+        if reference is not None:
+            with timer("reference"), torch.no_grad():
+                for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+                    logp = _forward(
+                        reference, actor.backend, batch, forbidden, padding_free=config.actor.padding_free
+                    )[0]
+                    out.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
+            return out
     for t in trajectories:
         if t.ref_logprobs is None:
             raise RuntimeError(
@@ -780,7 +805,7 @@ class LocalStep:
             self.engine.update_weights(refresh_state(self.actor, self.engine))
         return start
 
-    def step(self, step: int, timer: StageTimer) -> dict[str, float]:
+    def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         config, actor, engine, dist = self.config, self.actor, self.engine, self.dist
         prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
         rollout = local_rollout(config, engine, self.scorer, actor.backend, self.encode, timer)

@@ -4,7 +4,7 @@
 
     run(config, driver, io, start, dist=..., evaluations=..., on_step=...)
       for step in start + 1 .. trainer.max_steps:
-          metrics  = driver.step(step, timer)          rollout, reward, advantage, update, weight sync
+          metrics  = driver.step_once(step, timer)      rollout, reward, advantage, update, weight sync
           metrics |= driver.validate(step)              every trainer.val_every steps and at the last
           metrics |= evaluation(step)                   each evaluation whose due(step, last_step) says so
           metrics |= time/<stage>, time/step            averaged over the ranks (torchrun)
@@ -21,15 +21,15 @@ does and where it runs. Two drivers exist:
 
 **The driver contract** (:class:`StepDriver`):
 
-- ``step(step, timer) -> metrics``: one training step. Stage times go into ``timer``
+- ``step_once(step, timer) -> metrics``: one training step. Stage times go into ``timer``
   (``with timer("rollout"): ...``, or ``timer.seconds[stage] += s`` for times measured elsewhere);
   the loop adds ``time/<stage>`` and ``time/step``. The driver sets the learning rate, runs the
   first-step parity check and refreshes its engines itself: those happen where the actor lives.
 - ``has_validation``: whether this driver (this rank) holds validation prompts; ``validate(step)``
   returns the ``val/*`` metrics, timed by the loop as ``time/validation``.
 - ``save(step)``: write the step's checkpoint (every rank of a torchrun run calls it: it gathers).
-- Anything else a driver reports is a metric of its step: an asynchronous driver (rollouts ahead of the
-  update, issue 17) returns its weight versions and staleness from ``step`` and drains or records its
+- Anything else a driver reports is a metric of its step: an asynchronous driver (rollouts ahead of
+  the update) returns its weight versions and staleness from ``step_once`` and drains or records its
   in-flight rollouts in ``save``; the loop needs nothing more from it. Resuming (the start step, the
   engines brought up to the loaded weights) happens before :func:`run`, in the launcher.
 
@@ -44,10 +44,10 @@ the loop records its wall time as ``time/<name>``. Rules of the contract:
   own errors and says so in the log and its metrics;
 - it generates with the policy's current weights through the driver: locally with
   ``LocalStep.engine`` (a :class:`~videorl.rollout.RolloutEngine`; hand it to
-  :class:`~videorl.eval.pipeline.Evaluator` as is), on Ray with
-  :meth:`Controller.call_rollouts(stage, method, requests) <videorl.cluster.controller.Controller.call_rollouts>`,
-  which sends one plain-value request (:mod:`~videorl.cluster.wire`) to each rollout worker and returns
-  their replies: the worker method it names encodes its rows where the frames are, and generates with
+  :class:`~videorl.eval.pipeline.Evaluator` as is); on Ray with
+  :meth:`~videorl.cluster.controller.Controller.call_rollouts` ``(stage, method, requests)``, which
+  sends one plain-value request (:mod:`~videorl.cluster.wire`) to each rollout worker and returns their
+  replies: the worker method it names encodes its rows where the frames are, and generates with
   ``self.engine``.
 
 Register evaluations with ``evaluations=`` of :func:`run`: locally through
@@ -81,7 +81,7 @@ class StepDriver(Protocol):
         """Whether :meth:`validate` has prompts to score (on this rank)."""
         ...
 
-    def step(self, step: int, timer: StageTimer) -> dict[str, float]:
+    def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         """Run training step ``step``; its metrics (stage times into ``timer``)."""
         ...
 
@@ -139,7 +139,7 @@ def run(
     for step in range(start + 1, last + 1):
         timer = StageTimer(io.progress.stage if writes and io.progress is not None else None)
         step_start = time.perf_counter()
-        metrics = driver.step(step, timer)
+        metrics = driver.step_once(step, timer)
         if driver.has_validation and periodic_due(step, every, last):
             with timer("validation"):
                 metrics.update(driver.validate(step))
