@@ -1,0 +1,454 @@
+"""Benchmarks during training (``trainer.benchmarks``): passes scored through the run's own rollout engine.
+
+Every ``every`` steps, and after the last step, each configured benchmark's rows are answered by the
+engine the run already holds, with the current weights (no second model), and scored exactly as
+``videorl eval run`` scores them: the same prompts (the adapter's, for the run's model family), the
+same frames (the run's visual budget, :meth:`~videorl.config.DataConfig.visual_budget`, through the
+frame cache), the same records and the same rescoring from the predictions file
+(:func:`videorl.eval.pipeline.prediction_record`, :func:`~videorl.eval.pipeline.score_tasks`). In one
+process the rows go through :class:`~videorl.eval.pipeline.Evaluator` itself; on Ray the rollout
+workers encode and generate them (:class:`WorkerBenchmarks`) and only row ids and token ids cross.
+
+::
+
+    RUN/benchmarks/
+      frame-cache/                  the benchmarks' frames (when data.cache_dir is null)
+      step_000010/NAME/             an evaluation run directory (videorl.eval.results):
+        results.json                  settings (with the training run and step) and the summary
+        NAME/predictions.jsonl        one record per row, appended as rows complete
+        NAME/scores.jsonl
+
+so ``videorl eval compare RUN/benchmarks/step_000010/NAME RUN/benchmarks/step_000020/NAME`` compares two
+steps, or a step with a separate ``videorl eval run``. The summary becomes the metrics
+``bench/NAME/overall``, ``bench/NAME/<metric>`` (the adapter's further official figures),
+``bench/NAME/<category kind>/<value>`` and ``bench/NAME/failed`` (rows that scored 0 for a failure),
+with ``time/benchmarks``, the pass's wall time (the loop's timing of :class:`BenchmarkEvaluation`).
+
+Resume: a pass whose ``results.json`` already holds a benchmark's summary (for the same rows) is not run
+again, its metrics are read back (a resumed run logs the steps it repeats anew); a pass interrupted
+mid-way resumes by row id, as ``videorl eval run`` does: rows already answered are not asked again.
+
+Failures: a benchmark that cannot be loaded, whose pass raises, or with rows that fail (a missing video,
+an adapter error on one row) is logged naming the benchmark and the rows, and training goes on; with
+``trainer.benchmarks_strict`` it raises instead (a benchmark that cannot be loaded, before the first step).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from videorl.errors import ConfigError, VideorlError
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.benchmark import BenchmarkRow
+    from videorl.config import TrainConfig
+    from videorl.config.schema import BenchmarkConfig
+    from videorl.eval.inputs import RowInputs
+    from videorl.eval.pipeline import EvalTask
+    from videorl.eval.scoring import BenchmarkResult
+    from videorl.media import MediaCache
+    from videorl.plugins import Plugins
+    from videorl.registry import Registry
+    from videorl.rollout import Completion, SamplingParams
+
+__all__ = [
+    "PASSES_DIR",
+    "BenchmarkEvaluation",
+    "BenchmarkPasses",
+    "RowOutcome",
+    "RowRunner",
+    "WorkerBenchmarks",
+    "evaluator_runner",
+    "local_evaluations",
+    "pass_dir",
+    "rows_request",
+    "rows_runner",
+    "summary_metrics",
+]
+
+PASSES_DIR = "benchmarks"
+#: rows per call to the workers on Ray: a kill loses at most this many answers of a pass
+CHUNK_ROWS = 16
+_SHOW_FAILED = 5  # failed rows named in a log line
+
+log = logging.getLogger("videorl.train.benchmarks")
+
+RowRunner = Callable[["EvalTask", "RowInputs", Path, "SamplingParams"], "BenchmarkResult"]
+"""``runner(task, inputs, run_dir, sampling)``: answer the rows of ``task`` not yet predicted in
+``run_dir`` (``inputs`` builds their prompts), then score the benchmark into ``run_dir``."""
+
+
+def pass_dir(output_dir: Path | str, step: int, name: str) -> Path:
+    """``RUN/benchmarks/step_NNNNNN/NAME``: the evaluation run directory of one benchmark's pass."""
+    return Path(output_dir) / PASSES_DIR / f"step_{step:06d}" / name
+
+
+def summary_metrics(name: str, summary: Mapping[str, Any]) -> dict[str, float]:
+    """A benchmark summary (``results.json``) as ``bench/NAME/...`` metrics."""
+    prefix = f"bench/{name}"
+    out = {f"{prefix}/overall": float(summary["overall"])}
+    for metric, value in (summary.get("metrics") or {}).items():
+        out[f"{prefix}/{metric}"] = float(value)
+    for kind, values in (summary.get("categories") or {}).items():
+        for value, score in values.items():
+            out[f"{prefix}/{kind}/{str(value).replace('/', '_')}"] = float(score)
+    out[f"{prefix}/failed"] = float(summary.get("n_failed", 0))
+    return out
+
+
+def _select(task: EvalTask, spec: BenchmarkConfig) -> EvalTask:
+    """``task`` with only the rows ``spec`` asks for: its ``ids`` (in the benchmark's order), then ``limit``."""
+    from dataclasses import replace
+
+    rows = task.rows
+    if spec.ids:
+        known = {r.id for r in rows}
+        unknown = [i for i in spec.ids if i not in known]
+        if unknown:
+            raise ConfigError(
+                f"trainer.benchmarks: {spec.name}: ids not in {task.data_root}: {', '.join(unknown[:10])}"
+            )
+        wanted = set(spec.ids)
+        rows = [r for r in rows if r.id in wanted]
+    return replace(task, rows=rows[: spec.limit] if spec.limit is not None else rows)
+
+
+def load_benchmark(benchmarks: Registry[Any], spec: BenchmarkConfig) -> EvalTask:
+    """The rows ``spec`` selects from its benchmark's files (the adapter's errors name the file)."""
+    from videorl.eval.pipeline import load_task
+
+    return _select(load_task(benchmarks, spec.name, Path(spec.data_root).expanduser().absolute()), spec)
+
+
+def sampling_of(spec: BenchmarkConfig) -> SamplingParams:
+    """One response per row, as ``videorl eval run`` samples (its seed 0)."""
+    from videorl.rollout import SamplingParams
+
+    return SamplingParams(n=1, temperature=spec.temperature, max_tokens=spec.max_tokens, seed=0)
+
+
+def benchmark_cache(config: TrainConfig) -> MediaCache:
+    """The frame cache of the benchmarks' videos: ``data.cache_dir``, else ``RUN/benchmarks/frame-cache``;
+    built on first use whatever ``data.source_mode`` (benchmark videos are not preprocessed with the
+    training data)."""
+    from videorl.media import MediaCache
+
+    root = config.data.cache_dir or Path(config.output_dir) / PASSES_DIR / "frame-cache"
+    return MediaCache(root, strict_params=False, threads=1)  # one decoder thread per loader, as eval
+
+
+def row_inputs(config: TrainConfig, backend: ModelBackend, cache: MediaCache, thinking: bool) -> RowInputs:
+    """The evaluator's inputs at the run's visual budget (what ``videorl eval run`` builds from the same
+    ``data.*`` keys)."""
+    from videorl.eval.inputs import RowInputs, visual_params
+
+    video, image = visual_params(backend, config.data.visual_budget(backend.budget))
+    return RowInputs(backend, cache, video, image, thinking=thinking)
+
+
+@dataclass
+class _Benchmark:
+    """A configured benchmark: its rows once loaded, or why they could not be."""
+
+    spec: BenchmarkConfig
+    task: EvalTask | None = None
+    error: str | None = None
+
+
+class BenchmarkPasses:
+    """The benchmark passes of one training run (``trainer.benchmarks``): which are due, running them."""
+
+    def __init__(self, config: TrainConfig, plugins: Plugins, backend: ModelBackend) -> None:
+        """Load every benchmark's rows now: with ``trainer.benchmarks_strict`` one that cannot be loaded
+        raises before training starts; otherwise it is logged and tried again at each pass."""
+        self.config, self.backend = config, backend
+        self.registry = plugins.benchmarks
+        self.requirements = plugins.requirements()
+        self.strict = config.trainer.benchmarks_strict
+        self.cache = benchmark_cache(config)
+        self._inputs: dict[bool, RowInputs] = {}
+        self.benchmarks = [_Benchmark(spec) for spec in config.trainer.benchmarks]
+        for bench in self.benchmarks:
+            self._load(bench)
+
+    def __bool__(self) -> bool:
+        return bool(self.benchmarks)
+
+    def _load(self, bench: _Benchmark) -> None:
+        try:
+            bench.task, bench.error = load_benchmark(self.registry, bench.spec), None
+        except Exception as exc:
+            reason = _reason(exc)
+            if self.strict:
+                raise ConfigError(f"trainer.benchmarks: {bench.spec.name}: {reason}") from exc
+            bench.error = reason
+            log.error("benchmark %s cannot be loaded, its passes are skipped: %s", bench.spec.name, reason)
+
+    def inputs(self, spec: BenchmarkConfig) -> RowInputs:
+        thinking = self.config.data.thinking if spec.thinking is None else spec.thinking
+        if thinking not in self._inputs:
+            self._inputs[thinking] = row_inputs(self.config, self.backend, self.cache, thinking)
+        return self._inputs[thinking]
+
+    def due(self, step: int, last_step: int) -> list[str]:
+        """The benchmarks with a pass at ``step``: every ``every`` steps, and after ``last_step``."""
+        return [
+            b.spec.name
+            for b in self.benchmarks
+            if step == last_step or (b.spec.every > 0 and step % b.spec.every == 0)
+        ]
+
+    def run(self, step: int, runner: RowRunner) -> dict[str, float]:
+        """The passes due at ``step``: their ``bench/*`` metrics. ``runner`` answers and scores one
+        benchmark (:func:`evaluator_runner`, :func:`rows_runner`)."""
+        names = set(self.due(step, self.config.trainer.max_steps))
+        metrics: dict[str, float] = {}
+        for bench in self.benchmarks:
+            if bench.spec.name in names:
+                metrics.update(self._pass(step, bench, runner))
+        return metrics
+
+    def evaluation(self, runner: RowRunner) -> BenchmarkEvaluation:
+        """These passes as the loop's periodic evaluation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
+        return BenchmarkEvaluation(self, runner)
+
+    def _pass(self, step: int, bench: _Benchmark, runner: RowRunner) -> dict[str, float]:
+        name = bench.spec.name
+        if bench.task is None:
+            self._load(bench)  # a data root mounted meanwhile, a file fixed
+        if bench.task is None:
+            log.error("step %d: benchmark %s skipped: %s", step, name, bench.error)
+            return {}
+        run_dir = pass_dir(self.config.output_dir, step, bench.task.name)
+        done = self._finished(run_dir, bench.task)
+        if done is not None:
+            return summary_metrics(name, done)
+        try:
+            summary = self._evaluate(step, bench.task, bench.spec, run_dir, runner)
+        except Exception as exc:
+            if self.strict:
+                raise VideorlError(
+                    f"step {step}: benchmark {name} failed (trainer.benchmarks_strict): {_reason(exc)}"
+                ) from exc
+            log.exception("step %d: benchmark %s failed, training goes on", step, name)
+            return {}
+        failed = summary.get("failed") or []
+        if failed:
+            rows = "; ".join(f"{f['id']}: {f['reason']}" for f in failed[:_SHOW_FAILED])
+            more = f" (and {len(failed) - _SHOW_FAILED} more)" if len(failed) > _SHOW_FAILED else ""
+            message = (
+                f"step {step}: benchmark {name}: {len(failed)} of {summary['n']} rows failed and score 0: "
+                f"{rows}{more} (all in {run_dir})"
+            )
+            if self.strict:
+                raise VideorlError(f"{message}; trainer.benchmarks_strict stops the run")
+            log.error(message)
+        return summary_metrics(name, summary)
+
+    def _finished(self, run_dir: Path, task: EvalTask) -> Mapping[str, Any] | None:
+        """The summary an earlier run recorded for this pass (all of ``task``'s rows), if any."""
+        from videorl.eval.results import RESULTS_FILE, read_results
+
+        if not (run_dir / RESULTS_FILE).is_file():
+            return None
+        summary = read_results(run_dir)["benchmarks"].get(task.name)
+        if summary is None or summary.get("n") != len(task.rows):
+            return None
+        result: Mapping[str, Any] = summary
+        return result
+
+    def _evaluate(
+        self, step: int, task: EvalTask, spec: BenchmarkConfig, run_dir: Path, runner: RowRunner
+    ) -> dict[str, Any]:
+        from videorl.eval.results import begin_run, run_settings
+        from videorl.train.compose import checkpoint_manager
+
+        inputs, sampling = self.inputs(spec), sampling_of(spec)
+        c = self.config
+        settings = run_settings(
+            inputs, sampling, model=checkpoint_manager(c).path_for(step),
+            engine={"name": c.rollout.engine, "dtype": c.model.dtype, "options": dict(c.rollout.engine_options)},
+            requirements=self.requirements, tasks=[task], limit=spec.limit,
+        )  # fmt: skip
+        settings["training"] = {"output_dir": str(Path(c.output_dir).absolute()), "step": step}
+        begin_run(run_dir, settings)  # a pass resumed with other settings is refused, naming them
+        return runner(task, inputs, run_dir, sampling).summary
+
+
+@dataclass
+class BenchmarkEvaluation:
+    """The loop's periodic evaluation of ``trainer.benchmarks``; the loop times it as ``time/benchmarks``."""
+
+    passes: BenchmarkPasses
+    runner: RowRunner
+    name: str = PASSES_DIR
+
+    def due(self, step: int, last_step: int) -> bool:
+        return bool(self.passes.due(step, last_step))
+
+    def __call__(self, step: int) -> dict[str, float]:
+        return self.passes.run(step, self.runner)
+
+
+def local_evaluations(passes: BenchmarkPasses, engine: Any, rank: int) -> list[BenchmarkEvaluation]:
+    """The evaluations of one process or torchrun rank: the passes on rank 0, with its engine (the
+    leader's own engine of a tensor-parallel group, which needs no other rank); none on the other ranks,
+    which go on to the step's metrics and wait there (the metrics are rank 0's alone, so not averaged)."""
+    from videorl.rollout.placement import GroupedEngine
+
+    if not passes or rank != 0:
+        return []
+    own = engine.engine if isinstance(engine, GroupedEngine) else engine
+    return [passes.evaluation(evaluator_runner(own))]
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, VideorlError) else f"{type(exc).__name__}: {exc}"
+
+
+# --- in one process: the evaluator on the run's engine --------------------------------------------
+
+
+def evaluator_runner(engine: Any, *, workers: int = 2, batch_size: int = 8) -> RowRunner:
+    """A :data:`RowRunner` through :class:`~videorl.eval.pipeline.Evaluator` on ``engine`` (the run's
+    rollout engine, or anything with ``generate(prompts, params)``), with ``videorl eval run``'s
+    default concurrency."""
+    from videorl.eval.pipeline import Evaluator
+
+    def run(task: EvalTask, inputs: RowInputs, run_dir: Path, sampling: SamplingParams) -> BenchmarkResult:
+        evaluator = Evaluator(inputs, engine, sampling, workers=workers, batch_size=batch_size)
+        return evaluator.run([task], run_dir).results[task.name]
+
+    return run
+
+
+# --- on Ray: rows to the rollout workers ----------------------------------------------------------
+
+
+@dataclass
+class RowOutcome:
+    """A row's answer from a worker, or the stage (load, encode, engine) where it failed and why."""
+
+    completion: Completion | None = None
+    error: str | None = None
+    stage: str | None = None
+
+    def to_wire(self) -> list[Any]:
+        from videorl.cluster import wire
+
+        c = None if self.completion is None else wire.completion_out(self.completion)
+        return [c, self.error, self.stage]
+
+    @classmethod
+    def from_wire(cls, value: Sequence[Any]) -> RowOutcome:
+        from videorl.cluster import wire
+
+        c, error, stage = value
+        return cls(None if c is None else wire.completion_in(c), error, stage)
+
+
+GenerateRows = Callable[["EvalTask", Sequence["BenchmarkRow"], "SamplingParams", bool], list[RowOutcome]]
+"""``generate_rows(task, rows, sampling, thinking)``: each row's :class:`RowOutcome`, in order (the
+controller's calls to its rollout workers, :func:`rows_request`)."""
+
+
+def rows_runner(generate_rows: GenerateRows) -> RowRunner:
+    """A :data:`RowRunner` whose rows are answered by ``generate_rows`` (on Ray: the rollout workers),
+    :data:`CHUNK_ROWS` at a time, each answer recorded as the evaluator records it."""
+    from videorl.eval.pipeline import prediction_record, score_tasks
+    from videorl.eval.predictions import append_prediction, read_predictions
+    from videorl.eval.results import predictions_path
+
+    def run(task: EvalTask, inputs: RowInputs, run_dir: Path, sampling: SamplingParams) -> BenchmarkResult:
+        path = predictions_path(run_dir, task.name)
+        done = {i for i, p in read_predictions(path).items() if not p.failed} if path.exists() else set()
+        pending = [row for row in task.rows if row.id not in done]
+        tokenizer = inputs.backend.processor.tokenizer
+        for start in range(0, len(pending), CHUNK_ROWS):
+            chunk = pending[start : start + CHUNK_ROWS]
+            outcomes = generate_rows(task, chunk, sampling, inputs.thinking)
+            for row, out in zip(chunk, outcomes, strict=True):
+                record = prediction_record(
+                    task.benchmark, row, out.completion, tokenizer, error=out.error, stage=out.stage
+                )
+                append_prediction(path, record)
+        return score_tasks([task], run_dir)[task.name]
+
+    return run
+
+
+def rows_request(
+    task: EvalTask, rows: Sequence[BenchmarkRow], sampling: SamplingParams, thinking: bool
+) -> dict[str, Any]:
+    """The message asking a rollout worker for ``rows`` of ``task`` (:meth:`WorkerBenchmarks.generate`)."""
+    from dataclasses import asdict
+
+    return {
+        "benchmark": task.name,
+        "data_root": str(task.data_root),
+        "ids": [r.id for r in rows],
+        "sampling": asdict(sampling),
+        "thinking": thinking,
+    }
+
+
+class WorkerBenchmarks:
+    """A rollout worker's side of a pass on Ray: the benchmarks' rows (loaded once), encoded from the
+    frame cache here and answered by this worker's engine."""
+
+    def __init__(self, config: TrainConfig, plugins: Plugins, backend: ModelBackend) -> None:
+        self.config, self.registry, self.backend = config, plugins.benchmarks, backend
+        self.cache = benchmark_cache(config)
+        self._tasks: dict[tuple[str, str], tuple[EvalTask, dict[str, BenchmarkRow]]] = {}
+
+    def generate(self, engine: Any, message: Mapping[str, Any]) -> list[list[Any]]:
+        """Answer ``message`` (:func:`rows_request`) with ``engine``: each row's :class:`RowOutcome`, wired."""
+        from videorl.eval.pipeline import load_task
+        from videorl.rollout import SamplingParams
+
+        key = (message["benchmark"], message["data_root"])
+        if key not in self._tasks:
+            task = load_task(self.registry, *key)
+            self._tasks[key] = task, {r.id: r for r in task.rows}
+        task, rows = self._tasks[key]
+        inputs = row_inputs(self.config, self.backend, self.cache, bool(message["thinking"]))
+        outcomes = [RowOutcome() for _ in message["ids"]]
+        encoded: list[tuple[int, Any]] = []
+        for i, row_id in enumerate(message["ids"]):
+            stage = "load"
+            try:
+                prompt = inputs.prompt(task.benchmark, rows[row_id], f"{task.name}:{row_id}")
+                stage = "encode"
+                encoded.append((i, self.backend.encode(prompt)))
+            except Exception as exc:  # this row fails, the others are answered
+                outcomes[i] = RowOutcome(error=_reason(exc), stage=stage)
+        self._answer(engine, encoded, outcomes, SamplingParams(**message["sampling"]))
+        return [o.to_wire() for o in outcomes]
+
+    def _answer(
+        self,
+        engine: Any,
+        encoded: list[tuple[int, Any]],
+        outcomes: list[RowOutcome],
+        sampling: SamplingParams,
+    ) -> None:
+        """Generate for every encoded row; a batch that raises is retried one row at a time, as the
+        evaluator does, so one bad row cannot fail the others."""
+        if not encoded:
+            return
+        try:
+            groups = engine.generate([e for _, e in encoded], sampling)
+        except Exception as exc:
+            if len(encoded) == 1:
+                outcomes[encoded[0][0]] = RowOutcome(error=f"engine error: {_reason(exc)}", stage="engine")
+                return
+            for item in encoded:
+                self._answer(engine, [item], outcomes, sampling)
+            return
+        for (i, _), group in zip(encoded, groups, strict=True):
+            outcomes[i] = RowOutcome(completion=group[0])
