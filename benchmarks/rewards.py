@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from videorl.cli import make_cli
+from videorl.data.sample import Sample
 from videorl.plugins import load_plugins
 from videorl.rewards import RewardConfig, RewardInput, RewardRouter
 from videorl_rewards.python_code import CodeReward
@@ -126,7 +127,7 @@ def hang_batch(timeout: float) -> dict[str, Any]:
                 extra={"tests": ["assert f(1) == 2"]},
             )
         )
-    router.validate([{"id": x.sample_id, "problem_type": x.problem_type} for x in inputs])
+    router.validate([Sample(x.sample_id, "text", "", x.problem_type) for x in inputs])
     router.score([inputs[1]])  # start the math worker outside the measurement
     start = time.perf_counter()
     outs = router.score(inputs)

@@ -12,8 +12,14 @@ from typing import Any
 import pytest
 
 from videorl.api import hookimpl
+from videorl.data.sample import Sample
 from videorl.errors import ConfigError, DataError
 from videorl.rewards import RewardConfig, RewardInput, RewardOutput, RewardRouter, TaskReward
+
+
+def row(problem_type: str, sample_id: str = "", truth: Any = None, origin: str = "") -> Sample:
+    """A loaded dataset row, as the router validates it."""
+    return Sample(sample_id, "text", "", problem_type, truth, origin=origin)
 
 
 def inp(problem_type: str, response: str = "", sample_id: str = "s", truth: Any = None) -> RewardInput:
@@ -61,24 +67,20 @@ def test_validate_names_type_sample_and_registered_types() -> None:
     router = RewardRouter.of(
         {"multiple_choice": Const(1), "math": Const(1)}, aliases={"mc": "multiple_choice"}
     )
-    router.validate([{"id": "a", "problem_type": "mc"}, {"problem_id": 7, "problem_type": "math"}])
-    samples = [
-        {"id": "ok", "problem_type": "math"},
-        {"id": "q17", "problem_type": "counting"},
-        {"id": "q18", "problem_type": "counting"},
-        {"id": "q19", "problem_type": "dancing"},
-    ]
+    router.validate([row("mc", "a"), row("math", "7")])
+    samples = [row("math", "ok"), row("counting", "q17", origin="d.jsonl:2"), row("counting", "q18"),
+               row("dancing", "q19")]  # fmt: skip
     with pytest.raises(DataError) as err:
         router.validate(samples)
     message = str(err.value)
-    assert "problem_type 'counting' of sample 'q17' and 1 more sample(s) has no reward" in message
+    assert "problem_type 'counting' of sample 'q17' (d.jsonl:2) and 1 more sample(s) has no reward" in message
     assert "Registered problem types: math; multiple_choice (also mc)" in message
     assert "Other unknown problem types: 'dancing'" in message
     with pytest.raises(DataError, match="sample '#0' has no problem_type"):
-        router.validate([{"problem": "x"}])
+        router.validate([row("")])
 
 
-def test_validate_accepts_objects_and_creates_rewards_once() -> None:
+def test_validate_creates_each_reward_once() -> None:
     created = []
 
     def factory() -> Const:
@@ -86,12 +88,7 @@ def test_validate_accepts_objects_and_creates_rewards_once() -> None:
         return Const(1.0)
 
     router = RewardRouter({"math": factory})
-
-    class Sample:
-        id = "s1"
-        problem_type = "math"
-
-    router.validate([Sample(), Sample()])
+    router.validate([row("math", "s1"), row("math", "s2")])
     router.score([inp("math")])
     assert created == [1]
 
@@ -260,7 +257,7 @@ def test_from_registry_passes_common_and_own_options(videorl_plugins: Any) -> No
     with pytest.raises(
         ConfigError, match=r"reward 'scaled' takes no option 'factr'\. Did you mean 'factor'\?"
     ):
-        bad.validate([{"problem_type": "scaled"}])
+        bad.validate([row("scaled")])
     with pytest.raises(ConfigError, match="rewards.options names reward 'nope'"):
         RewardRouter.from_registry(plugins.rewards, RewardConfig.from_dict({"options": {"nope": {}}}))
 
@@ -343,7 +340,7 @@ class FunctionPlugin:
 def test_a_plain_function_is_a_reward_not_a_factory(videorl_plugins: Any) -> None:
     plugins = videorl_plugins(FunctionPlugin)
     router = RewardRouter.from_registry(plugins.rewards)
-    router.validate([{"problem_type": "even"}, {"problem_type": "async_parity"}])
+    router.validate([row("even"), row("async_parity")])
     outs = router.score([inp("even", "4"), inp("even", "3"), inp("parity", "x"), inp("async_parity", "8")])
     assert [(o.score, o.parts) for o in outs if o] == [(1.0, {}), (0.0, {}), (0.0, {}), (1.0, {"even": 1.0})]
     assert not router.event_counts
@@ -364,7 +361,7 @@ def test_an_option_typo_gets_did_you_mean_also_through_kwargs(videorl_plugins: A
         with pytest.raises(
             ConfigError, match=rf"rewards\.options\.counted: .*no option '{typo}'\. Did you mean '{meant}'"
         ):
-            router.validate([{"problem_type": "counted"}])
+            router.validate([row("counted")])
     good = RewardRouter.from_registry(
         plugins.rewards, RewardConfig.from_dict({"options": {"counted": {"tolerance": 1}}})
     )
@@ -374,8 +371,7 @@ def test_an_option_typo_gets_did_you_mean_also_through_kwargs(videorl_plugins: A
 
 def test_a_ground_truth_of_the_wrong_shape_fails_validation(videorl_plugins: Any) -> None:
     router = RewardRouter.from_registry(videorl_plugins(FunctionPlugin).rewards)
-    rows = [{"id": "ok", "problem_type": "counted", "answer": 3}, {"id": "bad", "problem_type": "counted",
-            "answer": {"count": 3}}]  # fmt: skip
+    rows = [row("counted", "ok", 3), row("counted", "bad", {"count": 3})]
     router.validate(rows)  # the shape is checked only when asked (training asks)
     with pytest.raises(
         DataError,
@@ -408,11 +404,11 @@ def test_canonical_type_and_reward_names_follow_aliases_and_routes() -> None:
 def test_an_unknown_problem_type_close_to_a_registered_one_gets_did_you_mean() -> None:
     router = RewardRouter.of({"multiple_choice": Const(1), "math": Const(1)})
     with pytest.raises(DataError) as err:
-        router.validate([{"id": "a", "problem_type": "multiple_choise"}])
+        router.validate([row("multiple_choise", "a")])
     assert (
         "problem_type 'multiple_choise' of sample 'a' has no reward. Did you mean 'multiple_choice'?"
         in str(err.value)
     )
     with pytest.raises(DataError) as err:
-        router.validate([{"id": "b", "problem_type": "dancing"}])
+        router.validate([row("dancing", "b")])
     assert "Did you mean" not in str(err.value)

@@ -21,11 +21,11 @@ import math
 import re
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from videorl.data.sample import ID_KEYS, Sample
+from videorl.data.sample import Sample
 from videorl.errors import ConfigError, DataError
 from videorl.registry import Registry, normalize_name
 from videorl.rewards.config import RewardConfig, Route
@@ -191,26 +191,23 @@ class RewardRouter:
                 self._instances[name] = self._factories[name]()
             return self._instances[name]
 
-    def validate(self, samples: Iterable[Any], *, ground_truths: bool = False) -> None:
+    def validate(self, samples: Sequence[Sample], *, ground_truths: bool = False) -> None:
         """Check, before any rollout, that every sample's ``problem_type`` has a reward, and create
         those rewards (a bad reward option fails here).
 
-        ``samples`` are mappings or objects with a ``problem_type`` (and ``id``/``sample_id``/
-        ``problem_id``). Raises ``DataError`` naming the problem type, a sample that has it and the
+        ``samples`` are the loaded dataset rows (:func:`videorl.data.loaders.parse_row`). Raises
+        ``DataError`` naming the problem type, a sample that has it (and where it was read) and the
         registered types. With ``ground_truths``, every sample's ground truth is also checked by each
         of its rewards that can (``check_ground_truth(inp)``, e.g. every :class:`TaskReward`): one of
         the wrong shape is a ``DataError`` naming the sample and the shape expected.
         """
-        samples = list(samples)
         unknown: dict[str, list[str]] = {}
         needed: set[str] = set()
         for index, sample in enumerate(samples):
-            problem_type = _field(sample, "problem_type")
-            sample_id = next((str(v) for k in ID_KEYS if (v := _field(sample, k)) is not None), f"#{index}")
-            if not isinstance(problem_type, str) or not problem_type.strip():
-                raise DataError(
-                    f"sample {sample_id!r} has no problem_type (got {problem_type!r}). {self._registered_text()}"
-                )
+            problem_type = sample.problem_type
+            sample_id = repr(sample.id or f"#{index}") + (f" ({sample.origin})" if sample.origin else "")
+            if not problem_type.strip():
+                raise DataError(f"sample {sample_id} has no problem_type. {self._registered_text()}")
             routes = self.route(problem_type)
             if routes is None:
                 unknown.setdefault(problem_type, []).append(sample_id)
@@ -228,7 +225,7 @@ class RewardRouter:
             close = difflib.get_close_matches(normalize_name(problem_type), known, n=1, cutoff=0.6)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise DataError(
-                f"problem_type {problem_type!r} of sample {ids[0]!r}{more} has no reward.{hint} "
+                f"problem_type {problem_type!r} of sample {ids[0]}{more} has no reward.{hint} "
                 f"{self._registered_text()}{others} Fix the sample, route the type in rewards.routes, or "
                 "install a reward plugin that registers it."
             )
@@ -246,8 +243,8 @@ class RewardRouter:
         for name in sorted(names):
             self.reward(name)
 
-    def _check_ground_truth(self, sample: Any) -> None:
-        inp = sample if isinstance(sample, RewardInput) else _truth_input(sample)
+    def _check_ground_truth(self, sample: Sample) -> None:
+        inp = RewardInput.from_sample(sample, "")  # the input of a response, with an empty response
         for name in self.reward_names(inp.problem_type):
             check = getattr(self.reward(name), "check_ground_truth", None)
             if callable(check):
@@ -399,17 +396,6 @@ def _combine(outs: list[tuple[str, float, RewardOutput | None]]) -> RewardOutput
         parts[name] = out.score
         parts.update({f"{name}/{k}": v for k, v in out.parts.items()})
     return RewardOutput(sum(w * out.score for _, w, out in given), parts, error)
-
-
-def _field(sample: Any, key: str) -> Any:
-    if isinstance(sample, Mapping):
-        return sample.get(key)
-    return getattr(sample, key, None)
-
-
-def _truth_input(sample: Sample | Mapping[str, Any]) -> RewardInput:
-    """The :class:`RewardInput` of a sample with an empty response."""
-    return RewardInput.from_sample(sample, "")
 
 
 def _signature(target: Any) -> inspect.Signature | None:
