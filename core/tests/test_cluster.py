@@ -174,6 +174,98 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
     }
 
 
+@dataclass
+class ColocatedCluster:
+    """Two actor workers (each also a rollout worker) and a reward worker answering as workers would;
+    every call recorded as ``(worker, method, request)``."""
+
+    replies: dict[str, Any]
+    calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    actors: list[WorkerHandle] = field(
+        default_factory=lambda: [WorkerHandle(f"actor-{i}", ["actor", "rollout"], None) for i in range(2)]
+    )
+    rewards: list[WorkerHandle] = field(default_factory=lambda: [WorkerHandle("reward-0", ["reward"], None)])
+    references: list[WorkerHandle] = field(default_factory=list)
+    colocated: bool = True
+
+    @property
+    def rollouts(self) -> list[WorkerHandle]:
+        return self.actors
+
+    def call(
+        self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        out = []
+        for worker, method, args in calls:
+            if isinstance(args[0], bytes):  # a wire message
+                request = wire.loads(args[0])
+                self.calls.append((worker.name, method, request))
+                out.append(wire.dumps(self.replies[method](worker.name, request)))
+            else:
+                self.calls.append((worker.name, method, args))
+                out.append(None)
+        return out
+
+
+@pytest.mark.parametrize("parity_check", ["first_step", "off"])
+def test_ray_driver_runs_the_parity_check_on_the_first_step_only(tmp_path: Any, parity_check: str) -> None:
+    """The controller in the one loop: the actor workers are asked for the first-step parity check on
+    the first step of the run (``rollout.parity_check``) and report it; each step's metrics are the
+    ranks' means; the last step is checkpointed with each rank's data position."""
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.data import TrainData
+    from videorl.train.grpo import RunIO
+    from videorl.train.loop import run
+
+    def update(worker: str, r: dict[str, Any]) -> dict[str, Any]:
+        rank = int(worker[-1])
+        parity = {"parity/logprob_diff/video": 1e-6 * (rank + 1)} if r["parity_check"] else {}
+        return {"metrics": {"actor/loss": 0.5 + rank, **parity}, "seconds": {"actor": 1.0 + rank}}
+
+    replies = {
+        "generate": lambda w, r: {
+            "media": [None] * len(r["ids"]),
+            "completions": [[[[7], [-0.5], "stop"], [[8], [-0.5], "stop"]]] * len(r["ids"]),
+            "seconds": {"data": 0.5, "rollout": 1.5},
+        },
+        "score": lambda w, r: [[float(i % 2), {}] for i, _ in enumerate(r["items"])],
+        "update": update,
+    }
+    cluster = ColocatedCluster(replies)
+    config = load_config(
+        None,
+        [*BASE, "rollout.n=2", "data.rollout_batch_size=2", "actor.global_batch_size=2",
+         "trainer.max_steps=2", "trainer.save_every=0", f"rollout.parity_check='{parity_check}'"],
+    )  # fmt: skip
+    samples = [_sample(i) for i in range(4)]
+    data = [TrainData(samples, seed=0, shuffle=False, rank=r, world_size=2) for r in range(2)]
+    backend = type("Backend", (), {"forbidden_token_ids": lambda self: set()})()
+    controller = Controller(config, cluster, backend, data, [])  # type: ignore[arg-type]
+    rows: list[dict[str, float]] = []
+    try:
+        run(config, controller, RunIO(CheckpointManager(tmp_path)), 0, on_step=lambda s, m: rows.append(m))
+    finally:
+        controller.close()
+
+    updates = [
+        (name, r["step"], r["parity_check"]) for name, method, r in cluster.calls if method == "update"
+    ]
+    first = parity_check == "first_step"
+    assert updates == [
+        ("actor-0", 1, first),
+        ("actor-1", 1, first),
+        ("actor-0", 2, False),
+        ("actor-1", 2, False),
+    ]
+    assert [("parity/logprob_diff/video" in row) for row in rows] == [first, False]
+    if first:
+        assert rows[0]["parity/logprob_diff/video"] == pytest.approx(1.5e-6)  # the ranks' mean
+    assert [row["actor/loss"] for row in rows] == [1.0, 1.0] and rows[0]["time/actor"] == 1.5
+    assert rows[0]["reward/overall"] == 0.5 and rows[0]["time/rollout"] == 1.5
+    saves = [(name, args) for name, method, args in cluster.calls if method == "save_checkpoint"]
+    assert saves == [("actor-0", (2, data[0].state_dict())), ("actor-1", (2, data[1].state_dict()))]
+
+
 def test_prompt_without_tokens_says_where_it_was_encoded() -> None:
     with pytest.raises(RuntimeError, match="sample 's0': its prompt was encoded in another process"):
         Prompt(_sample(0), None, None).require_encoded()

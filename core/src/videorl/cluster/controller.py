@@ -12,8 +12,12 @@ metrics and progress, and decides everything between the workers' calls. One ste
 4. update     every actor rank runs :func:`videorl.train.grpo.update` on its share (FSDP between them);
 5. sync       colocated: each worker refreshes its own engine; split: actor rank 0 puts the weights in
               Ray's object store and every rollout worker loads them;
-6. metrics    averaged over the ranks as under torchrun; a checkpoint every ``save_every`` steps, the
-              same files a torchrun run writes.
+6. metrics    averaged over the ranks as under torchrun.
+
+The controller is the Ray :class:`~videorl.train.loop.StepDriver`: :func:`videorl.train.loop.run` runs
+it with validation, evaluations, logging and checkpoints (the same files a torchrun run writes) as in
+one process. The first step's parity check (``rollout.parity_check``) runs on the actor workers, on
+their shares, before the update.
 
 Only sample ids, token ids and numbers cross between the controller and the workers
 (:mod:`videorl.cluster.wire`); ``ray/*_bytes_per_sample`` metrics report how many.
@@ -22,7 +26,6 @@ Only sample ids, token ids and numbers cross between the controller and the work
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -33,22 +36,26 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
 from videorl.cluster.runtime import Cluster, WorkerFailure, WorkerHandle, cpus_needed, start_ray
-from videorl.errors import ConfigError, VideorlError
+from videorl.errors import VideorlError
+from videorl.train.distributed import mean_over_ranks
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.plugins import Plugins
+    from videorl.train.checkpoint import Checkpoint
     from videorl.train.data import TrainData
     from videorl.train.grpo import Scorer, StageTimer, Trajectory
-    from videorl.train.metrics import MetricsWriter, ProgressBar
+    from videorl.train.loop import OnStep
+    from videorl.train.metrics import CompletionLog
 
 WORKERS_FILE = "ray-workers.json"
 
 
 class Controller:
-    """Drives ``cluster``'s workers through ``config.trainer.max_steps`` GRPO steps."""
+    """The :class:`~videorl.train.loop.StepDriver` of a Ray run: each GRPO step over ``cluster``'s workers,
+    every actor rank's share at once (a thread each)."""
 
     def __init__(
         self,
@@ -58,14 +65,23 @@ class Controller:
         data: list[TrainData],
         validation: list[Sample],
         canonical: Callable[[str], str] | None = None,
+        completions: CompletionLog | None = None,
     ) -> None:
-        """``canonical``: the spelling of a problem type in metrics (the router's ``canonical_type``)."""
+        """``data``: each actor rank's data order; ``canonical``: the spelling of a problem type in
+        metrics (the router's ``canonical_type``); ``completions``: where ``trainer.log_completions``
+        writes the step's responses."""
         self.config, self.cluster, self.backend = config, cluster, backend
         self.data, self.validation = data, validation
-        self.canonical = canonical
+        self.canonical, self.completions = canonical, completions
         self.step = 0
         self._bytes: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(data)), thread_name_prefix="videorl-rank")
+        self._parity_due = config.rollout.parity_check != "off"  # on the first step after a (re)start
+
+    def close(self) -> None:
+        """Stop the rank threads (after a failure the workers are ended next)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # --- calls -------------------------------------------------------------------------------------
 
@@ -169,10 +185,11 @@ class Controller:
                 t.ref_logprobs = logprobs
 
     def _update(
-        self, step: int, shares: list[list[Trajectory]], timers: list[StageTimer]
+        self, step: int, shares: list[list[Trajectory]], timers: list[StageTimer], parity_check: bool
     ) -> list[dict[str, float]]:
+        """Every actor rank's update on its share (first ``parity_check``: engine vs actor log-probs)."""
         calls = [
-            (a, "update", wire.dumps({"step": step, "items": _items(share)}))
+            (a, "update", wire.dumps({"step": step, "items": _items(share), "parity_check": parity_check}))
             for a, share in zip(self.cluster.actors, shares)
         ]
         metrics = []
@@ -202,45 +219,60 @@ class Controller:
         prompts, outputs = self._generate(rank, "val", shard, None, StageTimer())
         return validation_metrics(prompts, outputs, self.scorer("val"), self.canonical)
 
-    def step_once(self, step: int, pool: ThreadPoolExecutor) -> dict[str, float]:
-        """One GRPO step over the workers; the step's metrics, averaged over the ranks as torchrun does."""
-        from videorl.train.distributed import mean_over_ranks
+    # --- the driver --------------------------------------------------------------------------------
+
+    @property
+    def has_validation(self) -> bool:
+        return bool(self.validation)
+
+    @property
+    def rollout_worker_count(self) -> int:
+        """How many rollout workers :meth:`call_rollouts` addresses."""
+        return len(self.cluster.rollouts)
+
+    def resume(self, checkpoint: Checkpoint) -> None:
+        """The actor workers load model, optimizer and RNG state of ``checkpoint`` (the ranks' data
+        positions are already in ``data``); split rollout engines, which hold the base model, get the
+        loaded weights."""
+        self.cluster.call(
+            f"resuming from step {checkpoint.step}",
+            0,
+            [(a, "resume", (str(checkpoint.path),)) for a in self.cluster.actors],
+        )
+        if not self.cluster.colocated:
+            self.step = checkpoint.step
+            self._sync_weights()
+
+    def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
+        """One GRPO step over the workers; its metrics averaged over the ranks as torchrun does, each
+        stage's time (measured per rank) averaged into ``timer``."""
         from videorl.train.grpo import StageTimer, step_metrics
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated
         self.step, self._bytes = step, defaultdict(int)
-        step_start = time.perf_counter()
         timers = [StageTimer() for _ in ranks]
-        collected = _all(pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        collected = _all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
         shares = [share for share, _ in collected]
         if split and config.algorithm.use_kl_loss:
             self._reference(shares, timers)
-        actor_metrics = self._update(step, shares, timers)
+        parity_check, self._parity_due = self._parity_due, False
+        actor_metrics = self._update(step, shares, timers, parity_check)
         weight_bytes = 0.0
         if split:
             with timers[0]("weight_sync"):
                 weight_bytes = self._sync_weights()
-        every = config.trainer.val_every
-        validation: list[dict[str, float]] = [{} for _ in ranks]
-        if self.validation and every and (step % every == 0 or step == config.trainer.max_steps):
-            started = time.perf_counter()
-            validation = _all(pool, [partial(self._validate, r) for r in ranks])
-            for timer in timers:
-                timer.seconds["validation"] += time.perf_counter() - started
-        per_rank = []
-        for r in ranks:
-            timers[r].seconds["step"] = time.perf_counter() - step_start
-            per_rank.append(
-                {
-                    **step_metrics(shares[r], canonical=self.canonical),
-                    **actor_metrics[r],
-                    **collected[r][1],
-                    **validation[r],
-                    **{f"time/{k}": v for k, v in timers[r].seconds.items()},
-                }
-            )
-        metrics = mean_over_ranks(per_rank)
+        if self.completions is not None:
+            decode = partial(self.backend.processor.tokenizer.decode, skip_special_tokens=True)
+            self.completions.log(step, [t for share in shares for t in share], decode)
+        for stage, seconds in mean_over_ranks([t.seconds for t in timers]).items():
+            timer.seconds[stage] += seconds
+        metrics = mean_over_ranks(
+            [
+                {**step_metrics(shares[r], canonical=self.canonical), **actor_metrics[r], **collected[r][1]}
+                for r in ranks
+            ]
+        )
         samples = max(1, config.data.rollout_batch_size)
         metrics["ray/sent_bytes_per_sample"] = self._bytes["sent"] / samples
         metrics["ray/received_bytes_per_sample"] = self._bytes["received"] / samples
@@ -248,44 +280,31 @@ class Controller:
             metrics["ray/weight_sync_bytes"] = weight_bytes
         return metrics
 
-    def run(
-        self,
-        start: int,
-        metrics_writer: MetricsWriter | None,
-        progress: ProgressBar | None,
-        on_step: Callable[[int, dict[str, float]], None] | None = None,
-    ) -> int:
-        """Steps ``start + 1`` to ``trainer.max_steps``: log, report and checkpoint each; the last step."""
-        from videorl.train.checkpoint import checkpoint_due
+    def validate(self, step: int) -> dict[str, float]:
+        """Every rank's share of the validation samples, greedily, at once; the ``val/*`` metrics
+        averaged over the ranks."""
+        ranks = range(len(self.cluster.actors))
+        return mean_over_ranks(_all(self._pool, [partial(self._validate, r) for r in ranks]))
 
-        config = self.config
-        pool = ThreadPoolExecutor(max_workers=len(self.cluster.actors), thread_name_prefix="videorl-rank")
-        try:
-            if not self.cluster.colocated and start > 0:
-                self.step = start
-                self._sync_weights()  # the engines hold the base model; the actor resumed
-            for step in range(start + 1, config.trainer.max_steps + 1):
-                metrics = self.step_once(step, pool)
-                if metrics_writer is not None:
-                    metrics_writer.log(step, metrics)
-                if progress is not None:
-                    progress.update(
-                        step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0)
-                    )
-                if on_step is not None:
-                    on_step(step, metrics)
-                if checkpoint_due(step, config.trainer.save_every, config.trainer.max_steps):
-                    self.cluster.call(
-                        "checkpoint",
-                        step,
-                        [
-                            (a, "save_checkpoint", (step, self.data[r].state_dict()))
-                            for r, a in enumerate(self.cluster.actors)
-                        ],
-                    )
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)  # after a failure the workers are ended next
-        return config.trainer.max_steps
+    def save(self, step: int) -> None:
+        """Every actor rank gathers; actor-0 writes, with each rank's data position (held here)."""
+        calls = [
+            (a, "save_checkpoint", (step, self.data[r].state_dict()))
+            for r, a in enumerate(self.cluster.actors)
+        ]
+        self.cluster.call("checkpoint", step, calls)
+
+    def call_rollouts(self, stage: str, method: str, requests: Sequence[Any]) -> list[Any]:
+        """Call ``Worker.<method>(message) -> reply`` on every rollout worker at once, worker ``i`` with
+        ``requests[i]`` (plain values, :mod:`~videorl.cluster.wire`); the decoded replies in order.
+
+        For work beside the step that needs the engines' current weights (an evaluation's generation);
+        a failure is a :class:`~videorl.cluster.runtime.WorkerFailure` naming the worker and ``stage``."""
+        workers = self.cluster.rollouts
+        if len(requests) != len(workers):
+            raise ValueError(f"{stage}: {len(requests)} request(s) for {len(workers)} rollout worker(s)")
+        replies = self._call(stage, [(w, method, wire.dumps(r)) for w, r in zip(workers, requests)])
+        return [wire.loads(reply) for reply in replies]
 
 
 def _add_seconds(timer: StageTimer, seconds: dict[str, float]) -> None:
@@ -354,7 +373,7 @@ def train_on_ray(
     plugins: Plugins,
     *,
     address: str | None = None,
-    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_step: OnStep | None = None,
 ) -> int:
     """Train as ``config`` says with a controller here and worker groups on Ray; the last step done.
 
@@ -365,19 +384,13 @@ def train_on_ray(
 
     from videorl.atomic import atomic_write_text
     from videorl.rewards.router import RewardRouter
-    from videorl.train.compose import load_datasets, make_backend, make_encoder, open_checkpoints
+    from videorl.train.compose import begin_run, close_io, load_datasets, make_backend, make_encoder
     from videorl.train.data import TrainData
-    from videorl.train.metrics import MetricsWriter, ProgressBar, write_run_metadata
+    from videorl.train.loop import run
 
     config = absolute_paths(config)
     workers = config.ray.actor_workers
-    if config.data.rollout_batch_size % workers:
-        raise ConfigError(
-            f"data.rollout_batch_size ({config.data.rollout_batch_size}) must be a multiple of ray.actor_workers "
-            f"({workers}): each actor rank takes the same share of the prompts"
-        )
-    out = Path(config.output_dir)
-    checkpoints, resume_from = open_checkpoints(config)
+    begun = begin_run(config, workers, "ray.actor_workers")
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     samples, val = load_datasets(config, rewards, make_encoder(config, backend, plugins))
@@ -385,35 +398,30 @@ def train_on_ray(
         TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
         for r in range(workers)
     ]
-    start = 0
-    if resume_from is not None:
-        ckpt = checkpoints.load(resume_from)
-        for d, state in zip(data, ckpt.rank_data_states(workers, "ray.actor_workers={n}"), strict=True):
+    if begun.resume_from is not None:
+        states = begun.resume_from.rank_data_states(workers, "ray.actor_workers={n}")
+        for d, state in zip(data, states, strict=True):
             d.load_state_dict(state)
-        start = ckpt.step
 
     disabled = [name for name, info in plugins.infos.items() if info.status == "disabled"]
     started = start_ray(config.ray, address, cpus_needed(config))
     cluster = Cluster(config, disable=disabled)
     clean = False
-    metrics_writer = progress = None
+    io = controller = None
     try:
         cluster.start()
-        atomic_write_text(out / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n")
-        if resume_from is not None:
-            cluster.call(
-                f"resuming from step {start}", 0, [(a, "resume", (str(resume_from),)) for a in cluster.actors]
-            )
-        write_run_metadata(out, config, plugins)
-        metrics_writer = MetricsWriter.for_run(out, config, plugins, start_step=start)
-        if config.trainer.progress_bar:
-            progress = ProgressBar(config.trainer.max_steps, start_step=start)
-        controller = Controller(config, cluster, backend, data, val, rewards.canonical_type)
-        last = controller.run(start, metrics_writer, progress, on_step)
+        atomic_write_text(
+            Path(config.output_dir) / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n"
+        )
+        io = begun.open_io(config, plugins, writer=True)
+        controller = Controller(config, cluster, backend, data, val, rewards.canonical_type, io.completions)
+        if begun.resume_from is not None:
+            controller.resume(begun.resume_from)
+        last = run(config, controller, io, begun.step, on_step=on_step)
         clean = True
         return last
     except WorkerFailure as exc:
-        latest = checkpoints.latest()
+        latest = begun.checkpoints.latest()
         if latest is None:
             hint = "no checkpoint was written yet: start the run again" + (
                 "" if exc.died else " once the cause is fixed"
@@ -421,13 +429,16 @@ def train_on_ray(
         elif exc.died:
             hint = f"the last complete checkpoint is {latest}: continue the run with --resume auto"
         else:
-            hint = f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto continues from it"
+            hint = (
+                f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto "
+                "continues from it"
+            )
         raise VideorlError(f"{exc}. {hint}") from None
     finally:
-        if metrics_writer is not None:
-            metrics_writer.close()
-        if progress is not None:
-            progress.close()
+        if controller is not None:
+            controller.close()  # after a failure the workers are ended next
+        if io is not None:
+            close_io(io)
         cluster.shutdown(clean=clean)
         if started:
             ray.shutdown()

@@ -264,10 +264,13 @@ class Worker:
         return wire.dumps({"logprobs": logprobs, "seconds": seconds})
 
     def update(self, message: bytes) -> bytes:
-        """``{step, items}`` -> this rank's actor metrics of the step (collective over the actor ranks).
+        """``{step, items, parity_check}`` -> this rank's actor metrics of the step (collective over the
+        actor ranks). With ``parity_check`` (the run's first step) the engine's log-probs of the items
+        are first compared with the actor's (:func:`videorl.parity.first_step_check`).
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
+        from videorl.parity import first_step_check
         from videorl.train.grpo import StageTimer, refresh_state, set_learning_rate, sleep_engine, update
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
@@ -276,6 +279,10 @@ class Worker:
         with timer("data"):
             prompts = self._prompts("train", [row[0] for row in request["items"]], request["step"])
             trajectories = self._trajectories(request["items"], prompts)
+        parity: dict[str, float] = {}
+        if request.get("parity_check"):
+            with timer("parity_check"):
+                parity = first_step_check(self.config, self.actor, trajectories, self.dist)
         set_learning_rate(self.actor.optimizer, self.config, request["step"])
         if self.engine is not None and not self.engine_shares_actor:
             sleep_engine(self.engine)
@@ -284,7 +291,7 @@ class Worker:
         if self.engine is not None and not self.engine_shares_actor:
             with timer("weight_sync"):
                 self.engine.update_weights(refresh_state(self.actor, self.engine))
-        return wire.dumps({"metrics": metrics, "seconds": dict(timer.seconds)})
+        return wire.dumps({"metrics": {**metrics, **parity}, "seconds": dict(timer.seconds)})
 
     def publish_weights(self) -> list[Any] | None:
         """Gather the full weights (collective over the actor ranks), in the rollout engines' dtype;
