@@ -42,6 +42,10 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 QUESTION = "What colour is the square?"
 OPTIONS = [f"{letter}. {name}" for letter, name in zip("ABCD", COLOURS)]
 SIDE, SQUARE, FRAMES, FPS = 56, 24, 4, 2.0
+#: the demo's visual budget (every frame at its full 56×56), as ``data.*`` keys: the run's overrides and
+#: the frame cache :func:`prepare` builds, through the same conversion as training's encoder
+BUDGET: dict[str, Any] = {"video_fps": FPS, "video_max_frames": FRAMES, "video_min_pixels": SIDE * SIDE,
+                          "video_max_pixels": SIDE * SIDE}  # fmt: skip
 WIDTH = 128  # text hidden size of the tiny model (vision 64): width 64 does not learn the colour here
 PROMPT = "{{ problem }}\n{{ options | join('\\n') }}\n"  # the demo's data.prompt_template: short prompts
 REVERSED = "reversed"  # the control split's suffix and its curve's name
@@ -145,7 +149,6 @@ def demo_overrides(
     out: Path, model: Path, train: Path, val: Path, *, steps: int, seed: int, engine: str
 ) -> list[str]:
     """The demo's settings, as the ``key=value`` overrides a user would pass to ``videorl train``."""
-    pixels = SIDE * SIDE
     return [
         f"seed={seed}",
         f"output_dir={out / 'run'}",
@@ -155,10 +158,7 @@ def demo_overrides(
         f"data.val_files=[{val}]",
         f"data.cache_dir={out / 'cache'}",
         "data.source_mode=preprocessed_only",
-        f"data.video_fps={FPS}",
-        f"data.video_max_frames={FRAMES}",
-        f"data.video_min_pixels={pixels}",
-        f"data.video_max_pixels={pixels}",
+        *(f"data.{key}={value}" for key, value in BUDGET.items()),
         "data.max_prompt_length=512",
         "data.rollout_batch_size=16",
         "data.thinking=false",
@@ -194,6 +194,7 @@ def prepare(
 ) -> tuple[Path, Path, Path]:
     """Build the tiny model, the clips and datasets (with the reversed control of the held-out
     clips, ``val-reversed.jsonl``), and cache the clips; idempotent per ``out`` and task."""
+    from videorl.config import DataConfig
     from videorl.media import DecodeParams, build_cache
 
     backend_cls = plugins.model_backends.get(family)
@@ -204,13 +205,10 @@ def prepare(
     train_file = write_task(out, train, seed=seed, split="train", task=task)
     val_file = write_task(out, val, seed=seed, split="val", task=task)
     write_task(out, val, seed=seed, split="val", task=task, reverse=True)
-    params = DecodeParams(
-        factor=backend_cls.factor,
-        temporal_patch_size=backend_cls.temporal_patch_size,
-        fps=FPS,
-        max_frames=FRAMES,
-        min_pixels=SIDE * SIDE,
-        max_pixels=SIDE * SIDE,
+    backend = plugins.model_backends.create(family, path=model)
+    budget = DataConfig(**BUDGET).visual_budget(backend.budget)  # as compose.make_encoder resolves it
+    params = DecodeParams.from_budget(
+        budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size
     )
     report = build_cache(
         sorted((out / "clips").glob("*.mp4")), params, out / "cache", workers=2, progress=False
