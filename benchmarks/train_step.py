@@ -4,7 +4,7 @@ Prints one JSON line. EasyVideoR1 (on EasyR1/veRL) reports, for Qwen3-VL-8B on 3
 loading frames from its cache instead of decoding the raw video makes a step 1.47× faster (rollout
 1.52×, reference forward 2.85×, actor update unchanged, ~4.93M tokens per step in both modes). This
 script runs the same comparison with a tiny random Qwen3-VL (patch 16, merge 2, temporal patch 2;
-text width 64) through the real training path (``build_training`` + ``grpo.train``, hf engine, KL on
+text width 64) through the real training path (``build_training`` + ``Training.run``, hf engine, KL on
 so that there is a reference forward) on synthetic H.264 clips made with PyAV.
 
 How EasyR1's per-stage media handling is emulated. In EasyR1 only the video's path (or cache file
@@ -178,16 +178,17 @@ def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
     """Train ``config`` with EasyR1's per-stage media; per step: the loop's metrics, ``loads/<stage>``
     ``media_seconds/<stage>`` (time spent encoding, frames included) and ``prompt_tokens/mean``."""
     from videorl.train.compose import build_training
-    from videorl.train.grpo import train
 
     training = build_training(config, plugins)
     if training.actor.reference is None:
+        training.close()
         raise ValueError("the benchmark needs algorithm.use_kl_loss=true (a reference forward)")
     media = StageMedia(training.encode)
     backend = RecordingBackend(training.actor.backend)
     actor = replace(
         training.actor, backend=backend, reference=StagedReference(training.actor.reference, backend, media)
     )
+    staged = replace(training, actor=actor, engine=StagedEngine(training.engine, media), encode=media.encode)
     steps: list[dict[str, float]] = []
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
@@ -201,21 +202,7 @@ def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
         media.prompt_tokens.clear()
         media.new_step()
 
-    try:
-        train(
-            config,
-            actor=actor,
-            engine=StagedEngine(training.engine, media),
-            rewards=training.rewards,
-            data=training.data,
-            encode=media.encode,
-            io=training.io,
-            dist=training.dist,
-            engine_shares_actor=training.engine_shares_actor,
-            on_step=on_step,
-        )
-    finally:
-        training.close()
+    staged.run(on_step=on_step)  # the training path of `videorl train`, with the stages wrapped
     return steps
 
 
