@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from videorl.plugins import Plugins
     from videorl.registry import Registry
     from videorl.rollout import Completion, SamplingParams
+    from videorl.train.loop import PeriodicEvaluation
 
 __all__ = [
     "PASSES_DIR",
@@ -295,7 +296,7 @@ class BenchmarkEvaluation:
         return self.passes.run(step, self.runner)
 
 
-def local_evaluations(passes: BenchmarkPasses, engine: Any, rank: int) -> list[BenchmarkEvaluation]:
+def local_evaluations(passes: BenchmarkPasses, engine: Any, rank: int) -> list[PeriodicEvaluation]:
     """The evaluations of one process or torchrun rank: the passes on rank 0, with its engine (the
     leader's own engine of a tensor-parallel group, which needs no other rank); none on the other ranks,
     which go on to the step's metrics and wait there (the metrics are rank 0's alone, so not averaged)."""

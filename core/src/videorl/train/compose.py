@@ -497,6 +497,7 @@ def load_datasets(
 def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
     from videorl.rewards.router import RewardRouter
+    from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
     from videorl.train.data import TrainData
     from videorl.train.distributed import Dist
 
@@ -508,6 +509,7 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     encoder = make_encoder(config, backend, plugins)
     samples, val_samples = load_datasets(config, rewards, encoder)
+    benchmarks = BenchmarkPasses(config, plugins, backend)  # their rows, before the model loads
     d = config.data
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
@@ -524,4 +526,7 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     engine, shares = make_rank_engine(config, plugins, actor, dist)
 
     io = run.open_io(config, plugins, writer=dist.rank == 0)
-    return Training(config, actor, engine, rewards, data, encoder, io, dist, shares, validation, vision_sync)
+    return Training(
+        config, actor, engine, rewards, data, encoder, io, dist, shares, validation, vision_sync,
+        evaluations=local_evaluations(benchmarks, engine, dist.rank),
+    )  # fmt: skip
