@@ -335,3 +335,47 @@ def test_paths_are_made_absolute_for_workers_that_start_elsewhere(tmp_path: Any,
     )  # a template name stays a name
     hub = absolute_paths(load_config(None, ["model.path=Qwen/Qwen3-VL-8B", "data.train_files=[/d.jsonl]"]))
     assert hub.model.path == "Qwen/Qwen3-VL-8B"  # not a local directory: left as given
+
+
+def test_workers_load_the_controllers_plugin_modules_from_anywhere(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``plugins:`` file and a ``--plugin`` import path the controller loaded reach a worker started
+    elsewhere (another directory, without the controller's ``sys.path``), which registers the same."""
+    import json
+    import subprocess
+    import sys
+
+    from videorl.cluster.runtime import load_worker_plugins, plugin_modules
+    from videorl.train.run_plugins import load_run_plugins
+
+    hook = (
+        "from videorl.api import hookimpl\n\n@hookimpl\n"
+        "def register_rewards(register):\n    register({!r}, lambda inp: 1.0)\n"
+    )
+    (tmp_path / "quick_worker_reward.py").write_text(hook.format("from_file"))
+    package = tmp_path / "src" / "quick_worker_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "rewards.py").write_text(hook.format("from_package"))
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))  # as the controller's working directory would be
+    plugins = load_run_plugins(["quick_worker_reward.py"], base=tmp_path, extra=["quick_worker_pkg.rewards"])
+    modules = plugin_modules(plugins)
+    assert modules == [
+        ["quick_worker_pkg.rewards", str(package / "rewards.py")],
+        ["quick_worker_reward", str(tmp_path / "quick_worker_reward.py")],
+    ]
+    worker = (
+        "import json, sys\nfrom videorl.cluster.runtime import load_worker_plugins\n"
+        "p = load_worker_plugins(json.loads(sys.argv[1]), disable=[], strict=True)\n"
+        "print(json.dumps(sorted(n for n in p.rewards.names() if n.startswith('from_'))))\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", worker, json.dumps(modules)], cwd=elsewhere, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == ["from_file", "from_package"]
+    with pytest.raises(ConfigError, match=r"plugin module 'gone\.rewards': /nowhere/gone/rewards\.py, where"):
+        load_worker_plugins([["gone.rewards", "/nowhere/gone/rewards.py"]], disable=[], strict=True)

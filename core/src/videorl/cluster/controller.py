@@ -384,6 +384,7 @@ def train_on_ray(
 
     from videorl.atomic import atomic_write_text
     from videorl.rewards.router import RewardRouter
+    from videorl.train.benchmarks import BenchmarkPasses, ray_evaluations
     from videorl.train.compose import begin_run, close_io, load_datasets, make_backend, make_encoder
     from videorl.train.data import TrainData
     from videorl.train.loop import run
@@ -394,6 +395,7 @@ def train_on_ray(
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     samples, val = load_datasets(config, rewards, make_encoder(config, backend, plugins))
+    benchmarks = BenchmarkPasses(config, plugins, backend)  # their rows, before the workers start
     data = [
         TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
         for r in range(workers)
@@ -403,9 +405,8 @@ def train_on_ray(
         for d, state in zip(data, states, strict=True):
             d.load_state_dict(state)
 
-    disabled = [name for name, info in plugins.infos.items() if info.status == "disabled"]
     started = start_ray(config.ray, address, cpus_needed(config))
-    cluster = Cluster(config, disable=disabled)
+    cluster = Cluster(config, plugins)
     clean = False
     io = controller = None
     try:
@@ -417,7 +418,8 @@ def train_on_ray(
         controller = Controller(config, cluster, backend, data, val, rewards.canonical_type, io.completions)
         if begun.resume_from is not None:
             controller.resume(begun.resume_from)
-        last = run(config, controller, io, begun.step, on_step=on_step)
+        evaluations = ray_evaluations(benchmarks, controller)
+        last = run(config, controller, io, begun.step, evaluations=evaluations, on_step=on_step)
         clean = True
         return last
     except WorkerFailure as exc:

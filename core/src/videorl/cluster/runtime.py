@@ -10,13 +10,20 @@ Placement (``ray.placement``):
 Reward workers (CPU only) get a placement group of their own in both. Every call goes through
 :meth:`Cluster.call`, which turns a worker's death or error into a :class:`WorkerFailure` naming the
 worker, its process, the stage and the step.
+
+Every worker loads the plugins the controller loaded: the installed distributions (less the disabled
+ones) and the modules without one (``--plugin``, ``plugins:``), sent as name and file
+(:func:`plugin_modules`, :func:`load_worker_plugins`), so a worker on another node or in another
+directory finds them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +33,10 @@ from typing import TYPE_CHECKING, Any
 from videorl.errors import ConfigError, VideorlError
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from videorl.config import RayConfig, TrainConfig
+    from videorl.plugins import Plugins
 
 log = logging.getLogger("videorl.cluster")
 
@@ -124,7 +134,8 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     if os.environ.get("RAY_AUTH_MODE", "disabled") != cfg.auth:
         ray.shutdown()
         raise ConfigError(
-            f"ray.auth: asked for {cfg.auth!r}, but Ray started with RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}"
+            f"ray.auth: asked for {cfg.auth!r}, but Ray started with "
+            f"RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}"
         )
     return True
 
@@ -187,9 +198,57 @@ def _set_auth_mode(mode: str) -> None:
 
     os.environ["RAY_AUTH_MODE"] = mode
     if "ray" in sys.modules:
-        from ray._raylet import Config  # type: ignore[attr-defined]  # Ray keeps its settings in a C++ singleton
+        # Ray keeps its settings in a C++ singleton
+        from ray._raylet import Config  # type: ignore[attr-defined]
 
         Config.initialize("")
+
+
+def plugin_modules(plugins: Plugins) -> list[list[str | None]]:
+    """``[module, file]`` of every plugin module ``plugins`` loaded without a distribution
+    (``--plugin``, ``plugins:``): what the workers load besides the installed plugins."""
+    out: list[list[str | None]] = []
+    for info in plugins.infos.values():
+        if info.builtin or info.version is not None or info.status != "ok" or info.name != info.module:
+            continue  # a distribution's plugin (every worker discovers those itself), or one that failed
+        file = getattr(sys.modules.get(info.module), "__file__", None)
+        out.append([info.module, str(Path(file).resolve()) if file else None])
+    return out
+
+
+def load_worker_plugins(
+    modules: Sequence[Sequence[str | None]], *, disable: Sequence[str], strict: bool
+) -> Plugins:
+    """A worker's plugins: the installed ones less ``disable``, and the controller's ``modules``
+    (:func:`plugin_modules`)."""
+    from videorl.plugins import load_plugins
+
+    return load_plugins(disable=disable, extra=[_import_module(str(m), f) for m, f in modules], strict=strict)
+
+
+def _import_module(name: str, file: str | None) -> ModuleType:
+    """Plugin module ``name`` as the controller has it: a single ``.py`` file from that file (under the
+    name it was loaded as), else by import path, with its source root put on ``sys.path`` when this
+    process cannot import it otherwise (the controller's working directory, say)."""
+    from videorl.train.run_plugins import import_plugin
+
+    path = Path(file) if file else None
+    if path is not None and "." not in name and path.suffix == ".py" and path.name != "__init__.py":
+        return import_plugin(str(path), path.parent)
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if path is None:
+            raise
+    package = path.parent if path.name == "__init__.py" else path
+    root = package.parents[name.count(".")]
+    if not path.is_file():
+        raise ConfigError(
+            f"plugin module {name!r}: {path}, where the controller loaded it from, is not on this worker's "
+            "node: install the plugin there, or put it at the same path"
+        )
+    sys.path.insert(0, str(root))
+    return importlib.import_module(name)
 
 
 def cpus_needed(config: TrainConfig) -> float:
@@ -218,8 +277,14 @@ class Cluster:
     """The worker groups of one run: ``actor``, ``rollout``, ``reference``, ``reward`` (a colocated
     run's rollout and reference groups are its actor workers)."""
 
-    def __init__(self, config: TrainConfig, disable: Sequence[str] = ()) -> None:
-        self.config, self.disable = config, list(disable)
+    def __init__(self, config: TrainConfig, plugins: Plugins) -> None:
+        """``plugins``: the controller's, which every worker loads too."""
+        self.config = config
+        self.plugins = {
+            "disable": [name for name, info in plugins.infos.items() if info.status == "disabled"],
+            "modules": plugin_modules(plugins),
+            "strict": plugins.strict,
+        }
         self.groups: dict[str, list[WorkerHandle]] = {}
         self._placement_groups: list[Any] = []
 
@@ -290,7 +355,7 @@ class Cluster:
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
                 )
                 rank, world = (i, count) if group == "actor" else (i, 1)
-                handle = remote.options(**options).remote(payload, roles, rank, world, self.disable)
+                handle = remote.options(**options).remote(payload, roles, rank, world, self.plugins)
                 handles.append(WorkerHandle(f"{group}-{i}", roles, handle))
             self.groups[group] = handles
         everyone = [w for ws in self.groups.values() for w in ws]

@@ -53,22 +53,22 @@ class Worker:
     the FSDP ranks; :meth:`setup` builds the models once the controller knows the rendezvous."""
 
     def __init__(
-        self, config: dict[str, Any], roles: list[str], rank: int, world_size: int, disable: list[str]
+        self, config: dict[str, Any], roles: list[str], rank: int, world_size: int, plugins: dict[str, Any]
     ) -> None:
-        from pathlib import Path
-
+        """``plugins``: what the controller loaded (:class:`~videorl.cluster.runtime.Cluster`)."""
+        from videorl.cluster.runtime import load_worker_plugins
         from videorl.config import DataConfig, TrainConfig, load_config
         from videorl.data import load_samples
         from videorl.train.compose import make_backend
-        from videorl.train.run_plugins import load_run_plugins
 
         unknown = sorted(set(roles) - set(ROLES))
         if unknown:
             raise ValueError(f"unknown worker role(s) {unknown}; known: {', '.join(ROLES)}")
         self.config: TrainConfig = load_config(None, [], data=config)
         self.roles, self.rank, self.world_size = set(roles), rank, world_size
-        # the config's own plugins: (paths made absolute when the config was loaded) as on the controller
-        self.plugins = load_run_plugins(self.config.plugins, base=Path.cwd(), disable=disable)
+        self.plugins = load_worker_plugins(
+            plugins["modules"], disable=plugins["disable"], strict=plugins["strict"]
+        )
         self.backend = make_backend(self.config, self.plugins)
         d: DataConfig = self.config.data
         self.samples: dict[str, dict[str, Sample]] = {
