@@ -1,0 +1,443 @@
+"""LoRA training with peft (``actor.lora``): adapters in the actor, the reference and engines from the same module.
+
+- :func:`inject` puts peft's LoRA layers into the actor's own module, in place: the model keeps its
+  class, its ``forward`` signature (``logits_to_keep``), its vision hooks and its FSDP units, so every
+  path that takes the actor (one process, torchrun/FSDP2, Ray workers, the shared hf engine) takes it
+  unchanged. The base weights are frozen in ``model.dtype`` (they never move, so they need no float32
+  masters); the adapters train in float32, and only they are in the optimizer.
+- :class:`Adapters` is what the actor holds: the adapters' tensors for a checkpoint (gathered from FSDP
+  shards), the base weights with the adapters merged for an engine's refresh (peft's merge math, per
+  tensor, on a copy: the module itself is never merged), and the module with its adapters off, which
+  is the reference policy of the KL term (no second copy in memory).
+- Export: a LoRA run's checkpoint becomes a merged HF model (``from_pretrained`` loads it) or the adapter
+  in PEFT's format (``PeftModel.from_pretrained`` loads it); an adapter folder given to evaluation is
+  merged into its base model first (:func:`merge_adapter_folder`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from videorl.errors import ConfigError, VideorlError
+from videorl.train.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    import torch
+
+    from videorl.config.schema import LoraConfig
+
+log = logging.getLogger("videorl.lora")
+
+ADAPTER = "default"  # peft's adapter name: one adapter per actor
+ADAPTER_CONFIG = "adapter_config.json"  # what marks a PEFT adapter folder
+_VISION_TOWERS = ("visual", "vision_tower", "vision_model")
+
+
+def require_peft() -> Any:
+    """The ``peft`` module, or an error saying how to install it."""
+    try:
+        import peft
+    except ImportError as exc:
+        raise ConfigError(
+            f'actor.lora needs peft, which is not installed ({exc}): pip install "videorl[lora]"'
+        ) from None
+    return peft
+
+
+# --- which layers ---------------------------------------------------------------------------------
+
+
+def vision_tower(model: torch.nn.Module) -> str | None:
+    """The module name of ``model``'s vision tower (``model.visual`` in Qwen-VL), or None."""
+    for name, _ in model.named_modules():
+        if name.rsplit(".", 1)[-1] in _VISION_TOWERS and name.count(".") <= 1:
+            return name
+    return None
+
+
+def target_modules(model: torch.nn.Module, settings: LoraConfig) -> list[str]:
+    """The full names of the linear layers that get adapters: those of the language model whose last
+    name part is in ``settings.target_modules``, and every one of the vision tower when it is adapted."""
+    import torch
+
+    tower = vision_tower(model)
+    linear = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+
+    def in_tower(name: str) -> bool:
+        return tower is not None and name.startswith(f"{tower}.")
+
+    wanted = set(settings.target_modules)
+    chosen = [n for n in linear if not in_tower(n) and n.rsplit(".", 1)[-1] in wanted]
+    missing = wanted - {n.rsplit(".", 1)[-1] for n in chosen}
+    if missing:
+        names = sorted({n.rsplit(".", 1)[-1] for n in linear if not in_tower(n)})
+        raise ConfigError(
+            f"actor.lora.target_modules: {', '.join(sorted(missing))} name no linear layer of "
+            f"{type(model).__name__}'s language model; its linear layers: {', '.join(names)}"
+        )
+    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()  # type: ignore[operator]
+    if head is not None and embeddings is not None and head.weight is embeddings.weight:
+        tied = [n for n, m in model.named_modules() if m is head and n in chosen]
+        if tied:
+            raise ConfigError(
+                f"actor.lora.target_modules: {tied[0]} shares its weight with the input embeddings "
+                "(tie_word_embeddings): merging its adapter would change both; leave it out"
+            )
+    if settings.vision_tower == "adapted":
+        if tower is None:
+            raise ConfigError(
+                f"actor.lora.vision_tower is adapted but {type(model).__name__} has no vision tower "
+                f"(no module named {' or '.join(_VISION_TOWERS)}); set it to frozen"
+            )
+        chosen += [n for n in linear if in_tower(n)]
+    return chosen
+
+
+def peft_config(settings: LoraConfig, targets: list[str], base_model: str | None = None) -> Any:
+    """peft's ``LoraConfig`` for ``settings`` on the layers ``targets`` (full module names)."""
+    peft = require_peft()
+    return peft.LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        use_rslora=settings.use_rslora,
+        target_modules=targets,
+        bias="none",
+        base_model_name_or_path=base_model,
+    )
+
+
+# --- the adapters of an actor ---------------------------------------------------------------------
+
+
+def inject(model: torch.nn.Module, settings: LoraConfig) -> Adapters:
+    """Put LoRA adapters into ``model`` in place (before FSDP sharding: the adapters shard with their
+    layers); every other parameter is frozen. The adapters are float32 whatever the base's dtype.
+
+    ``B`` starts at zero, so the policy starts as the base model (the engine, loaded from the base
+    checkpoint, needs no refresh before the first step)."""
+    import torch
+
+    peft = require_peft()
+    config = peft_config(settings, target_modules(model, settings))
+    peft.inject_adapter_in_model(config, model, adapter_name=ADAPTER)
+    adapters = Adapters(model, config)
+    for param in adapters.parameters():
+        param.data = param.data.to(torch.float32)
+    return adapters
+
+
+class Adapters:
+    """The LoRA adapters injected into one actor module (:func:`inject`); ``model`` may be sharded
+    (FSDP2) after this is built: names are looked up on it each time."""
+
+    def __init__(self, model: torch.nn.Module, config: Any) -> None:
+        from peft.tuners.lora import LoraLayer
+
+        self.model = model
+        self.config = config  # peft's LoraConfig
+        self.names = [name for name, p in model.named_parameters() if p.requires_grad]
+        # module name -> (scale, fan_in_fan_out): what merging a layer's adapter takes besides its tensors
+        self.layers: dict[str, tuple[float, bool]] = {
+            name: (float(m.scaling[ADAPTER]), bool(m.fan_in_fan_out))
+            for name, m in model.named_modules()
+            if isinstance(m, LoraLayer)
+        }
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """The trainable parameters (what the optimizer steps)."""
+        params = dict(self.model.named_parameters())
+        return [params[name] for name in self.names]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The adapters' full tensors on the CPU (a collective under FSDP: every rank gathers)."""
+        out = {}
+        for name, param in zip(self.names, self.parameters()):
+            tensor = param.detach()
+            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            out[name] = full.cpu()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Set the adapters from full tensors (each rank keeps its shard under FSDP); anything but this
+        run's adapters is an error that says which tensors differ."""
+        import torch
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        missing = [n for n in self.names if n not in state]
+        unexpected = [n for n in state if n not in set(self.names)]
+        if missing or unexpected:
+            raise ConfigError(
+                "the checkpoint's model state is not this run's LoRA adapters "
+                f"({len(missing)} missing, e.g. {missing[:2]}; {len(unexpected)} unexpected, e.g. "
+                f"{unexpected[:2]}): it was written by full fine-tuning or with other actor.lora "
+                "target_modules / vision_tower settings; resume with the settings it was trained with"
+            )
+        with torch.no_grad():
+            for name, param in zip(self.names, self.parameters()):
+                value = state[name]
+                if tuple(value.shape) != tuple(param.shape):
+                    raise ConfigError(
+                        f"checkpoint tensor {name} has shape {tuple(value.shape)}, this run's adapter "
+                        f"{tuple(param.shape)}: actor.lora.rank differs from the run that wrote it"
+                    )
+                if isinstance(param, DTensor):
+                    full = value.to(param.device, param.dtype)
+                    shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+                    param.to_local().copy_(shard.to_local())
+                else:
+                    param.copy_(value)
+
+    def merged(
+        self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The base model's state dict (its own parameter names) with each adapter merged into its layer's
+        weight: ``W + transpose(B @ A, fan_in_fan_out) * scale``, peft's merge, computed in float32 per
+        tensor from ``state`` (the actor's full state dict); floating tensors in ``dtype`` when given,
+        else in the base weight's dtype."""
+        import torch
+        from peft.utils.other import transpose
+
+        adapter_keys = {f"{layer}.lora_{ab}.{ADAPTER}.weight" for layer in self.layers for ab in "AB"}
+        out: dict[str, torch.Tensor] = {}
+        for name, value in state.items():
+            if name in adapter_keys:
+                continue
+            module, _, leaf = name.rpartition(".")
+            layer = module.removesuffix(".base_layer")
+            merged = value
+            if module.endswith(".base_layer") and layer in self.layers:
+                name = f"{layer}.{leaf}"
+                if leaf == "weight":
+                    scale, fan_in_fan_out = self.layers[layer]
+                    a = state[f"{layer}.lora_A.{ADAPTER}.weight"].to(torch.float32)
+                    b = state[f"{layer}.lora_B.{ADAPTER}.weight"].to(torch.float32)
+                    merged = value.to(torch.float32) + transpose(b @ a, fan_in_fan_out) * scale
+            out[name] = merged.to(dtype or value.dtype) if value.is_floating_point() else value
+        return out
+
+    @contextmanager
+    def disabled(self) -> Iterator[torch.nn.Module]:
+        """The module with its adapters off: the base model, i.e. the reference policy of the KL term."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, BaseTunerLayer)]
+        params = self.parameters()
+        for layer in layers:
+            layer.enable_adapters(False)
+        # peft also clears requires_grad when it disables; FSDP2 reads it when it first gathers a unit,
+        # which may be this forward: the adapters must stay trainable for the update that follows.
+        for param in params:
+            param.requires_grad_(True)
+        try:
+            yield self.model
+        finally:
+            for layer in layers:
+                layer.enable_adapters(True)
+
+
+def trainable_fraction(model: torch.nn.Module) -> float:
+    """The share of ``model``'s parameters that train."""
+    total = sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for p in model.parameters() if p.requires_grad) / max(total, 1)
+
+
+class AdapterState:
+    """The actor's adapters and their optimizer states as a DCP ``Stateful`` (what
+    :func:`videorl.train.checkpoint.save_checkpoint` and ``resume`` take): the frozen base is left out,
+    so a checkpoint holds the adapters alone; under FSDP each rank its shards."""
+
+    def __init__(self, adapters: Adapters, optimizer: torch.optim.Optimizer) -> None:
+        self.adapters, self.optimizer = adapters, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        options = StateDictOptions(ignore_frozen_params=True)
+        model, optimizer = get_state_dict(self.adapters.model, self.optimizer, options=options)
+        return {"model": model, "optimizer": optimizer}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        set_state_dict(
+            self.adapters.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optimizer"],
+            options=StateDictOptions(strict=False),  # the frozen base is in no checkpoint
+        )
+
+
+# --- export and adapter folders -------------------------------------------------------------------
+
+
+def run_settings(checkpoint: Path) -> LoraConfig | None:
+    """``actor.lora`` of the run that wrote ``checkpoint`` (its ``config.yaml``) when it trained LoRA
+    adapters; None for full fine-tuning or a checkpoint outside its run."""
+    from videorl.config import load_config
+    from videorl.train.metrics import CONFIG_FILE
+
+    config_file = checkpoint.parent.parent / CONFIG_FILE
+    if not config_file.is_file():
+        return None
+    settings = load_config(config_file).actor.lora
+    return settings if settings.enabled else None
+
+
+def export_policy(
+    checkpoint: Path, base: Path, out: Path, backends: Any, *, adapter: bool = False, overwrite: bool = False
+) -> Path:
+    """The policy of ``checkpoint`` in ``out`` (``videorl export``): a plain HF model directory, for a LoRA
+    run with its adapters merged into ``base`` (float32, as full fine-tuning exports); with ``adapter``,
+    a LoRA run's adapter in PEFT's format. ``backends``: the model backend registry."""
+    from videorl.train.checkpoint import CheckpointManager, export_hf_model
+
+    settings = run_settings(checkpoint)
+    if settings is None:
+        if adapter:
+            raise VideorlError(
+                f"{checkpoint}: --adapter exports LoRA adapters, and its run trained every weight "
+                "(actor.lora.enabled is false in its config.yaml): export it without --adapter"
+            )
+        return export_hf_model(checkpoint, base, out, overwrite=overwrite)
+    ckpt = CheckpointManager(checkpoint.parent).load(checkpoint)
+    state = ckpt.model_state()
+    if adapter:
+        return _export_adapter(checkpoint, state, settings, base, out, backends, overwrite=overwrite)
+    import torch
+
+    from videorl.backend import backend_for_model
+
+    model = backend_for_model(base, backends).load_model(dtype=torch.float32)
+    adapters = inject(model, settings)
+    adapters.load_state_dict(state)
+    merged = _MergedCheckpoint(ckpt.path, ckpt.step, merged=adapters.merged(model.state_dict()))
+    return export_hf_model(merged, base, out, overwrite=overwrite)
+
+
+@dataclass
+class _MergedCheckpoint(Checkpoint):
+    """A LoRA checkpoint whose model state is its adapters merged into the base: exported as a checkpoint
+    (the same guards on the target folder, and its marker names the checkpoint)."""
+
+    merged: dict[str, Any] = field(default_factory=dict)
+
+    def model_state(self) -> dict[str, Any]:
+        return self.merged
+
+
+def _export_adapter(
+    checkpoint: Path,
+    state: Mapping[str, torch.Tensor],
+    settings: LoraConfig,
+    base: Path,
+    out: Path,
+    backends: Any,
+    *,
+    overwrite: bool,
+) -> Path:
+    """``out``: the adapter as ``PeftModel.save_pretrained`` writes it (``adapter_config.json``,
+    ``adapter_model.safetensors``), by peft itself from a model built on the meta device (no base
+    weight is read); the folder appears atomically, marked as an export."""
+    import os
+    import shutil
+    import uuid
+
+    import torch
+
+    from videorl.atomic import atomic_write_text, fsync_dir
+    from videorl.backend import backend_for_model
+    from videorl.train.checkpoint import EXPORT_MARKER, FORMAT_VERSION
+    from videorl.train.checkpoint import (
+        _check_export_target as check_export_target,
+    )  # export_hf_model's guard
+
+    peft = require_peft()
+    protected = {
+        "the run": checkpoint.parent.parent,
+        "the checkpoints": checkpoint.parent,
+        "the base model": base,
+    }
+    check_export_target(out, protected, overwrite)
+    model = backend_for_model(base, backends).load_model(dtype=torch.float32, device="meta")
+    targets = sorted({name.rsplit(".lora_", 1)[0] for name in state})  # the layers the run trained
+    config = peft_config(settings, targets, base_model=str(base.resolve()))
+    peft_model = peft.get_peft_model(model, config, adapter_name=ADAPTER)
+    tensors = {f"base_model.model.{name}": value for name, value in state.items()}  # PeftModel's names
+    unknown = sorted(set(tensors) - set(peft_model.state_dict()))
+    if unknown:
+        raise VideorlError(f"{checkpoint}: tensors {unknown[:3]} are no LoRA adapter of {base}")
+    tmp = out.parent / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir(parents=True)
+        peft_model.save_pretrained(str(tmp), state_dict=tensors)
+        marker = {
+            "format": FORMAT_VERSION,
+            "source": str(checkpoint),
+            "base_model": str(base),
+            "adapter": True,
+        }
+        atomic_write_text(tmp / EXPORT_MARKER, json.dumps(marker) + "\n")
+        fsync_dir(tmp)
+        if out.exists():
+            trash = out.parent / f".trash-{out.name}-{uuid.uuid4().hex[:8]}"
+            os.rename(out, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        os.rename(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def is_adapter_folder(path: Path) -> bool:
+    """Whether ``path`` holds a PEFT adapter (its ``adapter_config.json``)."""
+    return (path / ADAPTER_CONFIG).is_file()
+
+
+def merged_adapter_model(adapter: Path, run_dir: Path, backends: Any, echo: Any = print) -> Path:
+    """An adapter folder given to evaluation as its model: merged into its base model (peft's
+    ``merge_and_unload``) and written to ``RUN/model`` as a plain HF model, which either engine loads.
+    A later call with the same adapter reuses it; one with another is refused once the run has results."""
+    import torch
+
+    from videorl.atomic import atomic_write_text
+    from videorl.backend import backend_for_model
+    from videorl.hub import resolve_model
+    from videorl.train.checkpoint import EXPORT_MARKER, export_hf_model
+
+    target, source = run_dir / "model", str(adapter.resolve())
+    marker = target / EXPORT_MARKER
+    exported = json.loads(marker.read_text(encoding="utf-8")).get("source") if marker.is_file() else None
+    if exported == source:
+        return target
+    if exported is not None and (run_dir / "results.json").is_file():
+        raise VideorlError(
+            f"{run_dir} holds results of {exported}, not of {source}: evaluate it into another --out"
+        )
+    config_file = adapter / ADAPTER_CONFIG
+    try:
+        base_ref = json.loads(config_file.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except ValueError as exc:
+        raise ConfigError(f"{config_file}: not valid JSON ({exc})") from None
+    base = resolve_model(base_ref) if base_ref else None
+    if base is None or not (base / "config.json").is_file():
+        raise ConfigError(
+            f"{config_file}: base_model_name_or_path is {base_ref!r}, not a model folder or cached Hub id: "
+            "set it to the base model the adapter was trained on"
+        )
+    model = backend_for_model(base, backends).load_model(dtype=torch.float32)
+    merged = require_peft().PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    export_hf_model(merged.state_dict(), base, target, overwrite=True)
+    record = {**json.loads(marker.read_text(encoding="utf-8")), "source": source, "adapter": True}
+    atomic_write_text(marker, json.dumps(record) + "\n")
+    echo(f"--model {adapter}: merged the adapter into {base} as {target}")
+    return target
