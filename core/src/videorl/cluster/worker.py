@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from videorl.data import Sample
     from videorl.rollout import RolloutEngine
+    from videorl.train.benchmarks import WorkerBenchmarks
     from videorl.train.data import Prompt
     from videorl.train.distributed import Dist
     from videorl.train.grpo import Actor, Scorer, Trajectory
@@ -83,6 +84,7 @@ class Worker:
         self.reference: torch.nn.Module | None = None
         self.scorer: Scorer | None = None
         self.dist: Dist | None = None
+        self.benchmarks: WorkerBenchmarks | None = None  # built at the first benchmark pass
 
     # --- placement ---------------------------------------------------------------------------------
 
@@ -227,6 +229,16 @@ class Worker:
                 "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
             }
         )
+
+    def generate_benchmark(self, message: bytes) -> bytes:
+        """A benchmark pass's rows (:func:`videorl.train.benchmarks.rows_request`) -> each row's answer
+        or the stage where it failed, encoded from the frame cache here."""
+        from videorl.train.benchmarks import WorkerBenchmarks
+
+        assert self.engine is not None, "generate_benchmark() on a worker without the rollout role"
+        if self.benchmarks is None:
+            self.benchmarks = WorkerBenchmarks(self.config, self.plugins, self.backend)
+        return wire.dumps(self.benchmarks.generate(self.engine, wire.loads(message)))
 
     def score(self, message: bytes) -> bytes:
         """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""

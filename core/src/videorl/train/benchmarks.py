@@ -46,6 +46,7 @@ from videorl.errors import ConfigError, VideorlError
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.benchmark import BenchmarkRow
+    from videorl.cluster.controller import Controller
     from videorl.config import TrainConfig
     from videorl.config.schema import BenchmarkConfig
     from videorl.eval.inputs import RowInputs
@@ -67,6 +68,7 @@ __all__ = [
     "evaluator_runner",
     "local_evaluations",
     "pass_dir",
+    "ray_evaluations",
     "rows_request",
     "rows_runner",
     "summary_metrics",
@@ -358,9 +360,9 @@ GenerateRows = Callable[["EvalTask", Sequence["BenchmarkRow"], "SamplingParams",
 controller's calls to its rollout workers, :func:`rows_request`)."""
 
 
-def rows_runner(generate_rows: GenerateRows) -> RowRunner:
+def rows_runner(generate_rows: GenerateRows, chunk: int = CHUNK_ROWS) -> RowRunner:
     """A :data:`RowRunner` whose rows are answered by ``generate_rows`` (on Ray: the rollout workers),
-    :data:`CHUNK_ROWS` at a time, each answer recorded as the evaluator records it."""
+    ``chunk`` at a time, each answer recorded as the evaluator records it."""
     from videorl.eval.pipeline import prediction_record, score_tasks
     from videorl.eval.predictions import append_prediction, read_predictions
     from videorl.eval.results import predictions_path
@@ -370,10 +372,10 @@ def rows_runner(generate_rows: GenerateRows) -> RowRunner:
         done = {i for i, p in read_predictions(path).items() if not p.failed} if path.exists() else set()
         pending = [row for row in task.rows if row.id not in done]
         tokenizer = inputs.backend.processor.tokenizer
-        for start in range(0, len(pending), CHUNK_ROWS):
-            chunk = pending[start : start + CHUNK_ROWS]
-            outcomes = generate_rows(task, chunk, sampling, inputs.thinking)
-            for row, out in zip(chunk, outcomes, strict=True):
+        for start in range(0, len(pending), chunk):
+            rows = pending[start : start + chunk]
+            outcomes = generate_rows(task, rows, sampling, inputs.thinking)
+            for row, out in zip(rows, outcomes, strict=True):
                 record = prediction_record(
                     task.benchmark, row, out.completion, tokenizer, error=out.error, stage=out.stage
                 )
@@ -398,6 +400,34 @@ def rows_request(
     }
 
 
+def ray_evaluations(passes: BenchmarkPasses, controller: Controller) -> list[PeriodicEvaluation]:
+    """The evaluations of a Ray run: each pass's rows shared among the rollout workers (those hosting an
+    engine: one per tensor-parallel group when colocated), which encode and answer them with the
+    engines' current weights (``Worker.generate_benchmark``)."""
+    if not passes:
+        return []
+    count = controller.rollout_worker_count
+    tp = int(passes.config.rollout.engine_options.get("tensor_parallel_size", 1))
+    hosts = list(range(0, count, tp if controller.cluster.colocated else 1))
+
+    def generate_rows(
+        task: EvalTask, rows: Sequence[BenchmarkRow], sampling: SamplingParams, thinking: bool
+    ) -> list[RowOutcome]:
+        shares = [list(rows[i :: len(hosts)]) for i in range(len(hosts))]
+        requests: list[dict[str, Any]] = [{} for _ in range(count)]
+        for host, share in zip(hosts, shares, strict=True):
+            requests[host] = rows_request(task, share, sampling, thinking)
+        replies = controller.call_rollouts(f"benchmark {task.name}", "generate_benchmark", requests)
+        answers = {}
+        for host, share in zip(hosts, shares, strict=True):
+            answers.update(
+                {row.id: RowOutcome.from_wire(r) for row, r in zip(share, replies[host], strict=True)}
+            )
+        return [answers[row.id] for row in rows]
+
+    return [passes.evaluation(rows_runner(generate_rows, CHUNK_ROWS * len(hosts)))]
+
+
 class WorkerBenchmarks:
     """A rollout worker's side of a pass on Ray: the benchmarks' rows (loaded once), encoded from the
     frame cache here and answered by this worker's engine."""
@@ -411,7 +441,12 @@ class WorkerBenchmarks:
         """Answer ``message`` (:func:`rows_request`) with ``engine``: each row's :class:`RowOutcome`, wired."""
         from videorl.eval.pipeline import load_task
         from videorl.rollout import SamplingParams
+        from videorl.rollout.placement import GroupedEngine
 
+        if not message.get("ids"):
+            return []  # a worker without rows in this call
+        if isinstance(engine, GroupedEngine):  # its leader: the controller asks no other rank
+            engine = engine.engine
         key = (message["benchmark"], message["data_root"])
         if key not in self._tasks:
             task = load_task(self.registry, *key)
