@@ -47,6 +47,7 @@ from videorl.model_inputs import (
     response_logprobs,
     token_logprobs,
 )
+from videorl.packed_attention import install_packed_sdpa, packed_lengths
 from videorl.packing import PackedInputs, pack_model_inputs
 from videorl.prompt_length import OverlongPrompt, filter_overlong
 from videorl.prompts import PromptTemplate, find_template, register_template_dir, render_prompt, template_name
@@ -115,10 +116,12 @@ __all__ = [
     "group_means",
     "hookimpl",
     "image_grid",
+    "install_packed_sdpa",
     "macro_mean",
     "mean",
     "mm_token_types",
     "pack_model_inputs",
+    "packed_lengths",
     "read_model_type",
     "register_template_dir",
     "render_prompt",

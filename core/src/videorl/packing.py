@@ -10,7 +10,9 @@ support expects (``attention_mask=None``):
   transformers builds a block-diagonal causal mask from these resets for sdpa, eager and flex
   attention (``masking_utils.find_packed_sequence_indices``), and flash-attention 2/3 runs its
   varlen kernel from them (``_is_packed_sequence`` → ``cu_seqlens``), so the implementation the
-  model was loaded with selects the right path by construction;
+  model was loaded with selects the right path by construction (the flash path has not run on a
+  GPU here: the tests run sdpa and eager on CPU); sdpa models run
+  :mod:`videorl.packed_attention` instead of the ``N × N`` block mask;
 - the further rows are the family's own positions of each sequence (Qwen-VL: the 3-D M-RoPE
   positions of the padded batch, gathered), which the model then uses instead of computing its own
   over the whole row.
@@ -142,11 +144,11 @@ def pack_for_backend(backend: Any, inputs: ModelInputs) -> PackedInputs | None:
     """``backend.pack_inputs(inputs)``, or ``None`` (pad instead) when the backend cannot pack: it has
     no ``pack_inputs``, or its ``packing_unsupported`` gives the reason. The reason is logged once per
     family."""
-    reason = getattr(backend, "packing_unsupported", None)
     pack = getattr(backend, "pack_inputs", None)
-    if reason is None and pack is None:
-        reason = "the backend has no pack_inputs()"
-    if reason is not None:
+    reason = getattr(backend, "packing_unsupported", None) or (
+        None if pack is not None else "the backend has no pack_inputs()"
+    )
+    if reason is not None or pack is None:
         family = str(getattr(backend, "family", type(backend).__name__))
         if family not in _warned:
             _warned.add(family)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from videorl.api import packed_lengths
+
 if TYPE_CHECKING:
     import torch
 
@@ -27,16 +29,11 @@ __all__ = ["install_packed_linear_attention", "packed_segments"]
 def packed_segments(position_ids: Any, attention_mask: Any, past_key_values: Any) -> list[int] | None:
     """The sequence lengths of a packed row (``position_ids`` ``4 × 1 × N``, no mask, no cache),
     or ``None`` when the forward is not a packed one."""
-    import torch
-
-    if attention_mask is not None or past_key_values is not None or not isinstance(position_ids, torch.Tensor):
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
         return None
     if position_ids.ndim != 3 or position_ids.shape[0] != 4 or position_ids.shape[1] != 1:
         return None
-    counters = position_ids[0, 0]
-    starts = (torch.nonzero(counters == 0).flatten().tolist() or [0]) + [counters.shape[0]]
-    lengths = [b - a for a, b in zip(starts, starts[1:]) if b > a]
-    return lengths if len(lengths) > 1 else None
+    return packed_lengths(position_ids[0])
 
 
 def install_packed_linear_attention(model: Any) -> None:
@@ -63,7 +60,9 @@ def install_packed_linear_attention(model: Any) -> None:
         ) -> torch.Tensor:
             segments = state["segments"]
             if segments is None or cache_params is not None:
-                return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+                return original(
+                    hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs
+                )
             parts = torch.split(hidden_states, segments, dim=1)
             return torch.cat([original(part, **kwargs) for part in parts], dim=1)
 

@@ -35,6 +35,7 @@ from videorl.api import (
     check_response_tokens,
     collate_encoded,
     image_grid,
+    install_packed_sdpa,
     mm_token_types,
     pack_model_inputs,
     video_grid,
@@ -148,6 +149,8 @@ class QwenVLBackend:
         """Install the original Qwen 3-D positions (as vLLM computes them) on a loaded model."""
         from videorl_models.rope import install_rope_index
 
+        inner = getattr(model, "model", model)
+        install_packed_sdpa(getattr(inner, "language_model", inner))
         vision = model.config.vision_config
         install_rope_index(
             model,
