@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from videorl.train.data import Prompt, PromptEncoder, TrainData
     from videorl.train.distributed import Dist
     from videorl.train.grpo import Actor, RunIO
-    from videorl.train.loop import PeriodicEvaluation
+    from videorl.train.loop import OnStep, PeriodicEvaluation
 
 CHECKPOINT_DIR = "checkpoints"
 log = logging.getLogger("videorl.train")
@@ -53,7 +53,8 @@ class Training:
     vision_sync: VisionSync | None = None  # the actor's hooks (``dummy_calls`` counts text-only forwards)
     evaluations: list[PeriodicEvaluation] = field(default_factory=list)
 
-    def run(self, **kwargs: Any) -> int:
+    def run(self, on_step: OnStep | None = None) -> int:
+        """Train (:func:`videorl.train.grpo.train`), then close the run's writers; the last step."""
         from videorl.train.grpo import train
 
         try:
@@ -69,7 +70,7 @@ class Training:
                 engine_shares_actor=self.engine_shares_actor,
                 validation=self.validation,
                 evaluations=self.evaluations,
-                **kwargs,
+                on_step=on_step,
             )
         finally:
             self.close()
