@@ -193,6 +193,7 @@ class _Complete:
     def check_inputs(self, inputs: Any) -> None: ...
     def rollout_request(self, encoded: Any) -> Any: ...
     def forbidden_token_ids(self) -> frozenset[int]: ...
+    def end_of_turn_id(self) -> int: ...
     def install_vision_sync(self, model: Any) -> Any: ...
 
 
@@ -211,8 +212,8 @@ def test_isinstance_and_the_member_check_never_evaluate_a_property() -> None:
 
     assert not isinstance(Skeleton(), ModelBackend)
     assert missing_backend_members(Skeleton) == [
-        "budget", "check_inputs", "collate", "factor", "forbidden_token_ids", "install_vision_sync",
-        "load_model", "model_types", "prepare_model", "processor", "prompt_length", "rollout_request",
-        "temporal_patch_size", "tokenizer",
+        "budget", "check_inputs", "collate", "end_of_turn_id", "factor", "forbidden_token_ids",
+        "install_vision_sync", "load_model", "model_types", "prepare_model", "processor", "prompt_length",
+        "rollout_request", "temporal_patch_size", "tokenizer",
     ]  # fmt: skip
     assert "path" in missing_backend_members(Skeleton())  # an instance needs its checkpoint directory

@@ -15,15 +15,22 @@ import numpy as np
 import pytest
 import torch
 
+import videorl.train.checkpoint as ck
+from videorl.atomic import DiskFullError
 from videorl.train.checkpoint import (
+    ActorState,
     Checkpoint,
     CheckpointError,
     CheckpointManager,
+    _safe_reader,
     capture_rng_state,
     checkpoint_due,
     export_hf_model,
     restore_rng_state,
+    resume,
+    save_checkpoint,
 )
+from videorl.train.distributed import Dist
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -41,36 +48,36 @@ def test_checkpoint_due() -> None:
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
     model, optimizer = _model_and_optimizer()
     manager = CheckpointManager(tmp_path / "checkpoints")
-    path = manager.save(
+    manager.write(
         3,
-        model_state=model.state_dict(),
-        optimizer_state=optimizer.state_dict(),
-        data_state={"epoch": 1, "index": 12},
+        ActorState(model, optimizer).state_dict(),
+        Dist(),
+        data={"epoch": 1, "index": 12},
         rng=[capture_rng_state(), capture_rng_state()],
         extra={"config_hash": "abc"},
+        asynchronous=False,
     )
-    assert path.name == "step_000003"
-    assert sorted(p.name for p in path.iterdir()) == [
-        "model.safetensors",
-        "optimizer.pt",
-        "rng.json",
-        "state.json",
-    ]
+    path = manager.path_for(3)
+    assert sorted(p.name for p in path.iterdir()) == ["rng.json", "state.json", "tensors"]
+    assert sorted(p.name for p in (path / "tensors").iterdir()) == [".metadata", "__0_0.distcp"]
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000003\n"
-    ckpt = manager.load(manager.resolve_resume("auto"))  # type: ignore[arg-type]
+    resumed = manager.resolve_resume("auto")
+    assert resumed is not None
+    ckpt = manager.load(resumed)
     assert (ckpt.step, ckpt.data_state, ckpt.extra) == (3, {"epoch": 1, "index": 12}, {"config_hash": "abc"})
     for name, tensor in model.state_dict().items():
         assert torch.equal(ckpt.model_state()[name], tensor)
-    _, fresh_optimizer = _model_and_optimizer()
-    fresh_optimizer.load_state_dict(ckpt.optimizer_state())  # type: ignore[arg-type]
-    restored = fresh_optimizer.state_dict()
-    original = optimizer.state_dict()
-    assert restored["param_groups"] == original["param_groups"]
-    for index, state in original["state"].items():
-        assert torch.equal(restored["state"][index]["exp_avg"], state["exp_avg"])
-        assert torch.equal(restored["state"][index]["exp_avg_sq"], state["exp_avg_sq"])
+    saved = ckpt.optimizer_state()  # keyed by parameter name, as get_optimizer_state_dict gives it
+    original = get_optimizer_state_dict(model, optimizer)
+    assert saved is not None and saved["param_groups"] == original["param_groups"]
+    assert saved["state"].keys() == original["state"].keys() == {"0.weight", "0.bias", "1.weight", "1.bias"}
+    for name, state in original["state"].items():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(saved["state"][name][key], state[key]), (name, key)
     assert ckpt.rng_state(1) is not None
     with pytest.raises(CheckpointError, match="2 ranks, rank 2 asked"):
         ckpt.rng_state(2)
@@ -83,10 +90,8 @@ def test_tied_tensors_are_stored_once_and_tied_again(tmp_path: Path) -> None:
     loaded = CheckpointManager(tmp_path).load(path).model_state()
     assert loaded["head.weight"] is loaded["embed.weight"]
     assert torch.equal(loaded["other"], weight[1:])
-    from safetensors import safe_open
-
-    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
-        assert sorted(f.keys()) == ["embed.weight", "other"]
+    stored = _safe_reader(path / "tensors").read_metadata().state_dict_metadata
+    assert sorted(stored) == ["model.embed.weight", "model.other"]
 
 
 def test_rng_state_round_trip() -> None:
@@ -112,14 +117,14 @@ def test_incomplete_and_damaged_checkpoints_are_ignored_and_named(tmp_path: Path
     manager.save(1, model_state={"w": torch.zeros(2)})
     good = manager.save(2, model_state={"w": torch.ones(2)})
     (tmp_path / "step_000003").mkdir()  # a directory without state.json
-    (tmp_path / "step_000003" / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "step_000003" / "rng.json").write_bytes(b"x")
     assert manager.latest() == good
     with pytest.raises(CheckpointError, match="step_000003 is incomplete: it has no state.json"):
         manager.resolve_resume(str(tmp_path / "step_000003"))
-    with open(good / "model.safetensors", "ab") as f:  # damaged after the fact
+    with open(good / "tensors" / "__0_0.distcp", "ab") as f:  # damaged after the fact
         f.write(b"junk")
     assert manager.latest() == manager.path_for(1)
-    with pytest.raises(CheckpointError, match=r"step_000002 is damaged: model.safetensors has \d+ bytes"):
+    with pytest.raises(CheckpointError, match=r"step_000002 is damaged: tensors/__0_0.distcp has \d+ bytes"):
         manager.load(good)
     assert manager.resolve_resume(None) is None and manager.resolve_resume("none") is None
     assert CheckpointManager(tmp_path / "nothing").resolve_resume("auto") is None
@@ -132,7 +137,7 @@ class _NotATensor:
 def test_optimizer_state_is_loaded_with_weights_only(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path)
     path = manager.save(1, model_state={"w": torch.zeros(1)}, optimizer_state={"state": {0: _NotATensor()}})
-    with pytest.raises(CheckpointError, match="refused to load the optimizer state"):
+    with pytest.raises(CheckpointError, match="refused to load: it holds objects other than tensors"):
         manager.load(path).optimizer_state()
     with pytest.raises(ValueError, match="JSON-serialisable"):
         manager.save(2, model_state={"w": torch.zeros(1)}, data_state={"sampler": _NotATensor()})
@@ -275,7 +280,10 @@ def _flip_byte(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("where", ["header", "tensor data"])
+SHARD = "tensors/__0_0.distcp"
+
+
+@pytest.mark.parametrize("where", ["tensors/.metadata", SHARD])
 def test_a_same_size_corrupt_latest_checkpoint_falls_back_with_a_warning(
     tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -284,29 +292,55 @@ def test_a_same_size_corrupt_latest_checkpoint_falls_back_with_a_warning(
     bad = manager.save(
         2, model_state={"w": torch.ones(64)}, optimizer_state={"state": {}, "param_groups": []}
     )
-    model = bad / "model.safetensors"
-    _flip_byte(model, 20 if where == "header" else model.stat().st_size - 3)
+    _flip_byte(bad / where, (bad / where).stat().st_size - 3)
     fresh = CheckpointManager(tmp_path)
     assert fresh.latest() == bad  # sizes alone look fine
     with caplog.at_level("WARNING", logger="videorl.checkpoint"):
         assert fresh.resolve_resume("auto") == manager.path_for(1)
     assert "step_000002" in caplog.text and "corrupt" in caplog.text and "falling back" in caplog.text
-    with pytest.raises(
-        CheckpointError, match=r"step_000002 is corrupt: model.safetensors does not match its checksum"
-    ):
+    with pytest.raises(CheckpointError, match=f"step_000002 is corrupt: {where} does not match its checksum"):
         fresh.load(bad)
 
 
+def _format1_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor], *, checksums: bool) -> Path:
+    """A checkpoint as videorl wrote it before sharding: one model.safetensors, the manifest format 1."""
+    from safetensors.torch import save_file
+
+    path = root / f"step_{step:06d}"
+    path.mkdir(parents=True)
+    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+    size = (path / "model.safetensors").stat().st_size
+    manifest: dict[str, object] = {
+        "format": 1,
+        "step": step,
+        "files": {"model.safetensors": size},
+        "data": {},
+    }
+    if checksums:
+        manifest["checksums"] = {"model.safetensors": ck._crc32(path / "model.safetensors")}
+    (path / "state.json").write_text(json.dumps(manifest))
+    return path
+
+
+def test_a_format_1_checkpoint_exports_but_does_not_resume(tmp_path: Path) -> None:
+    """A checkpoint of an earlier videorl: its model still reads (export), a resume says what to do."""
+    model, optimizer = _model_and_optimizer()
+    path = _format1_checkpoint(tmp_path, 3, dict(model.state_dict()), checksums=True)
+    ckpt = CheckpointManager(tmp_path).load(path)
+    assert all(torch.equal(ckpt.model_state()[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(CheckpointError) as info:
+        resume("auto", ActorState(model, optimizer), CheckpointManager(tmp_path), Dist())
+    assert str(info.value).startswith(f"{path} was written by an earlier videorl (format 1")
+    assert f"videorl export {path} OUT" in str(info.value)
+
+
 def test_a_corrupt_checkpoint_without_checksums_is_caught_by_its_header(tmp_path: Path) -> None:
-    """Checkpoints written before checksums were recorded: a damaged header is still no raw SafetensorError."""
-    manager = CheckpointManager(tmp_path)
-    manager.save(1, model_state={"w": torch.zeros(8)})
-    bad = manager.save(2, model_state={"w": torch.ones(8)})
-    state = json.loads((bad / "state.json").read_text())
-    del state["checksums"]
-    (bad / "state.json").write_text(json.dumps(state))
+    """Format-1 checkpoints written before checksums were recorded: a damaged header is still no raw
+    SafetensorError."""
+    first = _format1_checkpoint(tmp_path, 1, {"w": torch.zeros(8)}, checksums=False)
+    bad = _format1_checkpoint(tmp_path, 2, {"w": torch.ones(8)}, checksums=False)
     _flip_byte(bad / "model.safetensors", 0)  # the header length
-    assert CheckpointManager(tmp_path).resolve_resume("auto") == manager.path_for(1)
+    assert CheckpointManager(tmp_path).resolve_resume("auto") == first
     with pytest.raises(
         CheckpointError, match="is corrupt: model.safetensors is not a readable safetensors file"
     ):
@@ -319,11 +353,11 @@ def test_a_truncated_checkpoint_is_skipped_with_a_log_line(
     manager = CheckpointManager(tmp_path)
     manager.save(1, model_state={"w": torch.zeros(8)})
     bad = manager.save(2, model_state={"w": torch.ones(8)})
-    model = bad / "model.safetensors"
-    model.write_bytes(model.read_bytes()[:-10])
+    shard = bad / SHARD
+    shard.write_bytes(shard.read_bytes()[:-10])
     with caplog.at_level("WARNING", logger="videorl.checkpoint"):
         assert CheckpointManager(tmp_path).resolve_resume("auto") == manager.path_for(1)
-    assert "skipping checkpoint step_000002" in caplog.text and "model.safetensors has" in caplog.text
+    assert "skipping checkpoint step_000002" in caplog.text and f"{SHARD} has" in caplog.text
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
@@ -332,15 +366,15 @@ def test_a_corrupt_optimizer_state_says_it_is_corrupt(tmp_path: Path, damage: st
     path = CheckpointManager(tmp_path).save(
         1, model_state=model.state_dict(), optimizer_state=optimizer.state_dict()
     )
-    target = path / "optimizer.pt"
+    target = path / SHARD
     size = target.stat().st_size
     if damage == "truncated":  # a same-size file whose second half is zeros
         target.write_bytes(target.read_bytes()[: size // 2] + bytes(size - size // 2))
     else:
         target.write_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
-    with pytest.raises(CheckpointError, match="optimizer.pt does not match its checksum"):
+    with pytest.raises(CheckpointError, match=f"{SHARD} does not match its checksum"):
         CheckpointManager(tmp_path).load(path)  # the load checks the checksum...
-    with pytest.raises(CheckpointError, match="optimizer.pt is corrupt") as info:
+    with pytest.raises(CheckpointError, match="tensors is corrupt") as info:
         Checkpoint(path, 1).optimizer_state()  # ...and reading it unchecked says "corrupt" too
     assert "weights_only" not in str(info.value)
 
@@ -348,9 +382,134 @@ def test_a_corrupt_optimizer_state_says_it_is_corrupt(tmp_path: Path, damage: st
 def test_a_tampered_optimizer_state_never_advises_weights_only_false(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path)
     path = manager.save(1, model_state={"w": torch.zeros(1)}, optimizer_state={"state": {0: _NotATensor()}})
-    with pytest.raises(CheckpointError, match="refused to load the optimizer state") as info:
+    with pytest.raises(CheckpointError, match="refused to load") as info:
         manager.load(path).optimizer_state()
     assert "weights_only" not in str(info.value) and "_NotATensor" in str(info.value)
+
+
+class _Payload:
+    """Pickles as a call of ``os.system``: what a tampered ``.metadata`` could run when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_tampered_dcp_metadata_is_refused_before_it_runs(tmp_path: Path) -> None:
+    import pickle
+
+    manager = CheckpointManager(tmp_path / "checkpoints")
+    path = manager.save(1, model_state={"w": torch.ones(4)})
+    marker = tmp_path / "ran"
+    metadata = path / "tensors" / ".metadata"
+    metadata.write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(CheckpointError, match="does not match its checksum|is damaged"):
+        CheckpointManager(tmp_path / "checkpoints").load(path)  # the manifest catches it first...
+    state = json.loads((path / "state.json").read_text())  # ...and a tamperer who fixes the manifest
+    state["files"]["tensors/.metadata"] = metadata.stat().st_size
+    state["checksums"]["tensors/.metadata"] = ck._crc32(metadata)
+    (path / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"refused to load.*it names posix.system"):
+        CheckpointManager(tmp_path / "checkpoints").load(path).model_state()
+    assert not marker.exists()
+
+
+def test_one_process_resume_is_bit_identical_and_ties_stay_tied(tmp_path: Path) -> None:
+    """save_checkpoint / resume with ActorState in one process (no process group): the step after a
+    resume equals the step after the save, tied weights stay one parameter."""
+
+    def build() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(6, 4), torch.nn.Linear(4, 6, bias=False))
+        model[1].weight = model[0].weight
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+
+    def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        model(torch.tensor([1, 2, 3])).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    model, optimizer = build()
+    train_step(model, optimizer)
+    manager = CheckpointManager(tmp_path)
+    save_checkpoint(1, ActorState(model, optimizer), manager, Dist(), data_state={"epoch": 0, "index": 3})
+    draws = [random.random(), np.random.rand(), torch.rand(1).item()]  # repeated after the resume
+    train_step(model, optimizer)
+    manager.wait()
+
+    class Position:
+        def __init__(self) -> None:
+            self.state: dict[str, int] = {}
+
+        def state_dict(self) -> dict[str, int]:
+            return self.state
+
+        def load_state_dict(self, state: dict[str, int]) -> None:
+            self.state = state
+
+    fresh, fresh_optimizer = build()
+    position = Position()
+    step = resume(
+        "auto", ActorState(fresh, fresh_optimizer), CheckpointManager(tmp_path), Dist(), data=position
+    )
+    assert step == 1 and position.state == {"epoch": 0, "index": 3}
+    assert [random.random(), np.random.rand(), torch.rand(1).item()] == draws  # the RNG as at the save
+    assert fresh[1].weight is fresh[0].weight
+    train_step(fresh, fresh_optimizer)
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert fresh_optimizer.state_dict()["state"][0]["step"] == 2
+
+
+def test_an_asynchronous_save_is_complete_only_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    release = threading.Event()
+    write = FileSystemWriter.write_data
+
+    def held(self: FileSystemWriter, *args: object, **kwargs: object) -> object:
+        assert release.wait(30)
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", held)
+    model, optimizer = _model_and_optimizer()
+    manager = CheckpointManager(tmp_path)
+    release.set()
+    first = manager.save(1, model_state={"w": torch.zeros(2)})
+    release.clear()
+    save_checkpoint(2, ActorState(model, optimizer), manager, Dist(), data_state={"index": 2})
+    assert manager.latest() == first and (tmp_path / "latest").read_text() == "step_000001\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == [".tmp-step_000002"]
+    release.set()
+    manager.wait()
+    assert manager.latest() == manager.path_for(2) and (tmp_path / "latest").read_text() == "step_000002\n"
+    assert CheckpointManager(tmp_path).load(manager.path_for(2)).data_state == {"ranks": [{"index": 2}]}
+
+
+def test_an_asynchronous_save_that_fails_raises_at_the_next_save_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    def full(self: FileSystemWriter, *args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    model, optimizer = _model_and_optimizer()
+    manager = CheckpointManager(tmp_path)
+    save_checkpoint(1, ActorState(model, optimizer), manager, Dist(), data_state={}, wait=True)
+    monkeypatch.setattr(FileSystemWriter, "write_data", full)
+    save_checkpoint(2, ActorState(model, optimizer), manager, Dist(), data_state={})
+    with pytest.raises(DiskFullError, match="step 2 was not written.*step_000001, is kept"):
+        save_checkpoint(3, ActorState(model, optimizer), manager, Dist(), data_state={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_000001"]
 
 
 def _tiny_base(tmp_path: Path) -> Path:

@@ -172,6 +172,11 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
         """Ids the policy must never emit: visual placeholders and padded-vocabulary ids."""
         ...
 
+    def end_of_turn_id(self) -> int:
+        """The token that ends an assistant turn in the chat template (Qwen's ``<|im_end|>``): what ends
+        an offline trajectory, as it ends a generated response."""
+        ...
+
     def install_vision_sync(self, model: Any) -> VisionSync:
         """Make every forward run the vision tower exactly once (a zero-weighted dummy when no pixels)."""
         ...

@@ -138,7 +138,9 @@ def test_generate_logprobs_equal_the_teacher_forced_forward(
     )
     generated = out.sequences[:, inputs.input_ids.shape[1] :]
     sampled = token_logprobs(torch.stack(out.logits, 1), generated)
-    eos = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    eos = backend.end_of_turn_id()  # what ends a turn of the chat template, and generation
+    assert eos == backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert eos == model.generation_config.eos_token_id
     responses = []
     for row in generated.tolist():
         response = row[: row.index(eos) + 1] if eos in row else row

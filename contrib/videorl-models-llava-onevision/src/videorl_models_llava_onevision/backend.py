@@ -214,6 +214,11 @@ class LlavaOnevisionBackend:
     def forbidden_token_ids(self) -> frozenset[int]:
         return self._forbidden
 
+    def end_of_turn_id(self) -> int:
+        """``<|im_end|>`` of its Qwen2 chat template (the tokenizer's end token when it has none)."""
+        end = self.tokenizer.get_vocab().get("<|im_end|>", self.tokenizer.eos_token_id)
+        return int(end)
+
     def install_vision_sync(self, model: Any) -> _VisionSync:
         return _VisionSync(model)
 

@@ -1,20 +1,35 @@
-"""Checkpoints of a training run: written atomically, resumed from the last complete one, exported to HF.
+"""Checkpoints of a training run: sharded, written atomically (in the background), resumed from the last
+complete one, exported to HF.
 
 Layout under ``<output_dir>/checkpoints``::
 
     step_000020/
-        model.safetensors   model state dict (tied tensors stored once, their other names in metadata)
-        optimizer.pt        optimizer state dict (torch.save; read back with weights_only=True)
+        tensors/            a torch.distributed.checkpoint (DCP) of {"model": ..., "optimizer": ...}:
+            __0_0.distcp    the shards rank 0 wrote (under FSDP its shards of every parameter and
+            __1_0.distcp    optimizer state; one file per rank), ...
+            .metadata       which bytes of which file hold which piece of which tensor (rank 0)
         rng.json            python/numpy/torch RNG states, one entry per rank
-        state.json          step, data position, extra fields, the size and CRC-32 of every file (written last)
+        state.json          step, data positions, extra fields, the size and CRC-32 of every file and the
+                            rank that wrote each shard (written last)
     latest                  the name of the newest checkpoint (a convenience; resuming scans instead)
 
+Every rank writes its own shards and reads back its own (DCP plans which bytes each rank needs), so no
+process ever holds the whole model or optimizer state, and one process (no process group) is rank 0 of
+1. :func:`save_checkpoint` copies the states to host memory and returns; a background thread writes
+them, then rank 0 writes ``state.json`` and renames the directory into place: a checkpoint is complete,
+and ``latest`` names it, only once every rank's files are on disk. The next save (or
+``CheckpointManager.wait``) waits for the one in flight and raises what it failed with.
+
 A checkpoint is written into a hidden temporary directory, every file fsynced, then renamed into
-place; ``latest`` is replaced after that. A writer killed at any point (or a full disk) leaves either
-no checkpoint for that step or a complete one: ``resume="auto"`` takes the highest step whose
-``state.json`` lists files that all exist with their recorded sizes and checksums, logs each one it
-skips, and ignores temporary directories (removed by the next save). Only one process (rank 0)
-writes; gather full state dicts first.
+place. A writer killed at any point (or a full disk) leaves either no checkpoint for that step or a
+complete one: ``resume="auto"`` takes the highest step whose ``state.json`` lists files that all exist
+with their recorded sizes and checksums, logs each one it skips, and ignores temporary directories
+(removed by the next save). Under a process group each rank checks the checksums of the files it reads
+(its own shards and the shared small files), and the ranks agree on the checkpoint they resume from.
+
+Nothing read back is unpickled beyond plain data: DCP's ``.metadata`` is a pickle, read here with an
+unpickler that accepts only DCP's own metadata classes, and its non-tensor values (the optimizer's
+``param_groups``) are read with ``torch.load(weights_only=True)``; both after their checksums matched.
 
 ``export_hf_model`` writes a folder marked as an export (:data:`EXPORT_MARKER`); only such a folder is
 ever replaced, and never one that holds, or is held by, the run or the base model.
@@ -22,42 +37,54 @@ ever replaced, and never one that holds, or is held by, the run or the base mode
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
 import uuid
+import warnings
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from videorl.atomic import DiskFullError, atomic_write_text, disk_full, fsync_dir, fsync_file, is_disk_full
 from videorl.errors import VideorlError
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed.checkpoint.planner import LoadPlanner, ReadItem
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    from videorl.train.distributed import Dist
 
 log = logging.getLogger("videorl.checkpoint")
 
-FORMAT_VERSION = 1
-MODEL_FILE = "model.safetensors"
-OPTIMIZER_FILE = "optimizer.pt"
+FORMAT_VERSION = 2
+TENSORS_DIR = "tensors"
 RNG_FILE = "rng.json"
 STATE_FILE = "state.json"
 LATEST_FILE = "latest"
+#: format 1 (before sharding): the whole model and optimizer state, written by rank 0
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
 #: the file that marks a folder written by :func:`export_hf_model` (the only kind ``overwrite`` replaces)
 EXPORT_MARKER = ".videorl-export.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 _ALIASES_KEY = "videorl.aliases"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".gguf")
 
 __all__ = [
     "EXPORT_MARKER",
+    "ActorState",
     "Checkpoint",
     "CheckpointError",
     "CheckpointManager",
@@ -67,6 +94,8 @@ __all__ = [
     "export_hf_model",
     "resolve_checkpoint",
     "restore_rng_state",
+    "resume",
+    "save_checkpoint",
 ]
 
 
@@ -128,42 +157,59 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
 # --- tensors --------------------------------------------------------------------------------------
 
 
-def _dedupe(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """CPU tensors with each shared one stored once, and ``{alias: stored name}`` for the others."""
-    tensors: dict[str, torch.Tensor] = {}
+def _view_key(value: Any) -> tuple[Any, ...] | None:
+    """What identifies the memory of a tensor (a DTensor: its local shard); None for an empty one."""
+    from torch.distributed.tensor import DTensor
+
+    local = value.to_local() if isinstance(value, DTensor) else value
+    if local.numel() == 0:
+        return None
+    ptr = local.untyped_storage().data_ptr()
+    return (ptr, local.storage_offset(), tuple(local.shape), tuple(local.stride()), local.dtype)
+
+
+def _split_aliases(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``state`` with each tied tensor once, and ``{alias: stored name}`` for its other names; another
+    view of a storage already kept (or a non-contiguous plain tensor) is stored as a copy."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    kept: dict[str, Any] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple[Any, ...], str] = {}
     storages: set[int] = set()
     for name, value in state.items():
-        tensor = value.detach().cpu()
-        if tensor.numel() == 0:
-            tensors[name] = tensor.contiguous()
+        key = _view_key(value) if isinstance(value, torch.Tensor) else None
+        if key is not None and key in seen:
+            aliases[name] = seen[key]
             continue
-        ptr = tensor.untyped_storage().data_ptr()
-        view = (ptr, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
-        if view in seen:
-            aliases[name] = seen[view]
-            continue
-        # a different view of a storage already stored (or a non-contiguous view): store a copy
-        shared = ptr in storages
-        tensors[name] = tensor.clone() if shared else tensor.contiguous()
-        seen[view] = name
-        storages.add(ptr)
-    return tensors, aliases
+        if key is not None and not isinstance(value, DTensor):
+            shared = key[0] in storages or not value.is_contiguous()
+            value = value.detach().clone() if shared else value.detach()
+        kept[name] = value
+        if key is not None:
+            seen[key] = name
+            storages.add(key[0])
+    return kept, aliases
 
 
-def _save_tensors(path: Path, state: Mapping[str, torch.Tensor], *, keep_aliases: bool) -> None:
+def _dedupe(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """CPU tensors with each shared one stored once, and ``{alias: stored name}`` for the others."""
+    kept, aliases = _split_aliases({name: value.detach().cpu() for name, value in state.items()})
+    return {name: value.contiguous() for name, value in kept.items()}, aliases
+
+
+def _save_tensors(path: Path, state: Mapping[str, torch.Tensor]) -> None:
+    """A safetensors file of ``state``, tied tensors once under their first name (as ``save_pretrained``)."""
     from safetensors.torch import save_file
 
-    tensors, aliases = _dedupe(state)
-    metadata = {"format": "pt"}
-    if keep_aliases and aliases:
-        metadata[_ALIASES_KEY] = json.dumps(aliases, sort_keys=True)
-    save_file(tensors, str(path), metadata=metadata)
+    tensors, _ = _dedupe(state)
+    save_file(tensors, str(path), metadata={"format": "pt"})
     fsync_file(path)
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A format-1 ``model.safetensors`` (its tied names, kept in the metadata, point to one tensor)."""
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
@@ -188,23 +234,21 @@ def _crc32(path: Path) -> str:
     return f"crc32:{crc:08x}"
 
 
-class _ErrorRecorder:
-    """A file wrapper that remembers the ``OSError`` of a failed write: ``torch.save`` replaces it with
-    its own "unexpected pos" error, which would hide that the disk is full."""
+def _quiet_single_process() -> None:
+    """DCP warns at every call without a process group (and in its writer thread) that it assumes one
+    process: that is the intent here, so the warning is noise in every one-process run's log."""
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
-    def __init__(self, f: Any) -> None:
-        self.f = f
-        self.error: OSError | None = None
 
-    def write(self, data: Any) -> int:
-        try:
-            return int(self.f.write(data))
-        except OSError as exc:
-            self.error = exc
-            raise
+def _process_rank() -> int | None:
+    """This process's rank in its process group, or None outside one (it then reads, and checks, all)."""
+    import sys
 
-    def flush(self) -> None:
-        self.f.flush()
+    if "torch.distributed" not in sys.modules:  # never joined a group: do not import torch for that
+        return None
+    import torch.distributed as tdist
+
+    return tdist.get_rank() if tdist.is_available() and tdist.is_initialized() else None
 
 
 # --- checkpoints ----------------------------------------------------------------------------------
@@ -218,41 +262,76 @@ class Checkpoint:
     step: int
     data_state: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    format: int = FORMAT_VERSION
+    aliases: dict[str, str] = field(default_factory=dict)  # tied names: {alias: stored name}
 
     def model_state(self) -> dict[str, torch.Tensor]:
-        """The model state dict (tied names point to one tensor again)."""
-        return _load_tensors(self.path / MODEL_FILE)
-
-    def optimizer_state(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
-        """The optimizer state dict (``None`` when it was not saved), loaded with ``weights_only=True``."""
-        import pickle
-
-        import torch
-
-        path = self.path / OPTIMIZER_FILE
-        if not path.exists():
-            return None
-        corrupt = CheckpointError(
-            f"{path} is corrupt (not a readable torch.save archive); resume from an earlier checkpoint, "
-            "or pass --resume with another checkpoint directory"
-        )
-        if not zipfile.is_zipfile(path):
-            raise corrupt
-        try:
-            state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
-        except pickle.UnpicklingError as exc:
-            # torch's own message advises weights_only=False, which would run whatever the file holds
-            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
-            what = f" (it names {found.group(1)})" if found else ""
-            raise CheckpointError(
-                f"{path}: refused to load the optimizer state: it holds objects other than tensors and "
-                f"plain containers{what}, so it was not written by videorl or has been tampered with"
-            ) from None
-        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise corrupt from None
+        """The whole model state dict in host memory, in one process (tied names point to one tensor)."""
+        if self.format == 1:
+            return _load_tensors(self.path / MODEL_FILE)
+        state: dict[str, torch.Tensor] = self._read_whole("model") or {}
+        for alias, name in self.aliases.items():
+            state[alias] = state[name]
         return state
+
+    def optimizer_state(self) -> dict[str, Any] | None:
+        """The whole optimizer state dict (``None`` when none was saved), in one process."""
+        self.require_sharded("its optimizer state")
+        return self._read_whole("optimizer")
+
+    def _read_whole(self, key: str) -> Any:
+        """Entry ``key`` of the DCP checkpoint, whole, rebuilt from its metadata (no process group)."""
+        from torch.distributed.checkpoint.api import CheckpointException
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+        tensors = self.path / TENSORS_DIR
+        try:
+            reader = _safe_reader(tensors)
+            if not any(
+                k == key or k.startswith(f"{key}.") for k in reader.read_metadata().state_dict_metadata
+            ):
+                return None
+            state: dict[str, Any] = {}
+            # the public dcp.load fills only keys already in the dict; this is its loader
+            _quiet_single_process()
+            _load_state_dict(state, storage_reader=reader, planner=_safe_planner(empty=True, keys={key}),
+                             no_dist=True)  # fmt: skip
+        except FileNotFoundError:
+            raise CheckpointError(f"{self.path} is incomplete: {TENSORS_DIR}/ is missing") from None
+        except (Exception, CheckpointException) as exc:
+            raise _read_error(tensors, exc) from None
+        return state[key]
+
+    def load_into(self, state: Stateful, dist: Dist) -> None:
+        """Read this checkpoint's tensors into ``state`` (a collective: each rank reads its shards)."""
+        from torch.distributed.checkpoint import load
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        self.require_sharded("it")
+        template = state.state_dict()
+        model = template.get("model", {})
+        for alias in self.aliases:
+            model.pop(alias, None)
+        tensors = self.path / TENSORS_DIR
+        try:
+            _quiet_single_process()
+            load(template, storage_reader=_safe_reader(tensors), planner=_safe_planner(empty=False),
+                 no_dist=dist.world_size == 1)  # fmt: skip
+        except (Exception, CheckpointException) as exc:
+            raise _read_error(tensors, exc) from None
+        for alias, name in self.aliases.items():
+            model[alias] = model[name]
+        state.load_state_dict(template)
+
+    def require_sharded(self, what: str) -> None:
+        """Raise :class:`CheckpointError`, saying what to do, for a checkpoint of the unsharded format 1."""
+        if self.format == 1:
+            raise CheckpointError(
+                f"{self.path} was written by an earlier videorl (format 1: one model.safetensors and "
+                f"optimizer.pt); this version resumes only sharded checkpoints, so {what} cannot be read. "
+                f"Export its model (`videorl export {self.path} OUT`) and start a new run from OUT "
+                "(model.path=OUT; the optimizer state starts afresh)"
+            )
 
     def rank_data_states(self, world_size: int, advice: str) -> list[dict[str, Any]]:
         """The data position of each rank that wrote this checkpoint; a :class:`ConfigError` unless they
@@ -295,7 +374,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is incomplete: it has no {STATE_FILE} (written last)") from None
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}/{STATE_FILE} is unreadable: {exc}") from exc
-    if manifest.get("format") != FORMAT_VERSION or manifest.get("step") != int(match.group(1)):
+    if manifest.get("format") not in (1, FORMAT_VERSION) or manifest.get("step") != int(match.group(1)):
         raise CheckpointError(
             f"{path}/{STATE_FILE} does not describe this checkpoint (format or step differ)"
         )
@@ -309,13 +388,17 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_contents(path: Path, manifest: dict[str, Any]) -> None:
-    """Raise :class:`CheckpointError` unless every file of checkpoint ``path`` has its recorded CRC-32 (or,
-    for checkpoints written before checksums, a readable safetensors header and torch archive)."""
+def _check_contents(path: Path, manifest: dict[str, Any], rank: int | None) -> None:
+    """Raise :class:`CheckpointError` unless every file of checkpoint ``path`` that ``rank`` reads (None:
+    all) has its recorded CRC-32: its own shards and the small shared files, not other ranks' shards
+    (for format-1 checkpoints written before checksums: a readable safetensors header and torch archive)."""
     from safetensors import SafetensorError, safe_open
 
     checksums: dict[str, str] = manifest.get("checksums", {})
+    writers: dict[str, int] = manifest.get("writers", {})
     for name, expected in checksums.items():
+        if rank is not None and writers.get(name, rank) != rank:
+            continue
         if _crc32(path / name) != expected:
             raise CheckpointError(
                 f"{path} is corrupt: {name} does not match its checksum (same size, other bytes)"
@@ -335,13 +418,16 @@ def _check_contents(path: Path, manifest: dict[str, Any]) -> None:
 
 
 class CheckpointManager:
-    """Writes, finds, prunes and loads the checkpoints under ``root``."""
+    """Writes, finds, prunes and loads the checkpoints under ``root``; one write may be in flight."""
 
     def __init__(self, root: str | Path, *, keep_last: int = 0) -> None:
         self.root = Path(root)
         self.keep_last = keep_last
         self._reported: set[str] = set()  # skipped checkpoints already logged (one line each)
         self._verified: set[Path] = set()  # checkpoints whose contents matched their checksums
+        self._pending: Future[Path] | None = None  # the write in flight
+        self._writer: ThreadPoolExecutor | None = None
+        self._group: Any = None  # the gloo group of the writes of a multi-process run
 
     def path_for(self, step: int) -> Path:
         return self.root / f"step_{step:06d}"
@@ -356,73 +442,193 @@ class CheckpointManager:
         rng: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write the checkpoint of ``step`` atomically, point ``latest`` at it, and prune old ones.
+        """Write the checkpoint of ``step`` from whole state dicts, in this process alone, and wait for it.
 
         ``data_state`` and ``extra`` must be JSON-serialisable; ``rng`` is one state of
-        :func:`capture_rng_state` or one per rank.
+        :func:`capture_rng_state` or one per rank. DCP stores dict keys as strings: an optimizer state
+        reads back as it is written only keyed by parameter name (``get_optimizer_state_dict``, as
+        :class:`ActorState` gives it), not by ``Optimizer.state_dict``'s integers.
         """
-        import torch
+        from videorl.train.distributed import Dist
+
+        tensors: dict[str, Any] = {"model": dict(model_state)}
+        if optimizer_state is not None:
+            tensors["optimizer"] = dict(optimizer_state)
+        ranks = None if rng is None else [dict(rng)] if isinstance(rng, Mapping) else [dict(r) for r in rng]
+        self.write(step, tensors, Dist(), data=data_state, rng=ranks, extra=extra, asynchronous=False)
+        return self.path_for(step)
+
+    def write(
+        self,
+        step: int,
+        tensors: dict[str, Any],
+        dist: Dist,
+        *,
+        data: Mapping[str, Any] | None = None,
+        rng: Sequence[Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        asynchronous: bool = True,
+    ) -> None:
+        """Write the checkpoint of ``step``: ``tensors`` (``{"model": ..., "optimizer": ...}``, this
+        rank's shards or whole tensors) by every rank of ``dist`` (a collective), ``data``, ``rng`` (one
+        state per rank) and ``extra`` by rank 0. ``asynchronous``: return once the tensors are staged in
+        host memory; the checkpoint becomes complete when the background write ends (:meth:`wait`)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemWriter
 
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         try:
-            data_json = json.loads(json.dumps(dict(data_state or {})))
+            data_json = json.loads(json.dumps(dict(data or {})))
             extra_json = json.loads(json.dumps(dict(extra or {})))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data_state and extra must be JSON-serialisable: {exc}") from exc
-        final = self.path_for(step)
-        tmp = self.root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-        try:
+        self.wait()
+        group = self._write_group(dist)
+        tmp = self.root / f".tmp-{self.path_for(step).name}"
+        if dist.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             self._remove_leftovers()
             tmp.mkdir()
-            _save_tensors(tmp / MODEL_FILE, model_state, keep_aliases=True)
-            if optimizer_state is not None:
-                with open(tmp / OPTIMIZER_FILE, "wb") as f:
-                    recorder = _ErrorRecorder(f)
-                    try:
-                        torch.save(dict(optimizer_state), cast("IO[bytes]", recorder))
-                    except RuntimeError as exc:
-                        if recorder.error is not None:
-                            raise recorder.error from exc
-                        raise
-                    f.flush()
-                    os.fsync(f.fileno())
-            if rng is not None:
-                ranks = [dict(rng)] if isinstance(rng, Mapping) else [dict(r) for r in rng]
-                self._write_json(tmp / RNG_FILE, {"ranks": ranks})
-            files = sorted(tmp.iterdir())
-            manifest = {
-                "format": FORMAT_VERSION,
-                "step": step,
-                "files": {p.name: p.stat().st_size for p in files},
-                "checksums": {p.name: _crc32(p) for p in files},
-                "data": data_json,
-                "extra": extra_json,
-            }
-            self._write_json(tmp / STATE_FILE, manifest)
-            fsync_dir(tmp)
+        dist.barrier()
+        model, aliases = _split_aliases(tensors.get("model", {}))
+        tensors = {**tensors, "model": model}
+        manifest = {"format": FORMAT_VERSION, "step": step, "world_size": dist.world_size,
+                    "aliases": aliases, "data": data_json, "extra": extra_json}  # fmt: skip
+        ranks = [dict(r) for r in rng] if rng is not None else None
+        writer = FileSystemWriter(tmp / TENSORS_DIR)
+        single = dist.world_size == 1
+        try:
+            _quiet_single_process()
+            if not asynchronous:
+                dcp.save(tensors, storage_writer=writer, process_group=group, no_dist=single)
+                self._finish(step, tmp, dist, group, manifest, ranks)
+                return
+            staged = dcp.async_save(tensors, storage_writer=writer, process_group=group, no_dist=single)
         except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, Exception) and is_disk_full(exc):
-                kept = self.latest()
-                raise disk_full(
-                    self.root,
-                    f"the checkpoint of step {step} was not written (nothing of it is left); "
-                    + (
-                        f"the last complete checkpoint, {kept.name}, is kept"
-                        if kept
-                        else "no earlier checkpoint exists"
-                    ),
-                ) from exc
-            raise
+            raise self._failed(step, tmp, dist.rank, exc) from exc
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videorl-checkpoint")
+        written = staged if isinstance(staged, Future) else staged.upload_completion
+        self._pending = self._writer.submit(self._finish, step, tmp, dist, group, manifest, ranks, written)
+
+    def wait(self) -> None:
+        """Wait for the write in flight (if any) to finish; raise what it failed with."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _write_group(self, dist: Dist) -> Any:
+        """A gloo group for the writes of a multi-process run, made at the first write (None: one
+        process): a background write's collectives must not mix with the training loop's."""
+        if dist.world_size == 1:
+            return None
+        if self._group is None:
+            import torch.distributed as tdist
+
+            from videorl.train.distributed import COLLECTIVE_TIMEOUT
+
+            self._group = tdist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+        return self._group
+
+    def _finish(
+        self,
+        step: int,
+        tmp: Path,
+        dist: Dist,
+        group: Any,
+        manifest: dict[str, Any],
+        rng: list[dict[str, Any]] | None,
+        written: Future[Any] | None = None,
+    ) -> Path:
+        """Once every rank's tensors are written (``written``: the background write, waited for here),
+        each rank checksums its own files, and rank 0 writes the RNG states and ``state.json`` and
+        renames the directory into place (then prunes)."""
+        final = self.path_for(step)
+        try:
+            if written is not None:
+                written.result()
+            own = {name: [size, crc] for name, size, crc in self._own_files(tmp, dist.rank)}
+            records = [own] if group is None else _gather(own, dist.world_size, group)
+            error = None
+            if dist.rank == 0:
+                try:
+                    self._commit(final, tmp, manifest, records, rng)
+                except BaseException as exc:
+                    error = exc
+            if group is not None:  # every rank learns whether the checkpoint is there
+                import torch.distributed as tdist
+
+                status = [None if error is None else f"{type(error).__name__}: {error}"]
+                tdist.broadcast_object_list(status, src=0, group=group)
+                if status[0] is not None and error is None:
+                    raise CheckpointError(
+                        f"rank 0 could not complete the checkpoint of step {step}: {status[0]}"
+                    )
+            if error is not None:
+                raise error
+        except BaseException as exc:
+            raise self._failed(step, tmp, dist.rank, exc) from exc
+        return final
+
+    @staticmethod
+    def _own_files(tmp: Path, rank: int) -> list[tuple[str, int, str]]:
+        """The files ``rank`` wrote into the checkpoint being written, fsynced, with sizes and CRCs."""
+        out = []
+        tensors = tmp / TENSORS_DIR
+        for path in sorted(tensors.iterdir()):
+            shard = _SHARD.match(path.name)
+            if (shard is not None and int(shard.group(1)) == rank) or (rank == 0 and shard is None):
+                fsync_file(path)
+                out.append((f"{TENSORS_DIR}/{path.name}", path.stat().st_size, _crc32(path)))
+        fsync_dir(tensors)
+        return out
+
+    def _commit(
+        self,
+        final: Path,
+        tmp: Path,
+        manifest: dict[str, Any],
+        records: list[dict[str, list[Any]]],
+        rng: list[dict[str, Any]] | None,
+    ) -> None:
+        if rng is not None:
+            self._write_json(tmp / RNG_FILE, {"ranks": rng})
+            records[0][RNG_FILE] = [(tmp / RNG_FILE).stat().st_size, _crc32(tmp / RNG_FILE)]
+        files = {name: record for own in records for name, record in own.items()}
+        manifest = {
+            **manifest,
+            "files": {name: files[name][0] for name in sorted(files)},
+            "checksums": {name: files[name][1] for name in sorted(files)},
+            "writers": {
+                name: r for r, own in enumerate(records) for name in own if _SHARD.match(Path(name).name)
+            },
+        }
+        self._write_json(tmp / STATE_FILE, manifest)
+        fsync_dir(tmp)
         if final.exists():  # the same step written again (after resuming from an earlier one)
             self._delete(final)
         os.rename(tmp, final)
         fsync_dir(self.root)
         self._write_pointer(final.name)
         self.prune()
-        return final
+
+    def _failed(self, step: int, tmp: Path, rank: int, exc: BaseException) -> BaseException:
+        """Remove what a failed write left (rank 0) and say what happened (a full disk, by name)."""
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, (DiskFullError, KeyboardInterrupt, SystemExit)) and is_disk_full(exc):
+            kept = self.latest()
+            return disk_full(
+                self.root,
+                f"the checkpoint of step {step} was not written (nothing of it is left); "
+                + (
+                    f"the last complete checkpoint, {kept.name}, is kept"
+                    if kept
+                    else "no earlier checkpoint exists"
+                ),
+            )
+        return exc
 
     @staticmethod
     def _write_json(path: Path, value: Any) -> None:
@@ -475,10 +681,13 @@ class CheckpointManager:
         complete = self.complete()
         return complete[-1] if complete else None
 
-    def latest_valid(self) -> Path | None:
-        """The newest checkpoint whose contents match their checksums; a newer damaged one is passed over
-        with a warning naming it (resume and export fall back to the previous complete checkpoint)."""
+    def latest_valid(self, at_most: int | None = None) -> Path | None:
+        """The newest checkpoint (of a step up to ``at_most``, when given) whose contents match their
+        checksums; a newer damaged one is passed over with a warning naming it (resume and export fall
+        back to the previous complete checkpoint)."""
         for path in reversed(self.complete()):
+            if at_most is not None and _step_of(path) > at_most:
+                continue
             try:
                 self.verify(path)
             except CheckpointError as exc:
@@ -489,11 +698,12 @@ class CheckpointManager:
 
     def verify(self, path: str | Path) -> dict[str, Any]:
         """The manifest of checkpoint ``path`` after checking sizes and contents (:class:`CheckpointError`
-        naming the damaged file otherwise); each checkpoint is read in full once per manager."""
+        naming the damaged file otherwise); each checkpoint is read once per manager. In a process group
+        a rank checks the files it reads (its shards and the shared files), outside one every file."""
         path = Path(path)
         manifest = _read_manifest(path)
         if path not in self._verified:
-            _check_contents(path, manifest)
+            _check_contents(path, manifest, _process_rank())
             self._verified.add(path)
         return manifest
 
@@ -519,7 +729,248 @@ class CheckpointManager:
         """A complete, undamaged checkpoint (raises :class:`CheckpointError` naming what is wrong otherwise)."""
         path = Path(path)
         manifest = self.verify(path)
-        return Checkpoint(path, manifest["step"], manifest.get("data", {}), manifest.get("extra", {}))
+        return Checkpoint(
+            path,
+            manifest["step"],
+            manifest.get("data", {}),
+            manifest.get("extra", {}),
+            format=manifest["format"],
+            aliases=manifest.get("aliases", {}),
+        )
+
+
+def _gather(value: Any, world_size: int, group: Any) -> list[Any]:
+    """``value`` of every rank of ``group`` (object collective on its gloo backend)."""
+    import torch.distributed as tdist
+
+    out: list[Any] = [None] * world_size
+    tdist.all_gather_object(out, value, group=group)
+    return out
+
+
+# --- what a checkpoint holds -----------------------------------------------------------------------
+
+
+class ActorState:
+    """A model and its optimizer as a :class:`~torch.distributed.checkpoint.stateful.Stateful`: under
+    FSDP the state dicts hold this rank's shards (DTensors), so saving and loading never gather them.
+
+    ``state_dict()`` of an optimizer that has not stepped yet creates its state first (zero moments,
+    parameters untouched), so that a resume has tensors to load into."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        return {"model": model, "optimizer": optimizer}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optimizer"],
+        )
+
+
+def save_checkpoint(
+    step: int,
+    state: Stateful,
+    checkpoints: CheckpointManager,
+    dist: Dist,
+    *,
+    data_state: Mapping[str, Any],
+    wait: bool = False,
+) -> None:
+    """Write the checkpoint of ``step``: ``state``'s tensors (e.g. :class:`ActorState`), each rank its
+    shards, with this rank's data position ``data_state`` and RNG state (a collective: every rank calls
+    it). Returns once the tensors are copied to host memory; the write finishes in the background
+    (``wait``: before returning, e.g. after the last step)."""
+    from videorl.train.distributed import gather_objects
+
+    local = json.dumps({"data": dict(data_state), "rng": capture_rng_state()})
+    ranks = [json.loads(str(s)) for s in gather_objects(local, dist)]
+    checkpoints.write(
+        step,
+        state.state_dict(),
+        dist,
+        data={"ranks": [r["data"] for r in ranks]},
+        rng=[r["rng"] for r in ranks],
+        asynchronous=not wait,
+    )
+
+
+def resume(
+    spec: str | Path | None,
+    state: Stateful,
+    checkpoints: CheckpointManager,
+    dist: Dist,
+    *,
+    data: Stateful | None = None,
+) -> int:
+    """Load the checkpoint ``spec`` names (``"auto"``: the latest one every rank finds undamaged; a
+    directory; ``None``/``"none"``: none) into ``state``, this rank's data position into ``data`` (when
+    given) and this rank's RNG state; its step, 0 when there is none (a collective)."""
+    path = _agreed_checkpoint(checkpoints, None if spec is None else str(spec), dist)
+    if path is None:
+        return 0
+    ckpt = checkpoints.load(path)
+    ckpt.require_sharded("it")
+    ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
+    rng = ckpt.rng_state(dist.rank)
+    ckpt.load_into(state, dist)
+    if data is not None:
+        data.load_state_dict(ranks[dist.rank])
+    if rng is not None:
+        restore_rng_state(rng)
+    return ckpt.step
+
+
+def _agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Dist) -> Path | None:
+    """The checkpoint every rank resumes from: each rank checks the files it reads, so one rank may find
+    a damaged shard the others never read; ``auto`` then falls back, on every rank, to the newest
+    checkpoint all of them find whole."""
+    import torch
+
+    if dist.world_size == 1:
+        return checkpoints.resolve_resume(spec)
+
+    def agree(value: int) -> tuple[int, int]:
+        low = -int(dist.all_reduce(torch.tensor(-value), op="max"))
+        return low, int(dist.all_reduce(torch.tensor(value), op="max"))
+
+    if spec is not None and spec.strip().lower() == "auto":
+        bound: int | None = None
+        while True:
+            found = checkpoints.latest_valid(at_most=bound)
+            step = -1 if found is None else _step_of(found)
+            low, high = agree(step)
+            if low == high:
+                return found
+            bound = low
+    error: CheckpointError | None = None
+    try:
+        path = checkpoints.resolve_resume(spec)
+    except CheckpointError as exc:
+        path, error = None, exc
+    failed, _ = agree(0 if error is None else -(dist.rank + 1))
+    if error is not None:
+        raise error
+    if failed < 0:
+        raise CheckpointError(
+            f"{spec}: rank {-failed - 1} found its part of this checkpoint damaged (its log names the file); "
+            "resume from an earlier checkpoint"
+        )
+    return path
+
+
+def _step_of(path: Path) -> int:
+    match = _STEP_DIR.match(path.name)
+    return int(match.group(1)) if match else -1
+
+
+# --- reading DCP files without running pickled code ------------------------------------------------
+
+_METADATA_CLASSES = {
+    "torch.distributed.checkpoint.metadata": {
+        "Metadata",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "TensorProperties",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    },
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's ``.metadata``: its own dataclasses, ``torch.Size``, dtypes and paths, nothing else
+    (a pickle naming any other callable is refused before anything runs)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import torch
+
+        if name in _METADATA_CLASSES.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+
+
+def _safe_reader(path: Path) -> Any:
+    """A DCP ``FileSystemReader`` of ``path`` whose metadata goes through :class:`_MetadataUnpickler`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+            with open(Path(self.path) / ".metadata", "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
+            if not isinstance(metadata, Metadata):
+                raise pickle.UnpicklingError(f"{path}/.metadata holds a {type(metadata).__name__}")
+            storage = metadata.storage_meta or StorageMeta()
+            storage.load_id = self.load_id
+            metadata.storage_meta = storage
+            return metadata
+
+    return SafeReader(path)
+
+
+def _safe_planner(*, empty: bool, keys: set[str] | None = None) -> LoadPlanner:
+    """A DCP load planner that reads non-tensor values with ``weights_only=True`` (DCP's default runs
+    whatever they pickled); ``empty``: it rebuilds the state dict from the metadata (one process)."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
+
+    class SafeLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+            _load_bytes(self, read_item, value)
+
+    # DCP's own way to read a checkpoint without a model (its dcp_to_torch_save uses it)
+    class SafeEmptyPlanner(_EmptyStateDictLoadPlanner):
+        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+            _load_bytes(self, read_item, value)
+
+    return SafeEmptyPlanner(keys=keys) if empty else SafeLoadPlanner()
+
+
+def _load_bytes(planner: Any, read_item: ReadItem, value: io.BytesIO) -> None:
+    """``DefaultLoadPlanner.load_bytes`` with ``weights_only=True``."""
+    import torch
+    from torch.distributed.checkpoint._traverse import set_element
+
+    loaded = torch.load(value, weights_only=True)
+    if planner.flatten_state_dict:
+        set_element(planner.original_state_dict, planner.mappings[read_item.dest_index.fqn], loaded)
+    else:
+        planner.state_dict[read_item.dest_index.fqn] = loaded
+
+
+def _read_error(path: Path, exc: BaseException) -> CheckpointError:
+    """What a failed DCP read of checkpoint ``path`` means: refused pickled objects, or a corrupt file."""
+    text = str(exc)
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if found:
+        what = f" (it names {found.group(1)})" if found else ""
+        # torch's own message advises weights_only=False, which would run whatever the file holds
+        return CheckpointError(
+            f"{path}: refused to load: it holds objects other than tensors and plain containers{what}, so "
+            "it was not written by videorl or has been tampered with"
+        )
+    return CheckpointError(
+        f"{path} is corrupt ({type(exc).__name__}: {text.splitlines()[0] if text else ''}); resume from "
+        "an earlier checkpoint, or pass --resume with another checkpoint directory"
+    )
 
 
 # --- export ---------------------------------------------------------------------------------------
@@ -595,7 +1046,7 @@ def export_hf_model(
             if item.is_file() and not is_weight and not name.startswith("."):
                 shutil.copy2(item, tmp / name)
                 fsync_file(tmp / name)
-        _save_tensors(tmp / MODEL_FILE, state, keep_aliases=False)
+        _save_tensors(tmp / MODEL_FILE, state)
         what = {
             "format": FORMAT_VERSION,
             "source": str(source.path) if isinstance(source, Checkpoint) else None,

@@ -440,6 +440,13 @@ class QwenVLBackend:
         """Visual placeholders and markers, and the padded-vocabulary ids beyond the tokenizer."""
         return self._forbidden
 
+    def end_of_turn_id(self) -> int:
+        """``<|im_end|>``, which ends every turn of the Qwen chat templates."""
+        end = self.tokenizer.get_vocab().get("<|im_end|>")
+        if end is None:
+            raise ConfigError(f"{self.path}: the tokenizer lacks the Qwen chat token <|im_end|>")
+        return int(end)
+
     @classmethod
     def build_tiny(
         cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0, width: int = 64
