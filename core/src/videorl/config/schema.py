@@ -340,6 +340,52 @@ class OptimConfig:
         return problems
 
 
+#: The linear layers of a Qwen-VL-class language model that get adapters by default: attention and MLP
+#: projections of every decoder layer (the vision tower's are chosen by ``vision_tower``).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class LoraConfig:
+    """``actor.lora``: train low-rank adapters (peft) instead of every weight (:mod:`videorl.train.lora`)."""
+
+    enabled: bool = option(
+        False,
+        "Train LoRA adapters only (optimizer states for them only); the reference model of the KL penalty "
+        "is the same module with its adapters off, and checkpoints hold the adapters.",
+    )
+    rank: int = option(16, "Rank r of each adapter (B·A with A r×in, B out×r).")
+    alpha: float = option(32.0, "Adapter scale numerator: the update is (alpha / rank)·B·A.")
+    dropout: float = option(0.0, "Dropout on the adapters' input (0: none; > 0 draws from the torch RNG).")
+    use_rslora: bool = option(False, "Rank-stabilised scale alpha / sqrt(rank) instead of alpha / rank.")
+    target_modules: list[str] = option(
+        factory=lambda: list(LORA_TARGETS),
+        help="Linear layers of the language model that get adapters, by the last part of their module name "
+        "(every decoder layer's); a name that matches none is an error listing those that exist.",
+    )
+    vision_tower: Literal["frozen", "adapted"] = option(
+        "frozen",
+        "frozen: the vision tower (and its merger into the language model) keeps its weights; adapted: "
+        "every linear layer in it gets an adapter too.",
+    )
+
+    def _problems(self) -> Problems:
+        problems: Problems = []
+        if self.rank < 1:
+            problems.append(("rank", "must be >= 1"))
+        if not self.alpha > 0:
+            problems.append(("alpha", "must be > 0"))
+        if not 0 <= self.dropout < 1:
+            problems.append(("dropout", "must lie in [0, 1)"))
+        if not self.target_modules or not all(name.strip() for name in self.target_modules):
+            problems.append(("target_modules", "must name at least one linear layer (e.g. q_proj)"))
+        elif any("." in name or "*" in name for name in self.target_modules):
+            problems.append(
+                ("target_modules", "takes the last part of module names (q_proj), not paths or patterns")
+            )
+        return problems
+
+
 @dataclass
 class ActorConfig:
     global_batch_size: int = option(
@@ -356,6 +402,7 @@ class ActorConfig:
         "Pack each micro-batch's sequences into one row (per-sequence positions and attention boundaries) "
         "instead of padding them to the longest; families that cannot pack are padded (logged once).",
     )
+    lora: LoraConfig = option(factory=LoraConfig, help="LoRA adapters (peft) instead of full fine-tuning.")
 
     def _problems(self) -> Problems:
         problems: Problems = []
