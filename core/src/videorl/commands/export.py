@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from videorl.errors import VideorlError
+from videorl.plugins import Plugins
 from videorl.train.checkpoint import base_model_of, resolve_checkpoint
 
 
@@ -26,24 +27,37 @@ from videorl.train.checkpoint import base_model_of, resolve_checkpoint
     is_flag=True,
     help="Replace OUT_DIR if it is an earlier export (never the run, the base model or another folder).",
 )
-def export_command(source: Path, out_dir: Path, base_model: Path | None, overwrite: bool) -> None:
+@click.option(
+    "--adapter",
+    is_flag=True,
+    help="A LoRA run: write its adapter in PEFT's format (PeftModel.from_pretrained loads it) instead of "
+    "the base model with the adapter merged in.",
+)
+@click.pass_obj
+def export_command(
+    plugins: Plugins, source: Path, out_dir: Path, base_model: Path | None, overwrite: bool, adapter: bool
+) -> None:
     """Write the policy of a checkpoint (or of a run's latest undamaged checkpoint) to OUT_DIR as a plain
     HF model directory: the base model's config, tokenizer and processor with the trained weights,
-    loadable with `from_pretrained` and by vLLM. OUT_DIR must lie outside the run and the base model.
+    loadable with `from_pretrained` and by vLLM (a LoRA run's adapters merged into the base weights).
+    OUT_DIR must lie outside the run and the base model.
 
     \b
     Examples:
       videorl export runs/demo/run exported/            # the run's latest checkpoint
       videorl export runs/demo/run/checkpoints/step_000050 exported-50/
+      videorl export runs/lora/run adapter/ --adapter   # a LoRA run's adapter alone
     """
-    from videorl.train.checkpoint import export_hf_model
+    from videorl.train.lora import export_policy
 
     if out_dir.exists() and not overwrite:
         raise click.ClickException(f"{out_dir} already exists; choose another OUT_DIR or pass --overwrite")
     try:
         checkpoint = resolve_checkpoint(source)
         base = base_model if base_model is not None else base_model_of(checkpoint)
-        written = export_hf_model(checkpoint, base, out_dir, overwrite=overwrite)
+        written = export_policy(
+            checkpoint, base, out_dir, plugins.model_backends, adapter=adapter, overwrite=overwrite
+        )
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"exported {checkpoint} to {written}")
