@@ -316,7 +316,7 @@ class Worker:
         c = self.config
         engine_dtype = str(c.rollout.engine_options.get("dtype", c.model.dtype))
         hf = self.plugins.rollout_engines.canonical(c.rollout.engine) == "hf"
-        state = self.actor.state_dict(None if hf else weights_dtype(engine_dtype))
+        state = self.actor.weights(None if hf else weights_dtype(engine_dtype))
         if self.rank != 0:
             return None
         return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]

@@ -135,21 +135,24 @@ def _local_model(model: str) -> Path:
     return local
 
 
-def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None]) -> Path:
+def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None], backends: Any) -> Path:
     """``model`` as a model directory. A training run (its latest undamaged checkpoint) or one of its
     checkpoints is exported first, as ``videorl export`` does, to ``RUN/model``; a later call with the
     same checkpoint reuses that export, and one with another checkpoint is refused for a run that
-    already has results (its predictions came from the first)."""
+    already has results (its predictions came from the first). A PEFT adapter folder is merged into its
+    base model there (:func:`videorl.train.lora.merged_adapter_model`)."""
     from videorl.train.checkpoint import (
         EXPORT_MARKER,
         STATE_FILE,
         base_model_of,
-        export_hf_model,
         resolve_checkpoint,
     )
     from videorl.train.compose import CHECKPOINT_DIR
+    from videorl.train.lora import export_policy, is_adapter_folder, merged_adapter_model
     from videorl.train.metrics import CONFIG_FILE
 
+    if is_adapter_folder(model):
+        return merged_adapter_model(model, run_dir, backends, echo)
     if (model / "config.json").is_file() or not any(
         (model / name).exists() for name in (CHECKPOINT_DIR, CONFIG_FILE, STATE_FILE)
     ):
@@ -164,7 +167,7 @@ def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None]) -> Path:
         raise VideorlError(
             f"{run_dir} holds results of {exported}, not of {checkpoint}: evaluate it into another --out"
         )
-    export_hf_model(checkpoint, base_model_of(checkpoint), target, overwrite=True)
+    export_policy(checkpoint, base_model_of(checkpoint), target, backends, overwrite=True)  # LoRA: merged
     echo(f"--model {model}: exported {checkpoint} to {target} (videorl export {checkpoint} {target})")
     return target
 
@@ -189,7 +192,7 @@ def build_evaluation(
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
         raise ConfigError(f"a benchmark is given twice: {', '.join(names)}")
-    model = _model_dir(_local_model(config.model.path), run_dir, echo)
+    model = _model_dir(_local_model(config.model.path), run_dir, echo, plugins.model_backends)
     backend = backend_for_model(model, plugins.model_backends)
     video, image = visual_params(backend, config.data.visual_budget(backend.budget))
     cache_dir = config.data.cache_dir or run_dir / "frame-cache"

@@ -239,7 +239,8 @@ def make_actor(
     config: TrainConfig, backend: ModelBackend, dist: Dist, *, reference: bool | None = None
 ) -> tuple[Actor, VisionSync]:
     """The policy of this rank (FSDP2-sharded over ``dist``), its AdamW, and the frozen reference
-    copy when ``reference`` (default: when the KL penalty is on)."""
+    copy when ``reference`` (default: when the KL penalty is on; never with LoRA, whose reference is
+    the actor with its adapters off)."""
     import torch
 
     from videorl.train import distributed

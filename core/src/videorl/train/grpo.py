@@ -48,6 +48,8 @@ from videorl.train.checkpoint import capture_rng_state, restore_rng_state
 from videorl.train.distributed import Dist, gather_objects
 
 if TYPE_CHECKING:
+    from torch.distributed.checkpoint.stateful import Stateful
+
     from videorl.backend import ModelBackend
     from videorl.config import AlgorithmConfig, TrainConfig
     from videorl.data import Sample
@@ -104,6 +106,17 @@ class Actor:
         if self.full_state_dict is not None:
             return self.full_state_dict(dtype)
         return _cast(self.model.state_dict(), dtype)
+
+    def checkpoint_state(self) -> Stateful:
+        """What a checkpoint saves and a resume loads (:func:`videorl.train.checkpoint.save_checkpoint`):
+        the model and its optimizer, or with LoRA the adapters and their optimizer states alone."""
+        from videorl.train.checkpoint import ActorState
+
+        if self.lora is not None:
+            from videorl.train.lora import AdapterState
+
+            return AdapterState(self.lora, self.optimizer)
+        return ActorState(self.model, self.optimizer)
 
     def reference_policy(self) -> AbstractContextManager[torch.nn.Module | None]:
         """The reference policy of the KL term while in the ``with``: the frozen copy, or with LoRA this
