@@ -130,9 +130,7 @@ def test_plugin_template_renders_installs_and_passes_its_own_tests(
     module = "reward.py" if kind == "rewards" else "benchmark.py"
     assert files == sorted(
         [
-            "MANIFEST.in",
             "README.md",
-            "_build_in_copy.py",
             "pyproject.toml",
             f"src/videorl_{underscored}/__init__.py",
             f"src/videorl_{underscored}/plugin.py",

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from importlib.metadata import PathDistribution
 from pathlib import Path
 
 import pytest
@@ -81,26 +82,40 @@ def test_distribution_builds_alone(
             assert f"import {other}" not in source and f"from {other}" not in source  # public API only
 
 
-@pytest.mark.parametrize("plugin", ["videorl-models-llava-onevision", "videorl-reward-counting"])
-def test_a_contrib_sdist_carries_its_build_backend_and_installs(tmp_path: Path, plugin: str) -> None:
-    """The contrib plugins build through _build_in_copy.py (backend-path): their sdist must ship it."""
+@pytest.mark.parametrize(
+    "plugin", ["videorl-models-llava-onevision", "videorl-reward-counting", "videorl-algorithm-gmpo"]
+)
+def test_a_contrib_plugin_builds_from_a_read_only_folder_and_its_sdist_installs(
+    tmp_path: Path, plugin: str
+) -> None:
+    """flit_core (the contrib plugins' build backend) writes nothing beside the sources, offline."""
+    import stat
     import tarfile
 
     source = tmp_path / plugin
-    shutil.copytree(
-        ROOT / "contrib" / plugin, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-    )
-    code = "import sys, _build_in_copy as b; print(b.build_sdist(sys.argv[1]))"
-    name = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=source, check=True,
-                          capture_output=True, text=True).stdout.split()[-1]  # fmt: skip
-    sdist = tmp_path / "dist" / name
-    with tarfile.open(sdist) as tar:
+    shutil.copytree(ROOT / "contrib" / plugin, source, ignore=shutil.ignore_patterns("build", "*.egg-info",
+                    "__pycache__", ".pytest_cache"))  # fmt: skip
+    files = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
+    for path in [source, *source.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
+                        str(tmp_path / "wheel"), str(source)], check=True, capture_output=True)  # fmt: skip
+        code = "import sys, flit_core.buildapi as b; print(b.build_sdist(sys.argv[1]))"
+        name = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=source, check=True,
+                              capture_output=True, text=True).stdout.split()[-1]  # fmt: skip
+        assert sorted(str(p.relative_to(source)) for p in source.rglob("*")) == files  # nothing written
+    finally:
+        for path in [source, *source.rglob("*")]:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)  # so that tmp_path can be removed
+    with tarfile.open(tmp_path / "dist" / name) as tar:
         members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
-    assert {"_build_in_copy.py", "MANIFEST.in", "pyproject.toml"} <= members
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(tmp_path / "site"), str(sdist)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    assert list((tmp_path / "site").glob("videorl_*.dist-info"))
-    assert not [p for p in source.rglob("*") if p.name == "build" or p.suffix == ".egg-info"]
+    package = plugin.replace("-", "_")
+    assert {"pyproject.toml", "README.md", f"src/{package}/plugin.py"} <= members
+    assert any(m.startswith("tests/test_") for m in members)  # the sdist carries the plugin's tests
+    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", "--no-index", "--target",
+                    str(tmp_path / "site"), str(tmp_path / "dist" / name)], check=True, capture_output=True)  # fmt: skip
+    (dist_info,) = (tmp_path / "site").glob(f"{package}-0.1.0.dist-info")
+    (entry,) = PathDistribution(dist_info).entry_points
+    assert (entry.group, entry.name, entry.value) == ("videorl", plugin, f"{package}.plugin")
