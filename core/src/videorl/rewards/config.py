@@ -77,7 +77,9 @@ class RewardConfig:
     format_weight: float = option(0.1, "Weight of the format part (the format rule below).")
     format: FormatRule = option(factory=FormatRule, help="The format rule: which response layouts count.")
     fallback: bool = option(
-        True, "Score a response without a well-formed <answer> tag by its last line or number instead of 0."
+        True,
+        "Without an <answer> tag, read the answer from a final-answer line, \\boxed{} or the text after "
+        "</think> (the format part stays 0).",
     )
     timeout: float | None = option(
         30.0,
