@@ -29,6 +29,7 @@ COMPARED = (
     "reward/overall",
     "tokens/step",
     "val/accuracy/overall",
+    "parity/logprob_diff/video",  # the first step's rollout.parity_check, on the actor workers
 )
 FRAME_BYTES = 4 * 56 * 56 * 3  # one demo sample's cached frames: 4 frames of 56 x 56 RGB, uint8
 
@@ -246,6 +247,7 @@ def test_ray_run_equals_torchrun_run(
             if key in ref:
                 assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
     assert ours[1]["actor/kl"] > 0  # the reference was used (step 1's policy is the reference)
+    assert "parity/logprob_diff/video" in ours[0] and "parity/logprob_diff/video" not in ours[1]
     final = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
     expected = load_file(str(torchrun_run / "checkpoints" / "step_000002" / "model.safetensors"))
     assert final.keys() == expected.keys()
