@@ -33,10 +33,11 @@ does and where it runs. Two drivers exist:
   in-flight rollouts in ``save``; the loop needs nothing more from it. Resuming (the start step, the
   engines brought up to the loaded weights) happens before :func:`run`, in the launcher.
 
-**Periodic evaluations** (:class:`PeriodicEvaluation`: in-training benchmark passes, issue 18) run after
-validation and before the step's checkpoint, in the order given: ``due(step, last_step)`` decides,
-``evaluation(step)`` returns its metrics (e.g. ``bench/<name>/<metric>``), merged into the step's row;
-the loop records its wall time as ``time/<name>``. Rules of the contract:
+**Periodic evaluations** (:class:`PeriodicEvaluation`, e.g. the benchmark passes of
+:mod:`videorl.train.benchmarks`) run after validation and before the step's checkpoint, in the order
+given: ``due(step, last_step)`` decides, ``evaluation(step)`` returns its metrics (e.g.
+``bench/<name>/<metric>``), merged into the step's row; the loop records its wall time as
+``time/<name>``. Rules of the contract:
 
 - under torchrun every rank calls it (the engines are per rank): metrics are then averaged over the
   ranks that report them, so report on rank 0 only, or the same values on every rank;
