@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from videorl.train.benchmarks import (
     rows_request,
     rows_runner,
 )
+from videorl.train.metrics import read_metrics
 
 FAMILY = "qwen2_5_vl"
 CANDIDATES = ["red", "green", "blue"]
@@ -311,3 +315,179 @@ def test_the_ray_path_writes_what_the_evaluator_writes(
     by_id = [{i: p.record for i, p in read_predictions(d / "predictions.jsonl").items()} for d in (a, b)]
     assert by_id[0] == by_id[1]
     assert by_id[1]["object_existence/2"]["stage"] == "load"
+
+
+# --- through the command line, on the demo task ----------------------------------------------------
+
+BROKEN_PLUGIN = '''
+from videorl.api import BenchmarkRow, hookimpl
+
+
+class Broken:
+    """Row "bad" cannot be asked: its adapter raises."""
+
+    name = "broken"
+
+    def load(self, data_root):
+        return [BenchmarkRow(id=i, problem="Which?", answer="A", options=["x", "y"]) for i in ("ok", "bad")]
+
+    def build_prompt(self, row, *, family, thinking):
+        if row.id == "bad":
+            raise ValueError("this adapter cannot ask row bad")
+        return row.problem
+
+    def extract(self, row, response):
+        return None
+
+    def score(self, row, prediction):
+        return 0.0
+
+    def aggregate(self, rows, scores):
+        return {"overall": sum(scores) / len(scores), "categories": {}}
+
+
+@hookimpl
+def register_benchmarks(register):
+    register("broken", Broken)
+'''
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    from videorl import demo
+
+    out = tmp_path_factory.mktemp("task")
+    model, train, val = demo.prepare(out, load_plugins(), family=FAMILY, seed=0, train=8, val=4)
+    (out / "empty.yaml").write_text("")
+    return out, model, train, val
+
+
+def _train(
+    task: Any, run: Path, steps: int, *extra: str, launcher: str = "one"
+) -> subprocess.CompletedProcess[str]:
+    """``videorl train`` on the demo task in one process (``one``), two torchrun ranks or two Ray actor
+    workers (colocated)."""
+    from videorl import demo
+
+    out, model, train, val = task
+    overrides = [
+        *demo.demo_overrides(out, model, train, val, steps=steps, seed=3, engine="hf"),
+        f"output_dir={run}", "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4",
+        "trainer.progress_bar=false", "trainer.val_every=0", "trainer.save_every=2", *extra,
+    ]  # fmt: skip
+    command = ["videorl.cli", "train", str(out / "empty.yaml"), *overrides]
+    if launcher == "ray":
+        command += ["--ray", "ray.actor_workers=2", "ray.placement=colocated"]
+    elif launcher == "torchrun":
+        command = ["torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", *command]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", *command], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+def _records(directory: Path, name: str = "mvbench") -> dict[str, dict[str, Any]]:
+    return {i: p.record for i, p in read_predictions(directory / name / "predictions.jsonl").items()}
+
+
+@pytest.mark.slow
+def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
+    task: Any, mvbench: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    bench = f"trainer.benchmarks=[{{name: mvbench, data_root: {mvbench}, every: 2, max_tokens: 8}}]"
+    done = _train(task, run, 4, bench)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [("bench/mvbench/overall" in r, "time/benchmarks" in r) for r in rows] == [
+        (False, False), (True, True), (False, False), (True, True)
+    ]  # fmt: skip
+    for r in rows[1::2]:
+        assert {k for k in r if k.startswith("bench/")} == {
+            "bench/mvbench/overall", "bench/mvbench/accuracy (pooled)", "bench/mvbench/task/object_existence",
+            "bench/mvbench/failed",
+        }  # fmt: skip
+    step2, step4 = pass_dir(run, 2, "mvbench"), pass_dir(run, 4, "mvbench")
+    results = read_results(step4)
+    assert rows[3]["bench/mvbench/overall"] == results["benchmarks"]["mvbench"]["overall"]
+    assert results["settings"]["training"]["step"] == 4 and results["settings"]["sampling"]["max_tokens"] == 8
+    in_loop = _records(step4)
+    assert len(in_loop) == 4 and all("response" in r for r in in_loop.values())
+
+    # videorl eval run on the step-4 checkpoint, at the run's budget: the very same answers and scores
+    from videorl import demo
+
+    budget = [f"--fps={demo.FPS}", f"--max-frames={demo.FRAMES}", f"--min-pixels={demo.SIDE**2}",
+              f"--max-pixels={demo.SIDE**2}"]  # fmt: skip
+    separate = tmp_path / "eval"
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "eval", "run", "--model", str(run / "checkpoints" / "step_000004"),
+         "--benchmark", f"mvbench={mvbench}", "--out", str(separate), "--max-tokens", "8", "--quiet", *budget],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert _records(separate) == in_loop
+    assert (separate / "mvbench" / "scores.jsonl").read_text() == (
+        step4 / "mvbench" / "scores.jsonl"
+    ).read_text()
+
+    # killed after step 4's pass, before its checkpoint: resumed from step 2, the pass is not run again
+    predictions = step4 / "mvbench" / "predictions.jsonl"
+    before, step2_before = predictions.read_bytes(), (step2 / "mvbench" / "predictions.jsonl").read_bytes()
+    resumed = _train(task, run, 4, bench, f"trainer.resume={run / 'checkpoints' / 'step_000002'}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert predictions.read_bytes() == before
+    assert (step2 / "mvbench" / "predictions.jsonl").read_bytes() == step2_before
+    again = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in again] == [1, 2, 3, 4]
+    assert again[3]["bench/mvbench/overall"] == rows[3]["bench/mvbench/overall"]
+
+    # killed during step 4's pass with two rows answered: the resumed pass asks only the other two
+    lines = before.decode().splitlines(keepends=True)
+    predictions.write_text("".join(lines[:2]))
+    data = json.loads((step4 / "results.json").read_text())
+    del data["benchmarks"]["mvbench"]
+    (step4 / "results.json").write_text(json.dumps(data))
+    resumed = _train(task, run, 4, bench, f"trainer.resume={run / 'checkpoints' / 'step_000002'}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = predictions.read_text().splitlines(keepends=True)
+    assert len(after) == 4 and after[:2] == lines[:2]  # nothing asked twice
+    assert _records(step4) == in_loop  # the same weights again (CPU, same checkpoint and seeds)
+    assert read_results(step4)["benchmarks"]["mvbench"]["overall"] == rows[3]["bench/mvbench/overall"]
+
+
+@pytest.mark.slow
+def test_a_benchmark_that_raises_is_reported_and_stops_only_a_strict_run(task: Any, tmp_path: Path) -> None:
+    plugin = tmp_path / "broken_bench.py"
+    plugin.write_text(BROKEN_PLUGIN)
+    common = (f"plugins=[{plugin}]", f"trainer.benchmarks=[{{name: broken, data_root: {tmp_path}}}]")
+    lenient = _train(task, tmp_path / "lenient", 1, *common)
+    assert lenient.returncode == 0, lenient.stderr[-3000:]
+    assert "benchmark broken: 1 of 2 rows failed" in lenient.stderr
+    assert "bad: ValueError: this adapter cannot ask row bad" in lenient.stderr
+    (row,) = read_metrics(tmp_path / "lenient" / "metrics.jsonl")
+    assert row["bench/broken/failed"] == 1.0 and row["bench/broken/overall"] == 0.0
+
+    strict = _train(task, tmp_path / "strict", 1, *common, "trainer.benchmarks_strict=true")
+    assert strict.returncode != 0
+    assert (
+        "step 1: benchmark broken: 1 of 2 rows failed" in strict.stderr
+        and "benchmarks_strict" in strict.stderr
+    )
+    assert "bad: ValueError: this adapter cannot ask row bad" in strict.stderr
+
+
+@pytest.mark.slow
+def test_on_ray_the_rollout_workers_answer_the_rows_as_torchrun_ranks_do(
+    task: Any, mvbench: Path, tmp_path: Path
+) -> None:
+    """Two Ray actor workers train as two torchrun ranks do: at the same step, the same weights answer
+    the rows the same, whether rank 0's engine answers them all or the two rollout workers share them."""
+    bench = f"trainer.benchmarks=[{{name: mvbench, data_root: {mvbench}, max_tokens: 8}}]"
+    local, ray = tmp_path / "torchrun", tmp_path / "ray"
+    for run, launcher in ((local, "torchrun"), (ray, "ray")):
+        done = _train(task, run, 2, bench, launcher=launcher)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert _records(pass_dir(ray, 2, "mvbench")) == _records(pass_dir(local, 2, "mvbench"))
+    mine, theirs = read_metrics(ray / "metrics.jsonl")[1], read_metrics(local / "metrics.jsonl")[1]
+    assert mine["bench/mvbench/overall"] == theirs["bench/mvbench/overall"] and "time/benchmarks" in mine
