@@ -116,6 +116,11 @@ class DataConfig:
     )
     rollout_batch_size: int = option(256, "Prompts per training step (each gets rollout.n responses).")
     shuffle: bool = option(True, "Shuffle the training data each epoch (seeded by seed and the epoch).")
+    prefetch: bool = option(
+        True,
+        "Decode and encode the next step's samples in a background thread while this step generates and "
+        "updates (the same prompts as without; holds one more batch of pixels in host memory).",
+    )
     thinking: bool = option(
         True, "Use the thinking variant of the prompt templates (reason in <think>, answer in <answer>)."
     )

@@ -514,7 +514,14 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     benchmarks = BenchmarkPasses(config, plugins, backend)  # their rows, before the model loads
     d = config.data
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
-    data = TrainData(samples, seed=config.seed, shuffle=d.shuffle, rank=dist.rank, world_size=dist.world_size)
+    data = TrainData(
+        samples,
+        seed=config.seed,
+        shuffle=d.shuffle,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        prefetcher=encoder if d.prefetch else None,
+    )
 
     if (
         0 < len(val_samples) < dist.world_size

@@ -7,14 +7,22 @@ the media cache (the only place videos are decoded), its text from the sample's 
 (looked up for the ``problem_type``, then for the rewards that score it: a type routed by
 ``rewards.routes`` uses its reward's templates). ``PromptEncoder.check`` renders every row's text before
 the model loads, so a missing template or field is an error naming the row, not a crash mid-run.
+
+With ``data.prefetch``, ``TrainData`` hands the encoder each batch it takes together with the batch
+after it, and a background thread (:class:`Prefetcher`) decodes and encodes them in order: the next
+step's frames are ready when it starts, prepared while this step generates and updates (on GPUs, time
+the host is otherwise idle).
 """
 
 from __future__ import annotations
 
+import queue
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from videorl.errors import DataError, UnknownComponentError
 from videorl.rewards.types import MediaInfo
@@ -29,11 +37,18 @@ if TYPE_CHECKING:
     from videorl.rewards.router import RewardRouter
 
 
+class _Prefetching(Protocol):
+    def prefetch(self, samples: Sequence[Sample]) -> None: ...
+
+
 class TrainData:
     """Samples in a seeded order per epoch; rank ``r`` of ``w`` takes every ``w``-th sample.
 
     ``take(k)`` returns the next ``k`` samples of this rank, crossing epochs as needed (a new seeded
-    shuffle each epoch when ``shuffle``). ``state_dict`` / ``load_state_dict`` hold the position.
+    shuffle each epoch when ``shuffle``). ``state_dict`` / ``load_state_dict`` hold the position: the
+    samples taken, whatever a ``prefetcher`` has prepared beyond them. ``prefetcher`` (the
+    :class:`PromptEncoder`, with ``data.prefetch``) receives each batch taken followed by the next
+    ``k`` samples (:meth:`upcoming`): the batch a step of the same size takes next.
     """
 
     def __init__(
@@ -44,11 +59,13 @@ class TrainData:
         shuffle: bool = True,
         rank: int = 0,
         world_size: int = 1,
+        prefetcher: _Prefetching | None = None,
     ) -> None:
         if len(samples) < world_size:
             raise DataError(f"{len(samples)} training samples cannot be shared by {world_size} ranks")
         self.samples = list(samples)
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
+        self.prefetcher = prefetcher
         self.epoch, self.index = 0, 0
         self._order = self._epoch_order(0)
 
@@ -59,15 +76,28 @@ class TrainData:
         usable = len(order) - len(order) % self.world_size  # every rank gets the same count
         return order[self.rank : usable : self.world_size]
 
-    def take(self, k: int) -> list[Sample]:
+    def _walk(
+        self, epoch: int, index: int, order: list[int], k: int
+    ) -> tuple[list[Sample], int, int, list[int]]:
+        """The ``k`` samples from position ``(epoch, index)`` of ``order``, and the position after them."""
         out: list[Sample] = []
         while len(out) < k:
-            if self.index >= len(self._order):
-                self.epoch, self.index = self.epoch + 1, 0
-                self._order = self._epoch_order(self.epoch)
-            out.append(self.samples[self._order[self.index]])
-            self.index += 1
+            if index >= len(order):
+                epoch, index = epoch + 1, 0
+                order = self._epoch_order(epoch)
+            out.append(self.samples[order[index]])
+            index += 1
+        return out, epoch, index, order
+
+    def take(self, k: int) -> list[Sample]:
+        out, self.epoch, self.index, self._order = self._walk(self.epoch, self.index, self._order, k)
+        if self.prefetcher is not None:
+            self.prefetcher.prefetch(out + self.upcoming(k))
         return out
+
+    def upcoming(self, k: int) -> list[Sample]:
+        """The samples the next ``take(k)`` returns; the position does not move."""
+        return self._walk(self.epoch, self.index, self._order, k)[0]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "index": self.index}
@@ -98,8 +128,75 @@ class Prompt:
         return self.encoded
 
 
+class Prefetcher:
+    """Prepares samples in one background thread, in the order queued, for the thread that asks for them.
+
+    ``prefetch(samples)`` queues ``samples``: entries already queued that start the list are kept (the
+    current batch, prepared since the previous call), the others cancelled, so at most one list is
+    pending. ``get(sample)`` returns the result of the first queued entry for that sample, waiting for
+    it, or prepares the sample at once when none is queued. ``prepare`` runs under a lock, never on two
+    threads at once (the backend's processor and the media loader are not shared between threads). A
+    sample that failed in the background raises its own exception from ``get``, with a note naming it.
+    """
+
+    def __init__(self, prepare: Callable[[Sample], Prompt]) -> None:
+        self._prepare = prepare
+        self._lock = threading.Lock()
+        self._queued: list[tuple[Sample, Future[Prompt]]] = []  # touched by the asking thread only
+        self._work: queue.SimpleQueue[tuple[Sample, Future[Prompt]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def prefetch(self, samples: Sequence[Sample]) -> None:
+        keep = 0
+        while keep < min(len(self._queued), len(samples)) and self._queued[keep][0] is samples[keep]:
+            keep += 1
+        for _, dropped in self._queued[keep:]:
+            dropped.cancel()  # one already running finishes; its result is dropped
+        self._queued = self._queued[:keep]
+        for sample in samples[keep:]:
+            future: Future[Prompt] = Future()
+            self._queued.append((sample, future))
+            self._work.put((sample, future))
+        if self._thread is None:
+            # a daemon: a run that ends with a batch still being prepared does not wait for it
+            self._thread = threading.Thread(target=self._run, name="videorl-prefetch", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            sample, future = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                with self._lock:
+                    result = self._prepare(sample)
+            except BaseException as exc:  # handed to the asking thread, which raises it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def get(self, sample: Sample) -> Prompt:
+        for i, (queued, future) in enumerate(self._queued):
+            if queued is sample:
+                del self._queued[i]
+                try:
+                    return future.result()
+                except Exception as exc:
+                    if hasattr(exc, "add_note"):  # Python >= 3.11
+                        exc.add_note(
+                            f"(raised while preparing sample {sample.id!r} of {sample.origin} in the "
+                            "background: data.prefetch)"
+                        )
+                    raise
+        with self._lock:
+            return self._prepare(sample)
+
+
 class PromptEncoder:
-    """Sample -> :class:`Prompt`: media from the loader (the frame cache), text from the sample's template."""
+    """Sample -> :class:`Prompt`: media from the loader (the frame cache), text from the sample's template.
+
+    Calling the encoder returns the prompt prepared in the background when :meth:`prefetch` queued the
+    sample (:class:`Prefetcher`), else prepares it at once (:meth:`prepare`); the result is the same."""
 
     def __init__(
         self,
@@ -120,6 +217,7 @@ class PromptEncoder:
         self.max_prompt_length = max_prompt_length
         self.template = template
         self.rewards = rewards
+        self._ahead = Prefetcher(self.prepare)
 
     def text(self, sample: Sample) -> str:
         from videorl.prompts import render_prompt
@@ -148,7 +246,15 @@ class PromptEncoder:
             except DataError as exc:
                 raise DataError(f"{sample.origin}: {exc}") from None
 
+    def prefetch(self, samples: Sequence[Sample]) -> None:
+        """Prepare ``samples`` in a background thread, in order, for the calls that will ask for them."""
+        self._ahead.prefetch(samples)
+
     def __call__(self, sample: Sample) -> Prompt:
+        return self._ahead.get(sample)
+
+    def prepare(self, sample: Sample) -> Prompt:
+        """Load the sample's media, render its text and encode it (on the calling thread)."""
         from videorl.backend import PromptInput
 
         videos = [self.media.video(path) for path in sample.videos]
