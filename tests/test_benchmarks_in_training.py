@@ -317,6 +317,20 @@ def test_the_ray_path_writes_what_the_evaluator_writes(
     assert by_id[1]["object_existence/2"]["stage"] == "load"
 
 
+def test_videorl_plot_draws_each_benchmarks_overall() -> None:
+    from videorl.commands.plot import curves, render
+
+    rows = [
+        {"step": 1, "reward/overall": 0.1},
+        {"step": 2, "reward/overall": 0.2, "bench/mvbench/overall": 0.25, "bench/mvbench/task/x": 0.5},
+        {"step": 4, "bench/mvbench/overall": 0.5, "bench/videomme/overall": 0.4, "time/benchmarks": 3.0},
+    ]
+    data = curves(rows)
+    assert data["benchmarks"] == {"mvbench": ([2, 4], [0.25, 0.5]), "videomme": ([4], [0.4])}
+    assert data["reward"] == {"overall": ([1, 2], [0.1, 0.2])}
+    assert render(data, "run")[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # --- through the command line, on the demo task ----------------------------------------------------
 
 BROKEN_PLUGIN = '''

@@ -1,4 +1,5 @@
-"""``videorl plot RUN``: the reward and accuracy curves of a training run, overall and per problem_type."""
+"""``videorl plot RUN``: the reward and accuracy curves of a training run, overall and per problem_type,
+and its in-training benchmark scores (``bench/<name>/overall``) when it has them."""
 
 from __future__ import annotations
 
@@ -12,18 +13,25 @@ import click
 FIGSIZE = (12.0, 4.5)  # inches
 DPI = 100  # so the PNG is 1200 x 450 pixels
 PANELS = ("reward", "accuracy")
+BENCH_PANEL = "benchmarks"  # drawn only for a run with trainer.benchmarks
 
 Curve = tuple[list[int], list[float]]
 
 
 def curves(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Curve]]:
     """``{panel: {label: (steps, values)}}`` from metrics rows; ``overall`` first, then the problem
-    types in alphabetical order, then validation curves (``val/<panel>/...``). Missing or null values
+    types in alphabetical order, then validation curves (``val/<panel>/...``); the ``benchmarks``
+    panel holds each benchmark's official overall (``bench/<name>/overall``). Missing or null values
     are skipped."""
-    found: dict[str, dict[str, Curve]] = {panel: {} for panel in PANELS}
+    found: dict[str, dict[str, Curve]] = {panel: {} for panel in (*PANELS, BENCH_PANEL)}
     for row in rows:
         for key, value in row.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if key.startswith("bench/") and key.endswith("/overall"):
+                steps, values = found[BENCH_PANEL].setdefault(key[len("bench/") : -len("/overall")], ([], []))
+                steps.append(row["step"])
+                values.append(float(value))
                 continue
             validation = key.startswith("val/")
             panel, _, name = key.removeprefix("val/").partition("/")
@@ -39,7 +47,7 @@ def curves(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Curve]]:
         return (label.startswith("val "), name != "overall", name)
 
     return {
-        panel: {label: found[panel][label] for label in sorted(found[panel], key=order)} for panel in PANELS
+        panel: {label: found[panel][label] for label in sorted(found[panel], key=order)} for panel in found
     }
 
 
@@ -50,8 +58,9 @@ def render(data: dict[str, dict[str, Curve]], title: str) -> bytes:
 
     figure = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(figure)
-    axes = figure.subplots(1, len(PANELS))
-    for ax, panel in zip(axes, PANELS, strict=True):
+    panels = [*PANELS, *([BENCH_PANEL] if data.get(BENCH_PANEL) else [])]
+    axes = figure.subplots(1, len(panels))
+    for ax, panel in zip(axes, panels, strict=True):
         for label, (steps, values) in data[panel].items():
             overall = label.removeprefix("val ") == "overall"
             ax.plot(
