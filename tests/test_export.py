@@ -105,10 +105,10 @@ def test_export_of_a_run_whose_latest_checkpoint_is_corrupt_takes_the_previous_o
 
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    model = copy / "checkpoints" / "step_000002" / "model.safetensors"
-    data = bytearray(model.read_bytes())
-    data[10] ^= 0xFF  # same size, damaged header
-    model.write_bytes(bytes(data))
+    metadata = copy / "checkpoints" / "step_000002" / "tensors" / ".metadata"
+    data = bytearray(metadata.read_bytes())
+    data[10] ^= 0xFF  # same size, damaged index of the shards
+    metadata.write_bytes(bytes(data))
     with caplog.at_level("WARNING", logger="videorl.checkpoint"):
         result = _export(str(copy), str(tmp_path / "hf"))
     assert result.exit_code == 0, result.output

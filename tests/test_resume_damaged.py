@@ -27,9 +27,9 @@ def test_resume_auto_falls_back_past_a_same_size_corrupt_checkpoint(
                 "trainer.progress_bar=false", "trainer.val_every=0", "trainer.save_every=1", *extra]  # fmt: skip
 
     build_training(load_config(None, overrides(2)), load_plugins()).run()
-    damaged = run / "checkpoints" / "step_000002" / "model.safetensors"
+    damaged = run / "checkpoints" / "step_000002" / "tensors" / "__0_0.distcp"
     data = bytearray(damaged.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # one weight byte: same size, the header still reads
+    data[len(data) // 2] ^= 0xFF  # one byte of the model or optimizer shard: same size
     damaged.write_bytes(bytes(data))
 
     with caplog.at_level(logging.WARNING, logger="videorl.checkpoint"):

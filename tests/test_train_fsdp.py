@@ -90,7 +90,7 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
         assert {"all_reduce", "all_gather_object", "barrier"} <= set(r["collectives"]), r["collectives"]
         assert set(r["collective_devices"]) <= gpu_backend, r["collective_devices"]
 
-    checkpoint = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
+    checkpoint = _model_state(run / "checkpoints" / "step_000002")
     shards = [load_file(str(dumps / f"rank{r}-shards.safetensors")) for r in (0, 1)]
     assert shards[0].keys() == shards[1].keys() and set(shards[0]) <= set(checkpoint)
     for name, first in shards[0].items():
@@ -124,7 +124,7 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
     # comes out the same.
     done = _torchrun(dumps, [*overrides, f"trainer.resume={run / 'checkpoints' / 'step_000001'}"])
     assert done.returncode == 0, done.stderr[-4000:]
-    again = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
+    again = _model_state(run / "checkpoints" / "step_000002")
     assert all(torch.equal(again[k], checkpoint[k]) for k in checkpoint)
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
 
@@ -234,6 +234,13 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
         "collective_devices": sorted(devices),
     }
     (dumps / f"rank{dist.rank}.json").write_text(json.dumps(result))
+
+
+def _model_state(checkpoint: Path) -> dict[str, Any]:
+    """The whole model state dict of a (sharded) checkpoint directory, read in this process."""
+    from videorl.train.checkpoint import CheckpointManager
+
+    return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()
 
 
 if __name__ == "__main__":

@@ -215,7 +215,6 @@ def test_ray_run_equals_torchrun_run(
     roles: dict[str, list[str]],
 ) -> None:
     import torch
-    from safetensors.torch import load_file
 
     out, overrides = task
     run = out / f"ray-{placement}"
@@ -248,8 +247,8 @@ def test_ray_run_equals_torchrun_run(
                 assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
     assert ours[1]["actor/kl"] > 0  # the reference was used (step 1's policy is the reference)
     assert "parity/logprob_diff/video" in ours[0] and "parity/logprob_diff/video" not in ours[1]
-    final = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
-    expected = load_file(str(torchrun_run / "checkpoints" / "step_000002" / "model.safetensors"))
+    final = _model_state(run / "checkpoints" / "step_000002")
+    expected = _model_state(torchrun_run / "checkpoints" / "step_000002")
     assert final.keys() == expected.keys()
     for name, tensor in expected.items():
         torch.testing.assert_close(final[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
@@ -265,7 +264,6 @@ def test_ray_run_equals_torchrun_run(
 
 def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]) -> None:
     import torch
-    from safetensors.torch import load_file
 
     from videorl.train.checkpoint import CheckpointManager
 
@@ -325,8 +323,8 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
     for resumed, uninterrupted in zip(_metrics(run), _metrics(whole), strict=True):
         assert resumed["actor/loss"] == pytest.approx(uninterrupted["actor/loss"], rel=1e-6, abs=1e-9)
         assert resumed["reward/overall"] == uninterrupted["reward/overall"]
-    final = load_file(str(run / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
-    expected = load_file(str(whole / "checkpoints" / f"step_{steps:06d}" / "model.safetensors"))
+    final = _model_state(run / "checkpoints" / f"step_{steps:06d}")
+    expected = _model_state(whole / "checkpoints" / f"step_{steps:06d}")
     assert all(torch.equal(final[k], expected[k]) for k in expected)
 
 
@@ -367,7 +365,6 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
     import shutil
 
     import torch
-    from safetensors.torch import load_file
 
     out, overrides = task
     run = tmp_path / "from-torchrun"
@@ -389,7 +386,14 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
     assert done.returncode == 0, done.stderr[-4000:]
     assert [m["step"] for m in _metrics(run)] == [1, 2]
     assert _metrics(run)[1]["actor/loss"] == pytest.approx(_metrics(torchrun_run)[1]["actor/loss"], rel=1e-6)
-    final = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
-    expected = load_file(str(torchrun_run / "checkpoints" / "step_000002" / "model.safetensors"))
+    final = _model_state(run / "checkpoints" / "step_000002")
+    expected = _model_state(torchrun_run / "checkpoints" / "step_000002")
     for name, tensor in expected.items():
         torch.testing.assert_close(final[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def _model_state(checkpoint: Path) -> dict[str, Any]:
+    """The whole model state dict of a (sharded) checkpoint directory, read in this process."""
+    from videorl.train.checkpoint import CheckpointManager
+
+    return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()

@@ -22,7 +22,6 @@ from videorl.train.checkpoint import (
     Checkpoint,
     CheckpointError,
     CheckpointManager,
-    _safe_reader,
     capture_rng_state,
     checkpoint_due,
     export_hf_model,
@@ -30,6 +29,7 @@ from videorl.train.checkpoint import (
     resume,
     save_checkpoint,
 )
+from videorl.train.dcp_files import safe_reader
 from videorl.train.distributed import Dist
 
 
@@ -90,7 +90,7 @@ def test_tied_tensors_are_stored_once_and_tied_again(tmp_path: Path) -> None:
     loaded = CheckpointManager(tmp_path).load(path).model_state()
     assert loaded["head.weight"] is loaded["embed.weight"]
     assert torch.equal(loaded["other"], weight[1:])
-    stored = _safe_reader(path / "tensors").read_metadata().state_dict_metadata
+    stored = safe_reader(path / "tensors").read_metadata().state_dict_metadata
     assert sorted(stored) == ["model.embed.weight", "model.other"]
 
 

@@ -129,22 +129,23 @@ def test_a_checkpoint_on_a_real_full_disk_keeps_the_previous_one(small_disk: Cal
 def test_a_checkpoint_whose_model_file_hits_a_full_disk_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Portable: safetensors' own error for ENOSPC, raised after part of the file was written."""
-    import safetensors.torch
-    from safetensors import SafetensorError
+    """Portable: the disk fills after part of a shard was written (DCP wraps the error)."""
+    import errno
+
+    from torch.distributed.checkpoint import FileSystemWriter
 
     manager = CheckpointManager(tmp_path)
     first = manager.save(1, model_state=_state(10))
 
-    def full(tensors: object, filename: str, metadata: object = None) -> None:
-        Path(filename).write_bytes(b"partial")
-        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    def full(self: FileSystemWriter, *args: object, **kwargs: object) -> None:
+        (Path(self.path) / "__0_0.distcp").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    monkeypatch.setattr(FileSystemWriter, "write_data", full)
     with pytest.raises(DiskFullError, match=f"disk full at {tmp_path}.*step 2 was not written"):
         manager.save(2, model_state=_state(10))
     assert _files(tmp_path) == sorted(
-        ["latest", *[f"step_000001/{p.name}" for p in first.iterdir()], "step_000001"]
+        ["latest", *[f"step_000001/{name}" for name in _files(first)], "step_000001"]
     )
 
 

@@ -27,9 +27,10 @@ with their recorded sizes and checksums, logs each one it skips, and ignores tem
 (removed by the next save). Under a process group each rank checks the checksums of the files it reads
 (its own shards and the shared small files), and the ranks agree on the checkpoint they resume from.
 
-Nothing read back is unpickled beyond plain data: DCP's ``.metadata`` is a pickle, read here with an
+Nothing read back is unpickled beyond plain data: DCP's ``.metadata`` is a pickle, read with an
 unpickler that accepts only DCP's own metadata classes, and its non-tensor values (the optimizer's
-``param_groups``) are read with ``torch.load(weights_only=True)``; both after their checksums matched.
+``param_groups``) with ``torch.load(weights_only=True)`` (:mod:`videorl.train.dcp_files`); both after
+their checksums matched.
 
 ``export_hf_model`` writes a folder marked as an export (:data:`EXPORT_MARKER`); only such a folder is
 ever replaced, and never one that holds, or is held by, the run or the base model.
@@ -37,16 +38,13 @@ ever replaced, and never one that holds, or is held by, the run or the base mode
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
-import pickle
 import random
 import re
 import shutil
 import uuid
-import warnings
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
@@ -60,7 +58,6 @@ from videorl.errors import VideorlError
 
 if TYPE_CHECKING:
     import torch
-    from torch.distributed.checkpoint.planner import LoadPlanner, ReadItem
     from torch.distributed.checkpoint.stateful import Stateful
 
     from videorl.train.distributed import Dist
@@ -234,12 +231,6 @@ def _crc32(path: Path) -> str:
     return f"crc32:{crc:08x}"
 
 
-def _quiet_single_process() -> None:
-    """DCP warns at every call without a process group (and in its writer thread) that it assumes one
-    process: that is the intent here, so the warning is noise in every one-process run's log."""
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-
-
 def _process_rank() -> int | None:
     """This process's rank in its process group, or None outside one (it then reads, and checks, all)."""
     import sys
@@ -284,17 +275,19 @@ class Checkpoint:
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+        from videorl.train.dcp_files import quiet_single_process, safe_planner, safe_reader
+
         tensors = self.path / TENSORS_DIR
         try:
-            reader = _safe_reader(tensors)
+            reader = safe_reader(tensors)
             if not any(
                 k == key or k.startswith(f"{key}.") for k in reader.read_metadata().state_dict_metadata
             ):
                 return None
             state: dict[str, Any] = {}
             # the public dcp.load fills only keys already in the dict; this is its loader
-            _quiet_single_process()
-            _load_state_dict(state, storage_reader=reader, planner=_safe_planner(empty=True, keys={key}),
+            quiet_single_process()
+            _load_state_dict(state, storage_reader=reader, planner=safe_planner(empty=True, keys={key}),
                              no_dist=True)  # fmt: skip
         except FileNotFoundError:
             raise CheckpointError(f"{self.path} is incomplete: {TENSORS_DIR}/ is missing") from None
@@ -307,6 +300,8 @@ class Checkpoint:
         from torch.distributed.checkpoint import load
         from torch.distributed.checkpoint.api import CheckpointException
 
+        from videorl.train.dcp_files import quiet_single_process, safe_planner, safe_reader
+
         self.require_sharded("it")
         template = state.state_dict()
         model = template.get("model", {})
@@ -314,8 +309,8 @@ class Checkpoint:
             model.pop(alias, None)
         tensors = self.path / TENSORS_DIR
         try:
-            _quiet_single_process()
-            load(template, storage_reader=_safe_reader(tensors), planner=_safe_planner(empty=False),
+            quiet_single_process()
+            load(template, storage_reader=safe_reader(tensors), planner=safe_planner(empty=False),
                  no_dist=dist.world_size == 1)  # fmt: skip
         except (Exception, CheckpointException) as exc:
             raise _read_error(tensors, exc) from None
@@ -474,7 +469,8 @@ class CheckpointManager:
         state per rank) and ``extra`` by rank 0. ``asynchronous``: return once the tensors are staged in
         host memory; the checkpoint becomes complete when the background write ends (:meth:`wait`)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemWriter
+
+        from videorl.train.dcp_files import quiet_single_process, recording_writer
 
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -496,21 +492,23 @@ class CheckpointManager:
         manifest = {"format": FORMAT_VERSION, "step": step, "world_size": dist.world_size,
                     "aliases": aliases, "data": data_json, "extra": extra_json}  # fmt: skip
         ranks = [dict(r) for r in rng] if rng is not None else None
-        writer = FileSystemWriter(tmp / TENSORS_DIR)
+        writer, errors = recording_writer(tmp / TENSORS_DIR)
         single = dist.world_size == 1
         try:
-            _quiet_single_process()
+            quiet_single_process()
             if not asynchronous:
                 dcp.save(tensors, storage_writer=writer, process_group=group, no_dist=single)
-                self._finish(step, tmp, dist, group, manifest, ranks)
+                self._finish(step, tmp, dist, group, manifest, ranks, errors)
                 return
             staged = dcp.async_save(tensors, storage_writer=writer, process_group=group, no_dist=single)
         except BaseException as exc:
-            raise self._failed(step, tmp, dist.rank, exc) from exc
+            raise self._failed(step, tmp, dist.rank, exc, errors) from exc
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videorl-checkpoint")
         written = staged if isinstance(staged, Future) else staged.upload_completion
-        self._pending = self._writer.submit(self._finish, step, tmp, dist, group, manifest, ranks, written)
+        self._pending = self._writer.submit(
+            self._finish, step, tmp, dist, group, manifest, ranks, errors, written
+        )
 
     def wait(self) -> None:
         """Wait for the write in flight (if any) to finish; raise what it failed with."""
@@ -539,6 +537,7 @@ class CheckpointManager:
         group: Any,
         manifest: dict[str, Any],
         rng: list[dict[str, Any]] | None,
+        errors: list[OSError],
         written: Future[Any] | None = None,
     ) -> Path:
         """Once every rank's tensors are written (``written``: the background write, waited for here),
@@ -568,7 +567,7 @@ class CheckpointManager:
             if error is not None:
                 raise error
         except BaseException as exc:
-            raise self._failed(step, tmp, dist.rank, exc) from exc
+            raise self._failed(step, tmp, dist.rank, exc, errors) from exc
         return final
 
     @staticmethod
@@ -613,11 +612,15 @@ class CheckpointManager:
         self._write_pointer(final.name)
         self.prune()
 
-    def _failed(self, step: int, tmp: Path, rank: int, exc: BaseException) -> BaseException:
-        """Remove what a failed write left (rank 0) and say what happened (a full disk, by name)."""
+    def _failed(
+        self, step: int, tmp: Path, rank: int, exc: BaseException, errors: Sequence[OSError]
+    ) -> BaseException:
+        """Remove what a failed write left (rank 0) and say what happened (a full disk, by name, also
+        when ``torch.save`` replaced the write's ``OSError`` with its own "unexpected pos")."""
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
-        if not isinstance(exc, (DiskFullError, KeyboardInterrupt, SystemExit)) and is_disk_full(exc):
+        full = is_disk_full(exc) or any(is_disk_full(error) for error in errors)
+        if not isinstance(exc, (DiskFullError, KeyboardInterrupt, SystemExit)) and full:
             kept = self.latest()
             return disk_full(
                 self.root,
@@ -872,88 +875,6 @@ def _agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: D
 def _step_of(path: Path) -> int:
     match = _STEP_DIR.match(path.name)
     return int(match.group(1)) if match else -1
-
-
-# --- reading DCP files without running pickled code ------------------------------------------------
-
-_METADATA_CLASSES = {
-    "torch.distributed.checkpoint.metadata": {
-        "Metadata",
-        "TensorStorageMetadata",
-        "BytesStorageMetadata",
-        "ChunkStorageMetadata",
-        "TensorProperties",
-        "MetadataIndex",
-        "StorageMeta",
-        "_MEM_FORMAT_ENCODING",
-    },
-    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
-    "torch.serialization": {"_get_layout"},
-    "torch": {"Size"},
-    "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
-}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    """Unpickles DCP's ``.metadata``: its own dataclasses, ``torch.Size``, dtypes and paths, nothing else
-    (a pickle naming any other callable is refused before anything runs)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        import torch
-
-        if name in _METADATA_CLASSES.get(module, ()):
-            return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
-
-
-def _safe_reader(path: Path) -> Any:
-    """A DCP ``FileSystemReader`` of ``path`` whose metadata goes through :class:`_MetadataUnpickler`."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-
-    class SafeReader(FileSystemReader):
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-            with open(Path(self.path) / ".metadata", "rb") as f:
-                metadata = _MetadataUnpickler(f).load()
-            if not isinstance(metadata, Metadata):
-                raise pickle.UnpicklingError(f"{path}/.metadata holds a {type(metadata).__name__}")
-            storage = metadata.storage_meta or StorageMeta()
-            storage.load_id = self.load_id
-            metadata.storage_meta = storage
-            return metadata
-
-    return SafeReader(path)
-
-
-def _safe_planner(*, empty: bool, keys: set[str] | None = None) -> LoadPlanner:
-    """A DCP load planner that reads non-tensor values with ``weights_only=True`` (DCP's default runs
-    whatever they pickled); ``empty``: it rebuilds the state dict from the metadata (one process)."""
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
-
-    class SafeLoadPlanner(DefaultLoadPlanner):
-        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
-            _load_bytes(self, read_item, value)
-
-    # DCP's own way to read a checkpoint without a model (its dcp_to_torch_save uses it)
-    class SafeEmptyPlanner(_EmptyStateDictLoadPlanner):
-        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
-            _load_bytes(self, read_item, value)
-
-    return SafeEmptyPlanner(keys=keys) if empty else SafeLoadPlanner()
-
-
-def _load_bytes(planner: Any, read_item: ReadItem, value: io.BytesIO) -> None:
-    """``DefaultLoadPlanner.load_bytes`` with ``weights_only=True``."""
-    import torch
-    from torch.distributed.checkpoint._traverse import set_element
-
-    loaded = torch.load(value, weights_only=True)
-    if planner.flatten_state_dict:
-        set_element(planner.original_state_dict, planner.mappings[read_item.dest_index.fqn], loaded)
-    else:
-        planner.state_dict[read_item.dest_index.fqn] = loaded
 
 
 def _read_error(path: Path, exc: BaseException) -> CheckpointError:
