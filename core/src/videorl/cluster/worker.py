@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
@@ -29,24 +29,12 @@ if TYPE_CHECKING:
     from videorl.data import Sample
     from videorl.rollout import RolloutEngine
     from videorl.train.benchmarks import WorkerBenchmarks
+    from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt
     from videorl.train.distributed import Dist
     from videorl.train.grpo import Actor, Scorer, Trajectory
 
 ROLES = ("actor", "rollout", "reference", "reward")
-
-
-@dataclass
-class _DataPosition:
-    """A rank's data position as the controller holds it (what a checkpoint records for the rank)."""
-
-    state: dict[str, int]
-
-    def state_dict(self) -> dict[str, int]:
-        return self.state
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.state = dict(state)
 
 
 class Worker:
@@ -330,30 +318,31 @@ class Worker:
 
     # --- checkpoints -------------------------------------------------------------------------------
 
-    def _io(self) -> Any:
+    @cached_property
+    def checkpoints(self) -> CheckpointManager:
+        """The run's checkpoints; one manager, which holds the write in flight between saves."""
         from videorl.train.compose import checkpoint_manager
-        from videorl.train.grpo import RunIO
 
-        return RunIO(checkpoint_manager(self.config))
+        return checkpoint_manager(self.config)
 
     def save_checkpoint(self, step: int, data_state: dict[str, int]) -> None:
-        """Every actor rank gathers model and optimizer states; rank 0 writes, with each rank's data
-        position (held by the controller) and RNG state: the same checkpoint a torchrun run writes."""
-        from videorl.train.grpo import save_checkpoint
+        """Every actor rank writes its shards of the model and optimizer states with its data position
+        (held by the controller) and RNG state: the same checkpoint a torchrun run writes. The write
+        ends in the background, except after the last step."""
+        from videorl.train.checkpoint import save_checkpoint
 
         assert self.actor is not None and self.dist is not None
-        save_checkpoint(step, self.actor, _DataPosition(data_state), self._io(), self.dist)  # type: ignore[arg-type]
+        state, last = self.actor.checkpoint_state(), self.config.trainer.max_steps
+        save_checkpoint(step, state, self.checkpoints, self.dist, data_state=data_state, wait=step == last)
 
     def resume(self, path: str) -> int:
-        """Load model, optimizer and RNG state of checkpoint ``path`` (the controller holds the data
-        positions); a colocated engine gets the loaded weights."""
-        from dataclasses import replace
-
-        from videorl.train.grpo import refresh_state, resume
+        """Load this rank's shards of the model and optimizer states and its RNG state from checkpoint
+        ``path`` (the controller holds the data positions); a colocated engine gets the loaded weights."""
+        from videorl.train.checkpoint import resume
+        from videorl.train.grpo import refresh_state
 
         assert self.actor is not None and self.dist is not None
-        config = replace(self.config, trainer=replace(self.config.trainer, resume=path))
-        step = resume(config, self.actor, _DataPosition({}), self._io(), self.dist)  # type: ignore[arg-type]
+        step = resume(path, self.actor.checkpoint_state(), self.checkpoints, self.dist)
         if self.engine is not None and not self.engine_shares_actor:
             self.engine.update_weights(refresh_state(self.actor, self.engine))
         return step

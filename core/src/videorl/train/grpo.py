@@ -44,8 +44,8 @@ from videorl.parity import first_step_check, modality_gaps
 from videorl.rewards.types import RewardInput
 from videorl.rollout import Completion, SamplingParams
 from videorl.train import algo
-from videorl.train.checkpoint import capture_rng_state, restore_rng_state
-from videorl.train.distributed import Dist, gather_objects
+from videorl.train.checkpoint import resume, save_checkpoint
+from videorl.train.distributed import Dist
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.stateful import Stateful
@@ -196,14 +196,9 @@ def sampling_params(config: TrainConfig, *, seed: int | None) -> SamplingParams:
 
 
 def offline_completion(backend: ModelBackend, text: str, max_tokens: int) -> Completion:
-    """The tokens of an offline trajectory, ended with the chat template's end token and truncated to
+    """The tokens of an offline trajectory, ended with the backend's end-of-turn token and truncated to
     the response limit. Its log-probs are unknown (NaN): the update recomputes them."""
-    tokenizer = backend.processor.tokenizer
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if not isinstance(end, int) or end == tokenizer.unk_token_id:
-        end = tokenizer.eos_token_id
-    ids = [*ids, end]
+    ids = [*backend.processor.tokenizer.encode(text, add_special_tokens=False), backend.end_of_turn_id()]
     reason = "stop"
     if len(ids) > max_tokens:
         ids, reason = ids[:max_tokens], "length"
@@ -813,7 +808,8 @@ class LocalStep:
         """Load the checkpoint ``trainer.resume`` names (``auto``: the latest) into the actor, the data
         and the RNG; its step (0: none). An engine of its own, loaded with the base model, gets the
         actor's weights."""
-        start = resume(self.config, self.actor, self.data, self.io, self.dist)
+        state = self.actor.checkpoint_state()
+        start = resume(self.config.trainer.resume, state, self.io.checkpoints, self.dist, data=self.data)
         if start > 0 and not self.engine_shares_actor:
             self.engine.update_weights(refresh_state(self.actor, self.engine))
         return start
@@ -851,7 +847,10 @@ class LocalStep:
         )
 
     def save(self, step: int) -> None:
-        save_checkpoint(step, self.actor, self.data, self.io, self.dist)
+        state, last = self.actor.checkpoint_state(), self.config.trainer.max_steps
+        save_checkpoint(
+            step, state, self.io.checkpoints, self.dist, data_state=self.data.state_dict(), wait=step == last
+        )
 
 
 def train(
@@ -887,64 +886,3 @@ def train(
     )
     start = driver.resume()
     return run(config, driver, io, start, dist=driver.dist, evaluations=evaluations, on_step=on_step)
-
-
-# --- checkpoints ----------------------------------------------------------------------------------
-
-
-def save_checkpoint(step: int, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> None:
-    """Every rank contributes its data position and RNG state; rank 0 writes, the others wait.
-
-    Gathering the full model and optimizer states are collectives: every rank runs them.
-    """
-    import json
-
-    model_state = actor.state_dict()
-    optimizer_state = _optimizer_state(actor)
-    local = json.dumps({"data": data.state_dict(), "rng": capture_rng_state()})
-    states = [str(v) for v in gather_objects(local, dist)]
-    if dist.rank == 0:
-        parsed = [json.loads(s) for s in states]
-        io.checkpoints.save(
-            step,
-            model_state=model_state,
-            optimizer_state=optimizer_state,
-            data_state={"ranks": [p["data"] for p in parsed]},
-            rng=[p["rng"] for p in parsed],
-        )
-    dist.barrier()
-
-
-def _optimizer_state(actor: Actor) -> dict[str, Any]:
-    if actor.full_state_dict is None:
-        return actor.optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    return get_optimizer_state_dict(
-        actor.model, actor.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-    )
-
-
-def resume(config: TrainConfig, actor: Actor, data: TrainData, io: RunIO, dist: Dist) -> int:
-    """Load the checkpoint named by ``config.trainer.resume`` (``auto``: the latest); 0 when none."""
-    path = io.checkpoints.resolve_resume(config.trainer.resume)
-    if path is None:
-        return 0
-    ckpt = io.checkpoints.load(path)
-    actor.load_state_dict(ckpt.model_state())
-    optimizer_state = ckpt.optimizer_state()
-    if optimizer_state is not None:
-        if actor.full_state_dict is None:
-            actor.optimizer.load_state_dict(optimizer_state)
-        else:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-            set_optimizer_state_dict(
-                actor.model, actor.optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True)
-            )
-    ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
-    data.load_state_dict(ranks[dist.rank])
-    rng = ckpt.rng_state(dist.rank)
-    if rng is not None:
-        restore_rng_state(rng)
-    return ckpt.step
