@@ -114,8 +114,9 @@ def test_a_contrib_plugin_builds_from_a_read_only_folder_and_its_sdist_installs(
     package = plugin.replace("-", "_")
     assert {"pyproject.toml", "README.md", f"src/{package}/plugin.py"} <= members
     assert any(m.startswith("tests/test_") for m in members)  # the sdist carries the plugin's tests
+    sdist = tmp_path / "dist" / name
     subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", "--no-index", "--target",
-                    str(tmp_path / "site"), str(tmp_path / "dist" / name)], check=True, capture_output=True)  # fmt: skip
+                    str(tmp_path / "site"), str(sdist)], check=True, capture_output=True)  # fmt: skip
     (dist_info,) = (tmp_path / "site").glob(f"{package}-0.1.0.dist-info")
     (entry,) = PathDistribution(dist_info).entry_points
     assert (entry.group, entry.name, entry.value) == ("videorl", plugin, f"{package}.plugin")

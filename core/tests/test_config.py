@@ -322,7 +322,9 @@ def _pairs(value: object, key: str) -> object:
 
 @dataclass
 class _Routes:
-    routes: list[tuple[str, float]] = option(factory=list, help="Weighted names.", convert=_pairs)  # noqa: RUF009
+    routes: list[tuple[str, float]] = option(  # noqa: RUF009
+        factory=list, help="Weighted names.", convert=_pairs
+    )
 
 
 @dataclass
