@@ -153,11 +153,12 @@ class HFEngine:
         batch (Qwen-VL's ``rope_deltas``).
 
         Memory, for ``B`` prompts of ``W`` tokens (``P`` visual patches each) and ``T`` new tokens:
-        the vision tower and the prefill see ``B`` rows instead of ``B·n`` (activations, the pixel
-        tensors and the vision tower's work shrink ``n``-fold: at 7B, a 20k-token prompt's prefill
-        activations are several GB per row); the KV cache still holds ``B·n·(W + T)`` positions,
-        since a transformers cache cannot share a prefix between rows (vLLM's prefix cache does);
-        the logits are one step's ``B·n×V`` at a time (:class:`_ChosenLogprobs`), never ``B·n×T×V``.
+        the batch holds ``B·P`` patches, not ``B·n·P``, and the vision tower and the prefill run on
+        ``B`` rows, not ``B·n``, so their transient activations shrink ``n``-fold (at 7B the MLP's
+        alone are ≈ 1.5 GB per 20k-token row in bf16); the KV cache still holds ``B·n·(W + T)``
+        positions, since a transformers cache cannot share a prefix between rows (vLLM's prefix
+        cache does); the logits are one step's ``B·n×V`` at a time (:class:`_ChosenLogprobs`),
+        never ``B·n×T×V``.
         """
         import torch
 
