@@ -124,9 +124,11 @@ def _offline_answer_logprobs(training: Any) -> Any:
 
 
 # The async engine's weight refresh, in a subprocess: ``python -c _ASYNC_REFRESH BASE OTHER OUT_JSON``.
-# It generates from a video and a text prompt with BASE's weights, refreshes to OTHER's, generates
-# again (the video prompt needs the processor after the refresh) and writes the largest difference of
-# the engine's log-probs from the fp32 teacher-forced forward of each model.
+# It generates from a video and a text prompt with BASE's weights, refreshes to OTHER's in memory (the
+# engine runs in processes of its own: the buckets travel as bytes), generates again, refreshes back to
+# BASE's through the model folder (the video prompt then needs the processor from that folder) and
+# generates once more; it writes the largest difference of the engine's log-probs from the fp32
+# teacher-forced forward of each model.
 _ASYNC_REFRESH = """
 import json, sys
 from pathlib import Path
@@ -168,20 +170,26 @@ def max_diff(groups, model):
 
 base = backend.load_model(dtype=torch.float32)
 other = backend_for_model(other_dir, registry).load_model(dtype=torch.float32)
-engine = AsyncVLLMEngine(backend, base_dir, dtype="float32", max_model_len=1024)
+engine = AsyncVLLMEngine(backend, base_dir, dtype="float32", max_model_len=1024, weight_bucket_mb=1)
 try:
     before = engine.generate(prompts, params)
     engine.update_weights(other.state_dict())
+    memory_left_no_folder = engine._weights.root is None
+    after = engine.generate(prompts, params)
+    engine.weight_sync = "folder"  # the same engine, refreshed back the other way
+    engine.update_weights(base.state_dict())
     folder = engine._weights.root / "model"
     files = sorted(p.name for p in folder.iterdir())
-    after = engine.generate(prompts, params)
+    back = engine.generate(prompts, params)
 finally:
     engine.close()
 result = {
     "before_vs_base": max_diff(before, base)[0],
     "after_vs_other": max_diff(after, other)[0],
     "after_vs_base": max_diff(after, base)[0],
-    "completions": [len(g) for g in before + after],
+    "back_vs_base": max_diff(back, base)[0],
+    "memory_left_no_folder": memory_left_no_folder,
+    "completions": [len(g) for g in before + after + back],
     "tokens": max_diff(after, other)[1],
     "refresh_dir_files": files,
     "removed": not folder.exists(),
@@ -209,11 +217,13 @@ def test_async_engine_update_weights_gives_the_new_weights_logprobs(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(out.read_text())
-    assert result["completions"] == [2, 2, 2, 2]  # two prompts, n=2, before and after the refresh
+    assert result["completions"] == [2] * 6  # two prompts, n=2, before and after each refresh
     assert result["tokens"] >= 4  # responses end at EOS or after 8 tokens
     assert result["before_vs_base"] < 1e-4  # fp32 engine and HF forward agree before the refresh
-    assert result["after_vs_other"] < 1e-4  # ... and after it, with the new weights
+    assert result["after_vs_other"] < 1e-4  # ... and after the in-memory one, with the new weights
     assert result["after_vs_base"] > 100 * 1e-4, result  # the old weights would have shown
+    assert result["memory_left_no_folder"]  # 1 MiB buckets, no model folder
+    assert result["back_vs_base"] < 1e-4  # the folder refresh, back to the first weights
     # the refresh folder was a whole model folder (vLLM reads config and processor from it), since removed
     assert {"config.json", "model.safetensors", "tokenizer.json", "processor_config.json"} <= set(
         result["refresh_dir_files"]
@@ -225,6 +235,7 @@ _OPTIONS = """
 import json, sys
 import vllm
 from videorl.backend import backend_for_model
+from videorl.errors import ConfigError
 from videorl.plugins import load_plugins
 from videorl.rollout.vllm import VLLMEngine
 
@@ -232,18 +243,36 @@ seen = {}
 
 class LLM:  # records what the engine asks vLLM for, starts nothing
     def __init__(self, **options):
+        seen.clear()
         seen.update(options)
+
+    def collective_rpc(self, *args, **kwargs):
+        raise AssertionError("no call expected")
 
 vllm.LLM = LLM
 backend = backend_for_model(sys.argv[1], load_plugins().model_backends)
 VLLMEngine(backend, max_model_len=1000, enable_prefix_caching=True, max_num_seqs=7,
            distributed_executor_backend="uni")
-print(json.dumps(seen))
+out = {"memory": dict(seen)}
+VLLMEngine(backend, weight_sync="folder")
+out["folder"] = dict(seen)
+errors = []
+for bad in ({"max_num_seq": 4}, {"weight_bucket": 8}, {"worker_extension_cls": "my.Ext"},
+            {"weight_sync": "shm"}, {"weight_bucket_mb": 0}, {"frobnicate": 1}):
+    try:
+        VLLMEngine(backend, **bad)
+        errors.append(None)
+    except ConfigError as e:
+        errors.append(str(e))
+out["errors"] = errors
+print(json.dumps(out))
 """
 
 
 @pytest.mark.slow
 def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_dir: Any) -> None:
+    from videorl.rollout.vllm_weights import RECEIVER
+
     done = subprocess.run(
         [sys.executable, "-c", _OPTIONS, str(tiny_model_dir("qwen2_5_vl"))],
         capture_output=True,
@@ -252,7 +281,8 @@ def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_d
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    options = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    options = result["memory"]
     assert options["max_model_len"] == 1000
     assert (
         options["enable_prefix_caching"] is True and options["max_num_seqs"] == 7
@@ -261,3 +291,17 @@ def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_d
     assert options["enforce_eager"] is True  # the CPU platform: eager (CUDA graphs on GPUs)
     assert "enable_sleep_mode" not in options  # vLLM refuses sleep mode on CPU; on by default where it has it
     assert "gpu_memory_utilization" not in options
+    assert options["worker_extension_cls"] == RECEIVER  # the in-memory refresh's worker methods
+    assert "worker_extension_cls" not in result["folder"]
+
+    typo, own_typo, conflict, mode, bucket, unknown = result["errors"]
+    assert typo.startswith("rollout.engine_options.max_num_seq: vLLM's engine takes no option")
+    assert "did you mean max_num_seqs" in typo and "EngineArgs" in typo
+    assert "did you mean weight_bucket_mb" in own_typo  # the engine's own options are suggested too
+    assert (
+        conflict.startswith("rollout.engine_options.worker_extension_cls:")
+        and "weight_sync=folder" in conflict
+    )
+    assert mode == "rollout.weight_sync must be memory or folder, got 'shm'"
+    assert bucket == "rollout.weight_bucket_mb must be >= 1, got 0"
+    assert "did you mean" not in unknown and "frobnicate" in unknown

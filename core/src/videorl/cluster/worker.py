@@ -140,6 +140,8 @@ class Worker:
                     options=config.rollout.engine_options,
                     device=local_device(),
                     max_model_len=max_model_len(config),
+                    weight_sync=config.rollout.weight_sync,
+                    weight_bucket_mb=config.rollout.weight_bucket_mb,
                 )
         if "reward" in self.roles:
             from videorl.train.grpo import local_scorer

@@ -100,6 +100,7 @@ def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_siz
         make_backend,
         make_encoder,
         make_engine,
+        max_model_len,
         seed_everything,
     )
     from videorl.train.distributed import local_device
@@ -123,6 +124,7 @@ def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_siz
         seed=config.seed,
         options=config.rollout.engine_options,
         device=local_device(),
+        max_model_len=max_model_len(config),  # as in training: the longest prompt and response
     )
     try:
         rates = score_pass_rates(

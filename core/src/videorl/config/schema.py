@@ -201,7 +201,16 @@ class RolloutConfig:
     )
     engine_options: dict[str, Any] = option(
         factory=dict,
-        help="Keyword options passed to the engine (e.g. gpu_memory_utilization, tensor_parallel_size).",
+        help="Keyword options passed to the engine (vllm: any field of vLLM's EngineArgs, e.g. "
+        "gpu_memory_utilization, tensor_parallel_size, max_num_seqs, enable_prefix_caching).",
+    )
+    weight_sync: Literal["memory", "folder"] = option(
+        "memory",
+        "How vLLM gets the actor's weights each step: memory pushes them in buckets into the model's "
+        "load_weights (CUDA IPC on GPUs); folder writes a model folder to /dev/shm that vLLM reloads.",
+    )
+    weight_bucket_mb: int = option(
+        512, "With weight_sync memory: MiB of weights per bucket (host or GPU staging memory per push)."
     )
     parity_check: Literal["first_step", "warn", "off"] = option(
         "first_step",
@@ -226,6 +235,8 @@ class RolloutConfig:
             problems.append(("top_k", "must be -1 (off) or >= 1"))
         if self.max_response_length < 1:
             problems.append(("max_response_length", "must be >= 1"))
+        if self.weight_bucket_mb < 1:
+            problems.append(("weight_bucket_mb", "must be >= 1"))
         if self.parity_tolerance is not None and not self.parity_tolerance > 0:
             problems.append(("parity_tolerance", "must be > 0 (or null: the default of model.dtype)"))
         threshold = self.mix_policy_accuracy_threshold

@@ -104,6 +104,17 @@ def engine_identity(config: EvalConfig) -> dict[str, Any]:
     return {"name": "hf", "dtype": dtype, "device": device}
 
 
+def max_model_len(config: EvalConfig) -> int:
+    """vLLM's context length: ``engine.max_model_len``, else derived as training derives its own
+    (:func:`videorl.train.compose.max_model_len`): the longest prompt training takes at this visual
+    budget (``data.max_prompt_length``, whose default fits every family's default budget with its
+    text) and the longest response (``sampling.max_tokens``). vLLM's own default, the model's full
+    context (128k tokens for Qwen2.5-VL), reserves KV cache for sequences no prompt reaches."""
+    if config.engine.max_model_len is not None:
+        return config.engine.max_model_len
+    return config.data._budget().max_prompt_length + config.sampling.max_tokens
+
+
 def make_eval_engine(
     config: EvalConfig, plugins: Plugins, backend: ModelBackend, model: Path
 ) -> RolloutEngine:
@@ -117,7 +128,7 @@ def make_eval_engine(
             plugins, "hf", backend, model_path=str(model), dtype=identity["dtype"], seed=config.sampling.seed,
             options={"max_batch_prompts": config.pipeline.batch_size}, device=identity["device"],
         )  # fmt: skip
-    options = {"max_model_len": e.max_model_len, "max_num_batched_tokens": e.max_num_batched_tokens}
+    options = {"max_model_len": max_model_len(config), "max_num_batched_tokens": e.max_num_batched_tokens}
     return make_engine(
         plugins, "vllm-async", backend, model_path=str(model), dtype=e.dtype, seed=config.sampling.seed,
         options=options,

@@ -98,7 +98,9 @@ class EvalEngineConfig:
         "auto", "auto: HF bfloat16 on GPU, float32 on CPU; vLLM the checkpoint's."
     )
     device: str | None = option(None, "HF engine device; null: cuda when available, else cpu.")
-    max_model_len: int | None = option(None, "vLLM: context length; null: the model's.")
+    max_model_len: int | None = option(
+        None, "vLLM: context length; null: training's default prompt limit plus sampling.max_tokens."
+    )
     max_num_batched_tokens: int = option(2048, "vLLM: tokens per scheduler step (chunked prefill).")
 
     def _problems(self) -> Problems:

@@ -2,22 +2,24 @@
 
 The engine receives the backend's compact prompt ids with the cached frames and their
 ``VideoMetadata``, and processor kwargs that forbid resampling and resizing, so it builds the same
-grids as the training forward. Weights are refreshed from the actor through a model directory in
-shared memory and ``reload_weights`` (the path that works on CPU and GPU alike; tensors cannot be
-passed to vLLM's worker processes directly). What it shares with the async engine lives in
-:mod:`videorl.rollout.vllm_common`.
+grids as the training forward. Weights are refreshed from the actor in memory, in buckets, into the
+model's ``load_weights`` (:mod:`videorl.rollout.vllm_weights`: the tensors themselves in one
+process, their bytes to vLLM's CPU worker processes, CUDA IPC handles on GPUs), or, with
+``weight_sync="folder"``, through a model folder in shared memory and vLLM's ``reload_weights``.
+What it shares with the async engine lives in :mod:`videorl.rollout.vllm_common`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from videorl.errors import ConfigError
 from videorl.rollout.types import Completion, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
+    check_engine_options,
     completions,
     default_environment,
     engine_options,
@@ -26,8 +28,10 @@ from videorl.rollout.vllm_common import (
     platform_defaults,
     suppression_bias,
     vllm_sampling_params,
+    weight_sync_options,
     weights_dtype,
 )
+from videorl.rollout.vllm_weights import DEFAULT_BUCKET_MB, MemoryRefresh
 from videorl.train.distributed import release_cached_memory
 
 if TYPE_CHECKING:
@@ -52,13 +56,19 @@ class VLLMEngine:
         max_media_per_prompt: int = 4,
         enable_sleep_mode: bool | None = None,
         visible_devices: str | None = None,
+        weight_sync: Literal["memory", "folder"] = "memory",
+        weight_bucket_mb: int = DEFAULT_BUCKET_MB,
         **engine_args: Any,
     ) -> None:
         """``engine_args`` go to ``vllm.LLM`` as they are (``max_num_seqs``, ``enable_prefix_caching``,
-        ``distributed_executor_backend``, ...). ``enforce_eager`` and ``enable_sleep_mode`` default to
-        what the platform supports (:func:`platform_defaults`); ``visible_devices`` is the
-        ``CUDA_VISIBLE_DEVICES`` of the engine's processes (:mod:`videorl.rollout.placement`)."""
+        ``distributed_executor_backend``, any field of vLLM's ``EngineArgs``; another name is a
+        :class:`ConfigError` with the closest ones). ``enforce_eager`` and ``enable_sleep_mode`` default
+        to what the platform supports (:func:`platform_defaults`); ``visible_devices`` is the
+        ``CUDA_VISIBLE_DEVICES`` of the engine's processes (:mod:`videorl.rollout.placement`);
+        ``weight_sync`` and ``weight_bucket_mb``: how :meth:`update_weights` reaches the engine."""
         default_environment()
+        check_engine_options(engine_args, VLLMEngine)
+        sync = weight_sync_options(weight_sync, weight_bucket_mb, engine_args)
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -83,12 +93,14 @@ class VLLMEngine:
             max_media_per_prompt=max_media_per_prompt,
             max_model_len=max_model_len,
             enable_sleep_mode=sleep_mode or None,
-            **engine_args,
+            **{**engine_args, **sync},
         )
         with engine_process_environment(visible_devices):
             self.llm: Any = LLM(**options)
         self.bias = suppression_bias(backend)
+        self.weight_sync = weight_sync
         self._weights = WeightsFolder(self.model_path)
+        self._memory = MemoryRefresh(self.llm.collective_rpc, weight_bucket_mb)
         self.sleep_mode, self.asleep = sleep_mode, False
         #: the dtype refreshed weights are written in (vLLM would cast them to it on loading anyway)
         self.weights_dtype = weights_dtype(dtype)
@@ -109,13 +121,19 @@ class VLLMEngine:
         return [completions(request, output) for request, output in zip(requests, outputs)]
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it."""
-        model = self._weights.write(state_dict)
+        """Load ``state_dict`` (HF names, full tensors) into the engine: in memory, bucket by bucket,
+        or written as a model folder in shared memory that vLLM reloads (``weight_sync="folder"``).
+        An engine asleep gets its weights back first, then its KV cache."""
+        model = self._weights.write(state_dict) if self.weight_sync == "folder" else None
         if self.asleep:
             release_cached_memory()  # what the update freed, for the engine's processes to take
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
+        if model is not None:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
+        else:
+            self._memory.push(state_dict.items())
         if self.asleep:
+            release_cached_memory()  # the staging buffer of a CUDA IPC refresh, for the KV cache
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         self.llm.reset_prefix_cache()

@@ -22,11 +22,12 @@ import itertools
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from videorl.rollout.types import Completion, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
+    check_engine_options,
     completions,
     default_environment,
     engine_options,
@@ -34,7 +35,9 @@ from videorl.rollout.vllm_common import (
     platform_defaults,
     suppression_bias,
     vllm_sampling_params,
+    weight_sync_options,
 )
+from videorl.rollout.vllm_weights import DEFAULT_BUCKET_MB, MemoryRefresh
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -61,11 +64,17 @@ class AsyncVLLMEngine:
         max_num_batched_tokens: int | None = 2048,
         max_num_seqs: int | None = None,
         max_media_per_prompt: int = 4,
+        weight_sync: Literal["memory", "folder"] = "memory",
+        weight_bucket_mb: int = DEFAULT_BUCKET_MB,
         **engine_args: Any,
     ) -> None:
-        """``engine_args`` go to vLLM's ``AsyncEngineArgs`` as they are; ``enforce_eager`` defaults to
-        what the platform supports (:func:`~videorl.rollout.vllm_common.platform_defaults`)."""
+        """``engine_args`` go to vLLM's ``AsyncEngineArgs`` as they are (any of its fields; another
+        name is a :class:`~videorl.errors.ConfigError` with the closest ones); ``enforce_eager``
+        defaults to what the platform supports (:func:`~videorl.rollout.vllm_common.platform_defaults`);
+        ``weight_sync`` and ``weight_bucket_mb`` as for :class:`~videorl.rollout.vllm.VLLMEngine`."""
         default_environment()
+        check_engine_options(engine_args, AsyncVLLMEngine)
+        sync = weight_sync_options(weight_sync, weight_bucket_mb, engine_args)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
 
@@ -86,14 +95,16 @@ class AsyncVLLMEngine:
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
-            **engine_args,
+            **{**engine_args, **sync},
         )
         cpu = current_platform.is_cpu()
         self.per_request_seed = not (cpu and enable_chunked_prefill)
         self.options = options
         self.bias = suppression_bias(backend)
         self._ids = itertools.count()
+        self.weight_sync = weight_sync
         self._weights = WeightsFolder(self.model_path)
+        self._memory = MemoryRefresh(self._rpc, weight_bucket_mb)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
         self._thread.start()
@@ -111,6 +122,10 @@ class AsyncVLLMEngine:
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        result: list[Any] = self._call(self.llm.collective_rpc(method, args=args))
+        return result
 
     def describe(self) -> dict[str, Any]:
         """The engine's settings (recorded by the evaluator)."""
@@ -157,19 +172,18 @@ class AsyncVLLMEngine:
         return [f.result() for f in futures]
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Write ``state_dict`` as a model directory in shared memory and have vLLM reload from it
-        between generations (in-flight requests finish first)."""
-        model = self._weights.write(state_dict)
-
-        async def reload(path: str) -> None:
-            await self.llm.pause_generation(mode="wait")
-            try:
-                await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
-                await self.llm.reset_prefix_cache()
-            finally:
-                await self.llm.resume_generation()
-
-        self._call(reload(str(model)))
+        """Load ``state_dict`` between generations (in-flight requests finish first): in memory,
+        bucket by bucket, or through a model folder in shared memory (``weight_sync="folder"``)."""
+        model = self._weights.write(state_dict) if self.weight_sync == "folder" else None
+        self._call(self.llm.pause_generation(mode="wait"))
+        try:
+            if model is not None:
+                self._call(self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)}))
+            else:
+                self._memory.push(state_dict.items())
+            self._call(self.llm.reset_prefix_cache())
+        finally:
+            self._call(self.llm.resume_generation())
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,6 +105,33 @@ def model_dir(backend: ModelBackend, model_path: str | Path | None, engine: str)
     return Path(path)
 
 
+def check_engine_options(
+    options: Mapping[str, Any], engine: Callable[..., Any], *, where: str = "rollout.engine_options"
+) -> None:
+    """Refuse an option vLLM's engine does not take (a field of its ``EngineArgs``, vLLM's ``--help``
+    names), naming the key, the closest names (vLLM's and the keyword parameters of ``engine``, the
+    engine class) and where to look.
+
+    Any field passes as it is, so that a new vLLM option needs no change here."""
+    import dataclasses
+    import difflib
+    import inspect
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    own = [p.name for p in inspect.signature(engine).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    for key in options:
+        if key not in fields:
+            close = difflib.get_close_matches(key, [*fields, *own], n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise ConfigError(
+                f"{where}.{key}: vLLM's engine takes no option {key!r}; {hint}"
+                "its options are the fields of vllm.engine.arg_utils.EngineArgs "
+                "(https://docs.vllm.ai/en/stable/configuration/engine_args.html)"
+            )
+
+
 def engine_options(
     model: Path,
     *,
@@ -134,6 +161,27 @@ def engine_options(
     if not current_platform.is_cpu():
         options["gpu_memory_utilization"] = gpu_memory_utilization
     return options
+
+
+def weight_sync_options(weight_sync: str, bucket_mb: int, engine_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine options a ``weight_sync`` mode needs (checked with its bucket size in MiB):
+    ``memory`` adds the worker methods that receive the buckets
+    (:class:`videorl.rollout.vllm_weights.WeightReceiver`)."""
+    from videorl.rollout.vllm_weights import RECEIVER
+
+    if weight_sync not in ("memory", "folder"):
+        raise ConfigError(f"rollout.weight_sync must be memory or folder, got {weight_sync!r}")
+    if bucket_mb < 1:
+        raise ConfigError(f"rollout.weight_bucket_mb must be >= 1, got {bucket_mb}")
+    if weight_sync == "folder":
+        return {}
+    if engine_args.get("worker_extension_cls") not in (None, RECEIVER):
+        raise ConfigError(
+            "rollout.engine_options.worker_extension_cls: the in-memory weight refresh "
+            "(rollout.weight_sync=memory) installs its own worker extension; set rollout.weight_sync=folder "
+            "to use yours"
+        )
+    return {"worker_extension_cls": RECEIVER}
 
 
 def weights_dtype(dtype: str) -> Any:

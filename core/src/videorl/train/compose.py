@@ -187,13 +187,17 @@ def make_engine(
     device: Any = None,
     max_model_len: int | None = None,
     visible_devices: str | None = None,
+    weight_sync: str | None = None,
+    weight_bucket_mb: int | None = None,
 ) -> RolloutEngine:
-    """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options`` (``rollout.engine_options``).
+    """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options``
+    (``rollout.engine_options``).
 
     The ``hf`` engine generates with ``model`` when given (the actor itself, never refreshed), else
     with a copy of its own on ``device``; every other engine loads ``model_path``, in ``dtype``,
     seeded with ``seed``, with room for ``max_model_len`` tokens per sequence and on
-    ``visible_devices`` (:mod:`videorl.rollout.placement`), each unless ``options`` say otherwise.
+    ``visible_devices`` (:mod:`videorl.rollout.placement`), refreshed as ``weight_sync`` says with
+    buckets of ``weight_bucket_mb`` (``rollout.*``), each unless ``options`` say otherwise.
     An option the engine does not take is a :class:`ConfigError`.
     """
     import inspect
@@ -228,6 +232,8 @@ def make_engine(
         ("seed", seed),
         ("max_model_len", max_model_len),
         ("visible_devices", visible_devices),
+        ("weight_sync", weight_sync),
+        ("weight_bucket_mb", weight_bucket_mb),
     ):
         if key in accepted and value is not None:
             kwargs.setdefault(key, value)
@@ -373,6 +379,8 @@ def make_rank_engine(
             device=distributed.local_device(),
             max_model_len=max_model_len(config),
             visible_devices=placement.visible_devices,
+            weight_sync=config.rollout.weight_sync,
+            weight_bucket_mb=config.rollout.weight_bucket_mb,
         )
     if len(placement.group) == 1:
         assert engine is not None

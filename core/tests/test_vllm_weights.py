@@ -1,0 +1,150 @@
+"""The in-memory weight refresh of vLLM engines (:mod:`videorl.rollout.vllm_weights`) without vLLM:
+buckets, the byte packing the worker processes receive, and the begin/load/finish protocol against a
+fake engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from videorl.rollout.vllm_weights import (
+    ALIGN,
+    buckets,
+    choose_transport,
+    decode_bytes,
+    encode_bytes,
+    layout,
+    push_weights,
+)
+
+
+def _named(*sizes: int) -> list[tuple[str, torch.Tensor]]:
+    """float32 tensors of ``sizes`` elements (4 bytes each), named t0, t1, ..."""
+    return [(f"t{i}", torch.arange(n, dtype=torch.float32) + i) for i, n in enumerate(sizes)]
+
+
+def test_buckets_group_tensors_up_to_the_size_each_aligned() -> None:
+    assert ALIGN == 16
+    # 10 floats = 40 bytes -> 48 aligned; 25 floats = 100 -> 112; 4 floats = 16 -> 16
+    named = _named(10, 10, 25, 4, 4)
+    groups = [[name for name, _ in g] for g in buckets(named, bucket_bytes=100)]
+    # 48 + 48 = 96 fits in 100, +112 does not; 112 alone exceeds 100 but is a bucket of its own;
+    # 16 + 16 = 32
+    assert groups == [["t0", "t1"], ["t2"], ["t3", "t4"]]
+    assert [[n for n, _ in g] for g in buckets(named, bucket_bytes=1 << 20)] == [
+        ["t0", "t1", "t2", "t3", "t4"]
+    ]
+    assert list(buckets([], bucket_bytes=10)) == []
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        list(buckets(named, bucket_bytes=0))
+
+
+def test_layout_offsets_are_aligned_running_sums() -> None:
+    meta = layout(_named(10, 1, 25))
+    assert meta["offsets"] == [0, 48, 64]  # 40 -> 48, 4 -> 16
+    assert meta["total"] == 64 + 112
+    assert meta["dtypes"] == ["float32"] * 3 and meta["shapes"] == [[10], [1], [25]]
+
+
+def test_bytes_round_trip_keeps_every_dtype_shape_and_value() -> None:
+    gen = torch.Generator().manual_seed(0)
+    group = [
+        ("w.bf16", torch.randn(3, 5, generator=gen).to(torch.bfloat16)),
+        ("w.f32", torch.randn(2, 3, 4, generator=gen)),
+        ("w.f16.t", torch.randn(4, 3, generator=gen).to(torch.float16).t()),  # not contiguous
+        ("steps", torch.tensor([7, -1], dtype=torch.int64)),
+        ("scalar", torch.tensor(2.5)),
+        ("empty", torch.empty(0, 3)),
+        ("mask", torch.tensor([True, False, True])),
+    ]
+    payload = encode_bytes(group)
+    assert payload["kind"] == "bytes" and isinstance(payload["data"], bytearray)
+    assert len(payload["data"]) == payload["total"]
+    decoded = decode_bytes({**payload, "data": bytes(payload["data"])})  # what a worker receives
+    assert [n for n, _ in decoded] == [n for n, _ in group]
+    for (_, want), (_, got) in zip(group, decoded):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+
+
+def test_a_bytes_payload_is_plain_data_that_vllms_message_encoding_carries() -> None:
+    msgspec = pytest.importorskip("msgspec")
+    payload = encode_bytes(_named(3, 300))
+    wire = msgspec.msgpack.decode(msgspec.msgpack.encode(payload))  # what collective_rpc does to it
+    decoded = decode_bytes(wire)
+    assert torch.equal(decoded[1][1], torch.arange(300, dtype=torch.float32) + 1)
+
+
+class _FakeEngine:
+    """A ``collective_rpc`` with two workers that rebuild what they receive, as WeightReceiver does."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool, bool]] = []
+        self.loaded: list[dict[str, torch.Tensor]] = [{}, {}]
+
+    def __call__(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        (payload,) = args
+        self.calls.append((method, payload["begin"], payload["end"]))
+        tensors = payload["tensors"] if payload["kind"] == "direct" else decode_bytes(payload)
+        for worker in self.loaded:
+            worker.update({name: t.clone() for name, t in tensors})
+        return [None, None]
+
+
+@pytest.mark.parametrize("transport", ["bytes", "direct"])
+def test_push_weights_sends_each_bucket_the_first_begins_the_last_ends(transport: Any) -> None:
+    state = dict(_named(10, 10, 25, 4))
+    engine = _FakeEngine()
+    sent = push_weights(engine, state.items(), transport=transport, bucket_bytes=100)
+    assert sent == 3  # [t0 t1] [t2] [t3], as in the bucketing test
+    load = "videorl_load_weight_bucket"
+    assert engine.calls == [(load, True, False), (load, False, False), (load, False, True)]
+    for worker in engine.loaded:
+        assert worker.keys() == state.keys()
+        assert all(torch.equal(worker[k], v) for k, v in state.items())
+
+
+def test_one_bucket_begins_and_ends_the_update_and_no_tensors_still_make_one() -> None:
+    engine = _FakeEngine()
+    assert push_weights(engine, _named(4), transport="bytes", bucket_bytes=1 << 20) == 1
+    assert push_weights(engine, [], transport="bytes", bucket_bytes=1 << 20) == 1
+    assert engine.calls == [("videorl_load_weight_bucket", True, True)] * 2
+
+
+def test_the_transport_follows_where_the_workers_run() -> None:
+    assert choose_transport(same_process=True, engine_on_cuda=True) == "direct"
+    assert choose_transport(same_process=True, engine_on_cuda=False) == "direct"
+    assert choose_transport(same_process=False, engine_on_cuda=False) == "bytes"
+    # a GPU engine gets CUDA IPC handles only from a process that has CUDA itself
+    expected = "cuda_ipc" if torch.cuda.is_available() else "bytes"
+    assert choose_transport(same_process=False, engine_on_cuda=True) == expected
+
+
+def _open_in_child(handle: dict[str, Any], meta: dict[str, Any], out: Any) -> None:
+    """In another process, as a vLLM worker does: map the staging buffer, unpack, clone, report."""
+    from videorl.rollout.vllm_weights import open_ipc_handle, unpack
+
+    tensors = [(n, t.clone()) for n, t in unpack(open_ipc_handle(handle), meta)]
+    torch.cuda.synchronize()
+    out.put([(n, t.cpu().tolist()) for n, t in tensors])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
+def test_a_cuda_ipc_bucket_reaches_another_process() -> None:
+    import multiprocessing
+
+    from videorl.rollout.vllm_weights import _Staging
+
+    group = [("a", torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)), ("b", torch.tensor([1.5, -2.0]))]
+    staging = _Staging(1 << 20)
+    payload = staging.payload(group)
+    assert payload["kind"] == "cuda_ipc" and isinstance(payload["handle"]["handle"], bytes)
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=_open_in_child, args=(payload["handle"], payload, out))
+    child.start()
+    received = out.get(timeout=120)
+    child.join(timeout=60)
+    assert received == [("a", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]), ("b", [1.5, -2.0])]
