@@ -27,6 +27,7 @@ from videorl.plugins import Plugins
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--family", default="qwen2_5_vl", show_default=True, help="Model family of the tiny model.")
 @click.option("--engine", default="hf", show_default=True, help="Rollout engine (hf or vllm).")
+@click.option("--lora", is_flag=True, help="Train LoRA adapters (actor.lora) instead of every weight.")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.pass_obj
 def demo_command(
@@ -37,6 +38,7 @@ def demo_command(
     seed: int,
     family: str,
     engine: str,
+    lora: bool,
     overrides: tuple[str, ...],
 ) -> None:
     """Build a tiny model and synthetic videos, cache them, train with GRPO, report accuracy.
@@ -51,8 +53,9 @@ def demo_command(
     start = time.monotonic()
     try:
         result = demo.run(
-            out, plugins, steps=steps, seed=seed, family=family, engine=engine, extra=overrides, task=task
-        )
+            out, plugins, steps=steps, seed=seed, family=family, engine=engine, extra=overrides, task=task,
+            lora=lora,
+        )  # fmt: skip
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     minutes = (time.monotonic() - start) / 60
