@@ -15,8 +15,8 @@ AdamW of the same settings, alternated in one process: videorl's step ``s`` runs
              present) on the responses videorl trained on (mix-policy's offline ones included);
 - advantage: group mean and standard deviation;
 - update:    one micro-batch of the same sequences (prompts left-padded, responses right-padded, as
-             TRL does), ``logits_to_keep`` over the responses, the PPO loss with DAPO's clip-higher
-             (token mean), gradient clipping at 1.0, one AdamW step.
+             TRL does), ``logits_to_keep`` over the responses, TRL's selective log-softmax, the PPO
+             loss with DAPO's clip-higher (token mean), gradient clipping at 1.0, one AdamW step.
 
 Stages: videorl's ``time/*`` metrics (``data``, ``rollout``, ``reward``, ``actor``; ``step`` is the
 loop's whole step), the bare step's around the same work. Each reports the median over the timed
@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -219,7 +220,9 @@ class BareStep:
             attention_mask=torch.cat([prompt_mask, completion_mask], 1),
             logits_to_keep=width + 1, use_cache=False, **visual,
         ).logits[:, :-1]  # fmt: skip
-        logp = torch.log_softmax(logits.float(), -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        # TRL's selective log-softmax: the chosen logit minus the log-sum-exp, no B×T×V log-probs
+        logits = logits.float()
+        logp = logits.gather(-1, completion.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
         ratio = torch.exp(logp - logp.detach())
         adv = advantages.unsqueeze(1)
         low, high = self.clip
@@ -265,9 +268,11 @@ def main() -> None:
         total = args.warmup + args.steps
         model, train, val = demo.prepare(work, plugins, family="qwen2_5_vl", seed=args.seed, train=96, val=4,
                                          task=demo.DEFAULT_TASK)  # fmt: skip
+        run_dir = work / "runs" / "overhead"
+        shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run each time (--workdir keeps the rest)
         overrides = demo.demo_overrides(work, model, train, val, steps=total, seed=args.seed, engine="hf")
         config = load_config(None, [*overrides, "trainer.val_every=0", f"trainer.save_every={total}",
-                                    f"output_dir={work / 'runs' / 'overhead'}"])  # fmt: skip
+                                    f"output_dir={run_dir}"])  # fmt: skip
         training = build_training(config, plugins)
         engine, trained = RecordingEngine(training.engine), TrainedLog()
         training = replace(training, engine=engine, io=replace(training.io, completions=trained))
