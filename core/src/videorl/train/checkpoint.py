@@ -295,8 +295,9 @@ class Checkpoint:
             raise _read_error(tensors, exc) from None
         return state[key]
 
-    def load_into(self, state: Stateful, dist: Dist) -> None:
-        """Read this checkpoint's tensors into ``state`` (a collective: each rank reads its shards)."""
+    def load_into(self, state: Stateful, dist: Dist, group: Any = None) -> None:
+        """Read this checkpoint's tensors into ``state`` (a collective over ``group``, default the
+        default group: each rank reads its shards)."""
         from torch.distributed.checkpoint import load
         from torch.distributed.checkpoint.api import CheckpointException
 
@@ -311,7 +312,7 @@ class Checkpoint:
         try:
             quiet_single_process()
             load(template, storage_reader=safe_reader(tensors), planner=safe_planner(empty=False),
-                 no_dist=dist.world_size == 1)  # fmt: skip
+                 process_group=group, no_dist=dist.world_size == 1)  # fmt: skip
         except (Exception, CheckpointException) as exc:
             raise _read_error(tensors, exc) from None
         for alias, name in self.aliases.items():
@@ -480,7 +481,7 @@ class CheckpointManager:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data_state and extra must be JSON-serialisable: {exc}") from exc
         self.wait()
-        group = self._write_group(dist)
+        group = self.process_group(dist)
         tmp = self.root / f".tmp-{self.path_for(step).name}"
         if dist.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -516,9 +517,10 @@ class CheckpointManager:
         if pending is not None:
             pending.result()
 
-    def _write_group(self, dist: Dist) -> Any:
-        """A gloo group for the writes of a multi-process run, made at the first write (None: one
-        process): a background write's collectives must not mix with the training loop's."""
+    def process_group(self, dist: Dist) -> Any:
+        """The gloo group of this manager's collectives in a multi-process run, made at first use (a
+        collective; None: one process). A background write's collectives must not mix with the
+        training loop's, and a load's (plans, metadata: CPU objects) need no accelerator."""
         if dist.world_size == 1:
             return None
         if self._group is None:
@@ -826,7 +828,7 @@ def resume(
     ckpt.require_sharded("it")
     ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
     rng = ckpt.rng_state(dist.rank)
-    ckpt.load_into(state, dist)
+    ckpt.load_into(state, dist, checkpoints.process_group(dist))
     if data is not None:
         data.load_state_dict(ranks[dist.rank])
     if rng is not None:
