@@ -11,8 +11,9 @@ AdamW of the same settings, alternated in one process: videorl's step ``s`` runs
 - rollout:   ``model.generate`` on the batch, ``num_return_sequences = n`` (as TRL does), forced by a
              logits processor to the token ids videorl's engine sampled (the engine's outputs are
              recorded by a wrapper), so both sides decode the same tokens;
-- reward:    the demo's rule written out (0.9 × exact letter in the last ``<answer>`` + 0.1 × tag
-             present) on the responses videorl trained on (mix-policy's offline ones included);
+- reward:    the demo's multiple-choice rule written out (0.9 × the letter of the last ``<answer>``, or
+             of the bare text, + 0.1 × the tag there) on the responses videorl trained on (mix-policy's
+             offline ones included);
 - advantage: group mean and standard deviation;
 - update:    one micro-batch of the same sequences (prompts left-padded, responses right-padded, as
              TRL does), ``logits_to_keep`` over the responses, TRL's selective log-softmax, the PPO
@@ -189,11 +190,12 @@ class BareStep:
 
     @staticmethod
     def _reward(text: str, truth: str) -> float:
+        """0.9 × the letter of the last ``<answer>`` (of the text after any reasoning when there is none)
+        being the truth, + 0.1 × the tag being there."""
         answers = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
-        if not answers:
-            return 0.0
-        letter = re.match(r"\s*\(?([A-Z])\b", answers[-1])
-        return 0.9 * float(letter is not None and letter.group(1) == truth.strip()) + 0.1
+        answer = answers[-1] if answers else text.rsplit("</think>", 1)[-1]
+        letter = re.match(r"\s*\(?([A-Z])\b", answer)
+        return 0.9 * float(letter is not None and letter.group(1) == truth.strip()) + 0.1 * bool(answers)
 
     def _update(
         self, batch: dict[str, torch.Tensor], responses: list[list[int]], advantages: torch.Tensor
@@ -242,6 +244,23 @@ def decode_clip(path: str) -> torch.Tensor:
     with av.open(path) as container:
         frames = [torch.from_numpy(f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
     return torch.stack(frames).permute(0, 3, 1, 2).contiguous()
+
+
+def summarise(rows: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """Per side, the median seconds of each stage and of the step over the timed steps (``rows``:
+    ``{"videorl": {stage: s}, "bare": {stage: s}}`` per step), ``other`` (the step minus the stages), and
+    videorl's median over the bare one per stage."""
+    seconds: dict[str, dict[str, float]] = {}
+    for side in ("videorl", "bare"):
+        seconds[side] = {s: statistics.median(r[side].get(s, 0.0) for r in rows) for s in (*STAGES, "step")}
+        seconds[side]["other"] = statistics.median(
+            r[side]["step"] - sum(r[side].get(s, 0.0) for s in STAGES) for r in rows
+        )
+    ratio = {
+        s: seconds["videorl"][s] / seconds["bare"][s] if seconds["bare"][s] > 0 else None
+        for s in (*STAGES, "other", "step")
+    }
+    return {"seconds": seconds, "ratio": ratio}
 
 
 def main() -> None:
@@ -295,19 +314,10 @@ def main() -> None:
                 rows.append({"videorl": videorl, "bare": dict(bare.seconds)})
 
         training.run(on_step=on_step)
-    summary: dict[str, Any] = {}
-    for side in ("videorl", "bare"):
-        summary[side] = {s: statistics.median(r[side].get(s, 0.0) for r in rows) for s in (*STAGES, "step")}
-        summary[side]["other"] = statistics.median(
-            r[side]["step"] - sum(r[side].get(s, 0.0) for s in STAGES) for r in rows
-        )
-    stages = (*STAGES, "other", "step")
-    ratio = {
-        s: summary["videorl"][s] / summary["bare"][s] if summary["bare"][s] > 0 else None for s in stages
-    }
+    summary = summarise(rows)
     print(json.dumps({
         "benchmark": "overhead", "steps": args.steps, "warmup": args.warmup, "threads": args.threads,
-        "seconds": summary, "ratio": ratio, "target": {"step": 1.15},
+        **summary, "target": {"step": 1.15},
         "setup": {"model": "tiny qwen2_5_vl (the demo's)", "device": "cpu", "prompts_per_step": 16,
                   "n": config.rollout.n, "dtype": "float32"},
     }))  # fmt: skip
