@@ -129,14 +129,16 @@ def mvbench(tmp_path_factory: pytest.TempPathFactory) -> Path:
 RIGHT_3_OF_4 = {f"mvbench:object_existence/{i}": f"({letter})" for i, letter in enumerate("ABAA")}
 
 
-def config(run: Path, model: Path, *benchmarks: str, steps: int = 5, strict: bool = False) -> Any:
+def config(
+    run: Path, model: Path, *benchmarks: str, steps: int = 5, strict: bool = False, extra: Sequence[str] = ()
+) -> Any:
     return load_config(
         None,
         [
             f"output_dir={run}", f"model.path={model}", "data.train_files=[unused.jsonl]",
             "data.video_fps=2", "data.video_max_frames=2", "data.video_max_pixels=3136",
             f"trainer.max_steps={steps}", f"trainer.benchmarks=[{', '.join(benchmarks)}]",
-            f"trainer.benchmarks_strict={str(strict).lower()}",
+            f"trainer.benchmarks_strict={str(strict).lower()}", *extra,
         ],
     )  # fmt: skip
 
@@ -315,6 +317,46 @@ def test_the_ray_path_writes_what_the_evaluator_writes(
     by_id = [{i: p.record for i, p in read_predictions(d / "predictions.jsonl").items()} for d in (a, b)]
     assert by_id[0] == by_id[1]
     assert by_id[1]["object_existence/2"]["stage"] == "load"
+
+
+@pytest.mark.parametrize(
+    ("workers", "colocated", "tp", "hosts"), [(3, False, 1, [0, 1, 2]), (4, True, 2, [0, 2])]
+)
+def test_on_ray_the_rows_are_shared_among_the_workers_hosting_an_engine(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path,
+    workers: int, colocated: bool, tp: int, hosts: list[int],
+) -> None:  # fmt: skip
+    """One request per rollout worker, rows only to those hosting an engine (a tensor-parallel group's
+    leader when colocated); the answers come back in row order."""
+    from types import SimpleNamespace
+
+    from videorl.cluster import wire
+    from videorl.train.benchmarks import ray_evaluations
+
+    c = config(tmp_path / "run", model, f"{{name: mvbench, data_root: {mvbench}}}",
+               extra=[f"rollout.engine_options={{tensor_parallel_size: {tp}}}"])  # fmt: skip
+    worker, engine = (
+        WorkerBenchmarks(c, plugins, backend),
+        ScriptedEngine(backend.processor.tokenizer, RIGHT_3_OF_4),
+    )
+    calls: list[list[list[str]]] = []
+
+    class Controller:
+        rollout_worker_count = workers
+        cluster = SimpleNamespace(colocated=colocated)
+
+        def call_rollouts(self, stage: str, method: str, requests: Sequence[Any]) -> list[Any]:
+            assert (stage, method, len(requests)) == ("benchmark mvbench", "generate_benchmark", workers)
+            calls.append([r.get("ids", []) for r in requests])
+            return [
+                wire.loads(wire.dumps(worker.generate(engine, wire.loads(wire.dumps(r))))) for r in requests
+            ]
+
+    (evaluation,) = ray_evaluations(BenchmarkPasses(c, plugins, backend), Controller())  # type: ignore[arg-type]
+    assert evaluation(5)["bench/mvbench/overall"] == pytest.approx(0.75)
+    (ids,) = calls
+    assert [i for i, share in enumerate(ids) if share] == hosts
+    assert sorted(i for share in ids for i in share) == [f"object_existence/{n}" for n in range(4)]
 
 
 def test_videorl_plot_draws_each_benchmarks_overall() -> None:
