@@ -506,12 +506,16 @@ def load_datasets(
 
 def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
+    from videorl import algorithms
     from videorl.rewards.router import RewardRouter
     from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
     from videorl.train.data import TrainData
     from videorl.train.distributed import Dist
 
     dist = dist or Dist()
+    # the preset applied (its section keys too: DAPO's dynamic_sampling, overlong_buffer), as the loop
+    # reads them and the run's config.yaml records them; resolving a resolved section changes nothing
+    config.algorithm = algorithms.resolve(config.algorithm, plugins)
     run = begin_run(config, dist.world_size, "the number of training processes")
     seed_everything(config.seed + dist.rank)
 
