@@ -184,6 +184,9 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # Optional: ``build_tiny(out_dir, *, model_type=None, seed=0, width=64) -> Path`` (a classmethod)
     # writes a tiny random checkpoint of the family (``width``: the text hidden size);
     # ``videorl models tiny`` calls it.
+    # Optional: ``pack_inputs(inputs: ModelInputs) -> PackedInputs`` puts a teacher-forced batch in one
+    # padding-free row (``actor.padding_free``, :mod:`videorl.packing`); ``packing_unsupported`` (a
+    # reason, or None) declines it. Without ``pack_inputs`` the micro-batches are padded.
 
 
 #: members set on the instance (``__init__``), so absent from a backend class

@@ -146,7 +146,8 @@ class QwenVLBackend:
         return self.prepare_model(model).eval()
 
     def prepare_model(self, model: Any) -> Any:
-        """Install the original Qwen 3-D positions (as vLLM computes them) on a loaded model."""
+        """Install the original Qwen 3-D positions (as vLLM computes them) on a loaded model, and
+        sdpa that attends within each sequence of a packed row (``actor.padding_free``)."""
         from videorl_models.rope import install_rope_index
 
         inner = getattr(model, "model", model)
