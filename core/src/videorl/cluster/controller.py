@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
 from videorl.cluster.runtime import Cluster, WorkerFailure, WorkerHandle, cpus_needed, start_ray
+from videorl.cluster.weights import ObjectStoreTransport, WeightTransport
 from videorl.errors import VideorlError
 from videorl.train.distributed import mean_over_ranks
 
@@ -78,6 +79,7 @@ class Controller:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(data)), thread_name_prefix="videorl-rank")
         self._parity_due = config.rollout.parity_check != "off"  # on the first step after a (re)start
+        self.transport: WeightTransport = ObjectStoreTransport(cluster)  # split placement's weight sync
 
     def close(self) -> None:
         """Stop the rank threads (after a failure the workers are ended next)."""
@@ -85,10 +87,14 @@ class Controller:
 
     # --- calls -------------------------------------------------------------------------------------
 
-    def _call(self, stage: str, calls: Sequence[tuple[WorkerHandle, str, bytes]]) -> list[bytes]:
-        """Send each worker its message; count the bytes both ways."""
+    def _call(
+        self, stage: str, calls: Sequence[tuple[WorkerHandle, str, bytes]], step: int | None = None
+    ) -> list[bytes]:
+        """Send each worker its message (for ``step``, default the current one); count the bytes both ways."""
         replies = self.cluster.call(
-            stage, self.step, [(w, method, (message,)) for w, method, message in calls]
+            stage,
+            self.step if step is None else step,
+            [(w, method, (message,)) for w, method, message in calls],
         )
         with self._lock:
             self._bytes["sent"] += sum(len(m) for _, _, m in calls)
@@ -117,34 +123,44 @@ class Controller:
         return score
 
     def _generate(
-        self, rank: int, split: str, samples: Sequence[Sample], seed: int | None, timer: StageTimer
-    ) -> tuple[list[Any], list[list[Any]]]:
+        self,
+        rank: int,
+        split: str,
+        samples: Sequence[Sample],
+        seed: int | None,
+        timer: StageTimer,
+        step: int | None = None,
+    ) -> tuple[list[Any], list[list[Any]], int]:
         """Rank ``rank``'s rollout worker generates for ``samples`` of ``split`` (greedy without a
-        ``seed``): their prompts (sample and media metadata; encoded on the worker) and completions."""
+        ``seed``) for ``step`` (default the current one): their prompts (sample and media metadata;
+        encoded on the worker), completions, and the weight version that generated them."""
         from videorl.train.data import Prompt
 
+        step = self.step if step is None else step
         worker = self.cluster.rollouts[rank % len(self.cluster.rollouts)]
         message = wire.dumps(
             {
                 "split": split,
-                "step": self.step,
+                "step": step,
                 "ids": [s.id for s in samples],
                 "seed": seed,
                 "greedy": seed is None,
             }
         )
-        reply = wire.loads(self._call("rollout", [(worker, "generate", message)])[0])
+        reply = wire.loads(self._call("rollout", [(worker, "generate", message)], step)[0])
         _add_seconds(timer, reply["seconds"])
         prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
-        return prompts, [[wire.completion_in(c) for c in group] for group in reply["completions"]]
+        completions = [[wire.completion_in(c) for c in group] for group in reply["completions"]]
+        return prompts, completions, int(reply["version"])
 
-    def _rollout(self, rank: int, timer: StageTimer) -> Callable[[list[Sample], int, int], Any]:
-        """A :data:`~videorl.train.grpo.Rollout` for rank ``rank`` on the workers."""
+    def _rollout(self, rank: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
+        """A :data:`~videorl.train.grpo.Rollout` for rank ``rank`` on the workers, for ``step``: each
+        trajectory carries the weight version that generated it."""
         from videorl.train.grpo import finish_groups
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
-            prompts, outputs = self._generate(rank, "train", samples, seed, timer)
-            return finish_groups(
+            prompts, outputs, version = self._generate(rank, "train", samples, seed, timer, step)
+            groups, metrics = finish_groups(
                 self.config,
                 prompts,
                 outputs,
@@ -153,6 +169,9 @@ class Controller:
                 first_group=first_group,
                 timer=timer,
             )
+            for t in (t for group in groups for t in group):
+                t.version = version
+            return groups, metrics
 
         return rollout
 
@@ -163,9 +182,20 @@ class Controller:
 
         per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))
         groups, extra = collect_groups(
-            self.config, step, per_rank, self.data[rank], self._rollout(rank, timer), rank
+            self.config, step, per_rank, self.data[rank], self._rollout(rank, timer, step), rank
         )
         return assign_advantages(self.config, groups), extra
+
+    def _collected(
+        self, step: int
+    ) -> tuple[list[StageTimer], list[tuple[list[Trajectory], dict[str, float]]]]:
+        """Every rank's trajectories of ``step`` and rollout counters, with the stage times per rank
+        (here: generated now; :class:`~videorl.cluster.async_driver.AsyncController`: ahead)."""
+        from videorl.train.grpo import StageTimer
+
+        ranks = range(len(self.cluster.actors))
+        timers = [StageTimer() for _ in ranks]
+        return timers, _all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
 
     def _reference(self, shares: list[list[Trajectory]], timers: list[StageTimer]) -> None:
         """Split placement, KL on: each share's reference log-probs from a reference worker."""
@@ -200,15 +230,11 @@ class Controller:
         return metrics
 
     def _sync_weights(self) -> float:
-        """Split placement: publish the actor's weights, load them into every rollout engine; their bytes."""
-        published = self.cluster.call(
-            "weight sync", self.step, [(a, "publish_weights", ()) for a in self.cluster.actors]
-        )
-        ref, size = published[0]
-        self.cluster.call(
-            "weight sync", self.step, [(w, "load_weights", (ref,)) for w in self.cluster.rollouts]
-        )
-        return float(size)
+        """Split placement: publish the actor's weights (version: the current step), load them into
+        every rollout engine; their bytes."""
+        published = self.transport.publish(self.step)
+        self.transport.deliver(published)
+        return published.size
 
     def _validate(self, rank: int) -> dict[str, float]:
         from videorl.train.grpo import StageTimer, validation_metrics
@@ -216,7 +242,7 @@ class Controller:
         shard = self.validation[rank :: len(self.cluster.actors)]
         if not shard:
             return {}
-        prompts, outputs = self._generate(rank, "val", shard, None, StageTimer())
+        prompts, outputs, _ = self._generate(rank, "val", shard, None, StageTimer())
         return validation_metrics(prompts, outputs, self.scorer("val"), self.canonical)
 
     # --- the driver --------------------------------------------------------------------------------
@@ -246,13 +272,12 @@ class Controller:
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         """One GRPO step over the workers; its metrics averaged over the ranks as torchrun does, each
         stage's time (measured per rank) averaged into ``timer``."""
-        from videorl.train.grpo import StageTimer, step_metrics
+        from videorl.train.grpo import step_metrics
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated
         self.step, self._bytes = step, defaultdict(int)
-        timers = [StageTimer() for _ in ranks]
-        collected = _all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        timers, collected = self._collected(step)
         shares = [share for share, _ in collected]
         if split and config.algorithm.use_kl_loss:
             self._reference(shares, timers)
@@ -374,15 +399,19 @@ def train_on_ray(
     *,
     address: str | None = None,
     on_step: OnStep | None = None,
+    driver: type[Controller] | None = None,
 ) -> int:
     """Train as ``config`` says with a controller here and worker groups on Ray; the last step done.
 
     Everything that can be checked without the workers is checked first (datasets, rewards, the frame
     cache in ``preprocessed_only`` mode, the checkpoint to resume), then Ray is started or joined.
+    ``driver``: the controller class; default :class:`Controller`, or with ``trainer.max_staleness``
+    the asynchronous :class:`~videorl.cluster.async_driver.AsyncController`.
     """
     import ray
 
     from videorl.atomic import atomic_write_text
+    from videorl.cluster.async_driver import AsyncController
     from videorl.rewards.router import RewardRouter
     from videorl.train.benchmarks import BenchmarkPasses, ray_evaluations
     from videorl.train.compose import begin_run, close_io, load_datasets, make_backend, make_encoder
@@ -415,7 +444,8 @@ def train_on_ray(
             Path(config.output_dir) / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n"
         )
         io = begun.open_io(config, plugins, writer=True)
-        controller = Controller(config, cluster, backend, data, val, rewards.canonical_type, io.completions)
+        driver = driver or (AsyncController if config.trainer.max_staleness > 0 else Controller)
+        controller = driver(config, cluster, backend, data, val, rewards.canonical_type, io.completions)
         if begun.resume_from is not None:
             controller.resume(begun.resume_from)
         evaluations = ray_evaluations(benchmarks, controller)

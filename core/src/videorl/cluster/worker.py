@@ -69,6 +69,7 @@ class Worker:
         self.actor: Actor | None = None
         self.engine: RolloutEngine | None = None
         self.engine_shares_actor = False
+        self.weight_version = 0  # the policy version the engine holds (the step of its last update)
         self.reference: torch.nn.Module | None = None
         self.scorer: Scorer | None = None
         self.dist: Dist | None = None
@@ -196,8 +197,9 @@ class Worker:
     # --- roles -------------------------------------------------------------------------------------
 
     def generate(self, message: bytes) -> bytes:
-        """``{split, step, ids, seed, greedy}`` -> per sample its media metadata and completions, and
-        the seconds spent encoding (``data``) and generating (``rollout``)."""
+        """``{split, step, ids, seed, greedy}`` -> per sample its media metadata and completions, the
+        weight ``version`` that generated them, and the seconds spent encoding (``data``) and
+        generating (``rollout``)."""
         from videorl.train.grpo import sampling_params, validation_params
 
         assert self.engine is not None, "generate() on a worker without the rollout role"
@@ -216,6 +218,7 @@ class Worker:
             {
                 "media": [wire.media_out(p.media) for p in ordered],
                 "completions": [[wire.completion_out(c) for c in group] for group in outputs],
+                "version": self.weight_version,
                 "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
             }
         )
@@ -311,11 +314,13 @@ class Worker:
             return None
         return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]
 
-    def load_weights(self, state: dict[str, torch.Tensor]) -> float:
-        """Refresh the engine with published weights (Ray resolves the reference); the seconds it took."""
+    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> float:
+        """Refresh the engine with published weights of policy ``version`` (Ray resolves the
+        reference); the seconds it took."""
         assert self.engine is not None, "load_weights() on a worker without the rollout role"
         start = time.perf_counter()
         self.engine.update_weights(state)
+        self.weight_version = version
         return time.perf_counter() - start
 
     # --- checkpoints -------------------------------------------------------------------------------

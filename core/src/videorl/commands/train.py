@@ -102,6 +102,11 @@ def train_command(
             raise click.ClickException(str(exc)) from None
         click.echo(f"trained to step {last}; run directory: {config.output_dir}")
         return
+    if config.trainer.max_staleness > 0:
+        raise click.ClickException(
+            f"{config_file}: trainer.max_staleness: {config.trainer.max_staleness} trains asynchronously on "
+            "Ray: add --ray (with ray.placement: split), or set trainer.max_staleness: 0"
+        )
     from videorl.train.compose import build_training
     from videorl.train.distributed import close_distributed, init_distributed
 

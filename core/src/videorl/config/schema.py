@@ -495,12 +495,18 @@ class TrainerConfig:
     benchmarks_strict: bool = option(
         False, "A benchmark that fails (its data, a sample, its adapter) stops the run; false: logged, run goes on."
     )
+    max_staleness: int = option(
+        0,
+        "Asynchronous training (Ray, placement split): the rollout workers generate up to k steps ahead of "
+        "the update, so a batch is trained on by a policy at most k versions newer than the one that "
+        "generated it; 0: synchronous (docs/async.md).",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
         if self.max_steps < 1:
             problems.append(("max_steps", "must be >= 1"))
-        for key in ("save_every", "keep_last", "val_every", "log_completions"):
+        for key in ("save_every", "keep_last", "val_every", "log_completions", "max_staleness"):
             if getattr(self, key) < 0:
                 problems.append((key, "must be >= 0"))
         for i, bench in enumerate(self.benchmarks):
@@ -651,4 +657,17 @@ class TrainConfig:
             )
         if not self.output_dir.strip():
             problems.append(("output_dir", "must not be empty"))
+        if self.trainer.max_staleness > 0:
+            if self.ray.placement != "split":
+                problems.append(
+                    ("trainer.max_staleness", "needs ray.placement: split (rollout workers of their own)")
+                )
+            if self.algorithm.rollout_correction == "none":
+                problems.append(
+                    (
+                        "trainer.max_staleness",
+                        "needs algorithm.rollout_correction: tis or mis (the correction for the behaviour "
+                        "policy that generated a stale batch)",
+                    )
+                )
         return problems

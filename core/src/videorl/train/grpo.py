@@ -159,6 +159,7 @@ class Trajectory:
     parts: dict[str, float] = field(default_factory=dict)
     advantage: float = 0.0
     ref_logprobs: list[float] | None = None  # from reference workers (Ray, split placement)
+    version: int = 0  # the policy version (step of its last update) that generated it (Ray)
 
 
 # --- small helpers --------------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""What asynchronous training buys: steps/s on Ray's split placement, synchronous vs ``max_staleness``.
+
+Prints one JSON line. The demo task (tiny random Qwen2.5-VL, cached synthetic clips, hf engine) runs
+``--steps`` steps with one actor worker and one rollout worker (one CPU each, plus the reward worker)
+under ``videorl train --ray ray.placement=split``, three ways, alternated ``--rounds`` times so that a
+busy neighbour slows all alike:
+
+- ``sync``: ``trainer.max_staleness=0`` (the synchronous controller: generate, then update, then sync);
+- ``staleness_1`` / ``staleness_2``: the asynchronous controller, rollouts 1 or 2 steps ahead
+  (``algorithm.rollout_correction=tis`` in all three, so they train the same loss).
+
+Per mode, over steps 2.. (step 1 warms up), the medians over rounds of: steps/s (steps over the sum
+of ``time/step``), the seconds per step each worker idles (the step's wall time less what the worker
+was busy: ``time/rollout`` for the rollout worker, ``time/actor`` for the actor worker), the actor's
+wait for its groups (``time/rollout_wait``), the mean and max staleness, and the ratio of steps/s to
+``sync``. The issue's target is a ratio of at least 1.5 at staleness 1 on a 2-core machine.
+
+Usage: ``python benchmarks/async_step.py [--steps 8] [--rounds 2] [--prompts 4] [--n 4]
+[--response-length 48] [--workdir DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MODES = {"sync": 0, "staleness_1": 1, "staleness_2": 2}
+
+
+def prepare(workdir: Path, prompts: int, n: int, steps: int, response_length: int) -> tuple[Path, list[str]]:
+    """The demo task's data and model under ``workdir``; the config file and overrides of a run."""
+    from videorl import demo
+    from videorl.plugins import load_plugins
+
+    model, train, val = demo.prepare(
+        workdir / "task", load_plugins(), family="qwen2_5_vl", seed=0, train=prompts * steps, val=2
+    )
+    config = workdir / "empty.yaml"
+    config.write_text("seed: 5\n")
+    overrides = [
+        *demo.demo_overrides(workdir / "task", model, train, val, steps=steps, seed=5, engine="hf"),
+        f"data.rollout_batch_size={prompts}",
+        f"actor.global_batch_size={prompts}",
+        f"rollout.n={n}",
+        f"rollout.max_response_length={response_length}",
+        "algorithm.rollout_correction=tis",
+        "trainer.save_every=0",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+        "data.val_files=[]",
+        "--ray",
+        "ray.placement=split",
+        "ray.actor_workers=1",
+        "ray.rollout_workers=1",
+        "ray.cpus_per_worker=1",
+    ]
+    return config, overrides
+
+
+def run_mode(config: Path, overrides: list[str], out: Path, staleness: int) -> list[dict[str, Any]]:
+    """One training run at ``staleness``; its metrics rows."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides]
+    command += [f"output_dir={out}", f"trainer.max_staleness={staleness}"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"staleness {staleness} failed:\n{done.stderr[-4000:]}")
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Steps/s and per-step idle seconds over steps 2.. of one run."""
+    steady = rows[1:]
+    wall = sum(r["time/step"] for r in steady)
+    mean = lambda key: sum(r.get(key, 0.0) for r in steady) / len(steady)  # noqa: E731
+    return {
+        "steps_per_s": len(steady) / wall,
+        "step_s": wall / len(steady),
+        "rollout_idle_s": wall / len(steady) - mean("time/rollout"),
+        "actor_idle_s": wall / len(steady) - mean("time/actor"),
+        "rollout_wait_s": mean("time/rollout_wait"),
+        "staleness_mean": mean("async/staleness_mean"),
+        "staleness_max": max(r.get("async/staleness_max", 0.0) for r in rows),
+        "accuracy_last": steady[-1].get("accuracy/overall", 0.0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--response-length", type=int, default=48)
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES)
+    )
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",")]
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="videorl-async-"))
+    config, overrides = prepare(workdir, args.prompts, args.n, args.steps, args.response_length)
+    results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for mode in modes:
+            out = workdir / f"{mode}-{r}"
+            shutil.rmtree(out, ignore_errors=True)
+            results[mode].append(summarise(run_mode(config, overrides, out, MODES[mode])))
+    report: dict[str, Any] = {
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "prompts": args.prompts,
+        "n": args.n,
+        "response_length": args.response_length,
+        "cpus": os.cpu_count(),
+    }
+    for mode, runs in results.items():
+        report[mode] = {key: round(statistics.median(run[key] for run in runs), 4) for key in runs[0]}
+    if "sync" in results:
+        base = report["sync"]["steps_per_s"]
+        for mode in modes:
+            if mode != "sync":
+                report[f"ratio_{mode}"] = round(report[mode]["steps_per_s"] / base, 3)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
