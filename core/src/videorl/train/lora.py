@@ -11,13 +11,12 @@
   is the reference policy of the KL term (no second copy in memory).
 - Export: a LoRA run's checkpoint becomes a merged HF model (``from_pretrained`` loads it) or the adapter
   in PEFT's format (``PeftModel.from_pretrained`` loads it); an adapter folder given to evaluation is
-  merged into its base model first (:func:`merge_adapter_folder`).
+  merged into its base model first (:func:`merged_adapter_model`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
     import torch
 
     from videorl.config.schema import LoraConfig
-
-log = logging.getLogger("videorl.lora")
 
 ADAPTER = "default"  # peft's adapter name: one adapter per actor
 ADAPTER_CONFIG = "adapter_config.json"  # what marks a PEFT adapter folder
@@ -127,7 +124,7 @@ def inject(model: torch.nn.Module, settings: LoraConfig) -> Adapters:
     peft = require_peft()
     config = peft_config(settings, target_modules(model, settings))
     peft.inject_adapter_in_model(config, model, adapter_name=ADAPTER)
-    adapters = Adapters(model, config)
+    adapters = Adapters(model)
     for param in adapters.parameters():
         param.data = param.data.to(torch.float32)
     return adapters
@@ -137,17 +134,16 @@ class Adapters:
     """The LoRA adapters injected into one actor module (:func:`inject`); ``model`` may be sharded
     (FSDP2) after this is built: names are looked up on it each time."""
 
-    def __init__(self, model: torch.nn.Module, config: Any) -> None:
-        from peft.tuners.lora import LoraLayer
+    def __init__(self, model: torch.nn.Module) -> None:
+        from peft.tuners.lora import Linear as LoraLinear
 
         self.model = model
-        self.config = config  # peft's LoraConfig
         self.names = [name for name, p in model.named_parameters() if p.requires_grad]
         # module name -> (scale, fan_in_fan_out): what merging a layer's adapter takes besides its tensors
         self.layers: dict[str, tuple[float, bool]] = {
             name: (float(m.scaling[ADAPTER]), bool(m.fan_in_fan_out))
             for name, m in model.named_modules()
-            if isinstance(m, LoraLayer)
+            if isinstance(m, LoraLinear)  # target_modules chooses linear layers only
         }
 
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -242,12 +238,6 @@ class Adapters:
                 layer.enable_adapters(True)
 
 
-def trainable_fraction(model: torch.nn.Module) -> float:
-    """The share of ``model``'s parameters that train."""
-    total = sum(p.numel() for p in model.parameters())
-    return sum(p.numel() for p in model.parameters() if p.requires_grad) / max(total, 1)
-
-
 class AdapterState:
     """The actor's adapters and their optimizer states as a DCP ``Stateful`` (what
     :func:`videorl.train.checkpoint.save_checkpoint` and ``resume`` take): the frozen base is left out,
@@ -303,8 +293,8 @@ def export_policy(
     if settings is None:
         if adapter:
             raise VideorlError(
-                f"{checkpoint}: --adapter exports LoRA adapters, and its run trained every weight "
-                "(actor.lora.enabled is false in its config.yaml): export it without --adapter"
+                f"{checkpoint}: --adapter exports LoRA adapters, and the config.yaml of its run does not "
+                "say actor.lora.enabled: true (the run trained every weight): export it without --adapter"
             )
         return export_hf_model(checkpoint, base, out, overwrite=overwrite)
     ckpt = CheckpointManager(checkpoint.parent).load(checkpoint)
