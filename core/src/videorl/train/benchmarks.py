@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 PASSES_DIR = "benchmarks"
-#: rows per call to the workers on Ray: a kill loses at most this many answers of a pass
+#: rows per rollout worker and call on Ray: a kill loses at most this many answers per worker
 CHUNK_ROWS = 16
 _SHOW_FAILED = 5  # failed rows named in a log line
 
