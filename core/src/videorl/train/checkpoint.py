@@ -422,8 +422,8 @@ class CheckpointManager:
         self._reported: set[str] = set()  # skipped checkpoints already logged (one line each)
         self._verified: set[Path] = set()  # checkpoints whose contents matched their checksums
         self._pending: Future[Path] | None = None  # the write in flight
-        self._writer: ThreadPoolExecutor | None = None
-        self._group: Any = None  # the gloo group of the writes of a multi-process run
+        self._writer: ThreadPoolExecutor | None = None  # the thread that finishes background writes
+        self._group: Any = None  # the gloo group of this manager's collectives (multi-process runs)
 
     def path_for(self, step: int) -> Path:
         return self.root / f"step_{step:06d}"
@@ -593,6 +593,8 @@ class CheckpointManager:
         records: list[dict[str, list[Any]]],
         rng: list[dict[str, Any]] | None,
     ) -> None:
+        """Rank 0 completes the checkpoint: ``rng.json``, then ``state.json`` with every rank's files
+        (``records``: ``{name: [size, crc]}`` per rank), the rename into place, ``latest``, pruning."""
         if rng is not None:
             self._write_json(tmp / RNG_FILE, {"ranks": rng})
             records[0][RNG_FILE] = [(tmp / RNG_FILE).stat().st_size, _crc32(tmp / RNG_FILE)]
