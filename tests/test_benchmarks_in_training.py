@@ -205,6 +205,15 @@ def test_resume_skips_a_finished_pass_and_finishes_an_interrupted_one(
     resumed = BenchmarkPasses(c, plugins, backend).run(2, evaluator_runner(again))
     assert again.asked == []
     assert resumed == done
+    # ... unless the run now asks for other settings: the pass says which, rather than read back stale scores
+    changed = config(
+        run, model, f"{{name: mvbench, data_root: {mvbench}, every: 2, max_tokens: 5}}", strict=True
+    )
+    with pytest.raises(
+        VideorlError, match=r"benchmark mvbench failed.*sampling\.max_tokens: 1024 in the run, 5 now"
+    ):
+        BenchmarkPasses(changed, plugins, backend).run(2, evaluator_runner(again))
+    assert again.asked == []
     # step 4's pass killed after two rows: the predictions file holds them, results.json no summary
     step4 = pass_dir(run, 4, "mvbench")
     BenchmarkPasses(c, plugins, backend).run(4, evaluator_runner(first))

@@ -228,7 +228,7 @@ class BenchmarkPasses:
             log.error("step %d: benchmark %s skipped: %s", step, name, bench.error)
             return {}
         run_dir = pass_dir(self.config.output_dir, step, bench.task.name)
-        done = self._finished(run_dir, bench.task)
+        done = self._finished(run_dir, bench.task, sampling_of(bench.spec))
         if done is not None:
             return summary_metrics(name, done)
         try:
@@ -253,14 +253,19 @@ class BenchmarkPasses:
             log.error(message)
         return summary_metrics(name, summary)
 
-    def _finished(self, run_dir: Path, task: EvalTask) -> Mapping[str, Any] | None:
-        """The summary an earlier run recorded for this pass (all of ``task``'s rows), if any."""
+    def _finished(self, run_dir: Path, task: EvalTask, sampling: SamplingParams) -> Mapping[str, Any] | None:
+        """The summary an earlier run recorded for this pass (all of ``task``'s rows, this sampling), if
+        any; with other settings the pass is evaluated, and ``begin_run`` names what differs."""
+        from dataclasses import asdict
+
         from videorl.eval.results import RESULTS_FILE, read_results
 
         if not (run_dir / RESULTS_FILE).is_file():
             return None
-        summary = read_results(run_dir)["benchmarks"].get(task.name)
-        if summary is None or summary.get("n") != len(task.rows):
+        results = read_results(run_dir)
+        summary = results["benchmarks"].get(task.name)
+        same = results["settings"].get("sampling") == asdict(sampling)
+        if summary is None or summary.get("n") != len(task.rows) or not same:
             return None
         result: Mapping[str, Any] = summary
         return result
