@@ -310,7 +310,7 @@ def test_export_adapter_of_a_full_fine_tuning_run_is_refused(task: dict[str, Pat
     build_training(load_config(None, overrides), load_plugins()).run()
     result = _cli("export", str(full), str(tmp_path / "out"), "--adapter")
     assert result.exit_code != 0
-    assert "actor.lora.enabled is false" in result.output and not (tmp_path / "out").exists()
+    assert "actor.lora.enabled: true" in result.output and not (tmp_path / "out").exists()
 
 
 BENCHMARK = '''
@@ -377,6 +377,23 @@ def test_eval_run_takes_an_adapter_folder(
     again = run_cli(*args)
     again.assert_success()
     assert "merged the adapter" not in again.output
+
+
+def test_the_config_snippet_of_the_docs_loads(tmp_path: Path) -> None:
+    """docs/training.md's LoRA section: its YAML is a valid config with LoRA on."""
+    from videorl.config import load_config
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
+    section = doc.split("\n## LoRA\n", 1)[1]
+    snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config_file = tmp_path / "lora.yaml"
+    config_file.write_text(snippet)
+    config = load_config(
+        config_file, [f"model.path={tmp_path}", f"data.train_files=[{tmp_path / 't.jsonl'}]"]
+    )
+    lora = config.actor.lora
+    assert lora.enabled and (lora.rank, lora.alpha, lora.vision_tower) == (16, 32.0, "frozen")
+    assert lora.target_modules == list(TARGETS)
 
 
 # --- FSDP2 and vLLM -------------------------------------------------------------------------------
@@ -487,6 +504,32 @@ def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(
     assert rows[0]["rollout/logprob_diff"] < 1e-4  # base weights: the adapters start at B = 0
     assert rows[1]["rollout/logprob_diff"] < 1e-4  # after the refresh with the merged step-1 adapters
     assert rows[1]["actor/kl"] > 0  # ... which moved the policy away from the base
+
+
+@pytest.mark.slow
+def test_ray_workers_train_the_adapters(task: dict[str, Path], tmp_path: Path) -> None:
+    """``videorl train --ray`` (two colocated CPU actor workers): the workers build the actor through the
+    same ``make_actor``, so they train adapters, take the reference with the adapters off and write
+    adapter-only checkpoints."""
+    pytest.importorskip("ray")
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.metrics import read_metrics
+
+    run = tmp_path / "run"
+    config = tmp_path / "train.yaml"
+    config.write_text("ray:\n  actor_workers: 2\n")
+    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], run)
+    done = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides, "--ray"],
+        capture_output=True, text=True, timeout=540, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["actor/kl"] == 0.0 and rows[1]["actor/kl"] > 0
+    ckpt = CheckpointManager(run / "checkpoints").load(run / "checkpoints" / "step_000002")
+    state = ckpt.model_state()
+    assert state and all(".lora_" in name for name in state)
 
 
 if __name__ == "__main__":
