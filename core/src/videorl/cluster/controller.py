@@ -101,9 +101,9 @@ class Controller:
             self._bytes["received"] += sum(len(r) for r in replies)
         return replies
 
-    def scorer(self, split: str) -> Scorer:
-        """A :data:`~videorl.train.grpo.Scorer` on the reward workers for samples of ``split`` (train or val):
-        the responses are shared among the workers."""
+    def scorer(self, split: str, step: int | None = None) -> Scorer:
+        """A :data:`~videorl.train.grpo.Scorer` on the reward workers for samples of ``split`` (train or val)
+        of ``step`` (default the current one): the responses are shared among the workers."""
 
         def score(trajectories: Sequence[Trajectory]) -> None:
             if not trajectories:
@@ -116,7 +116,7 @@ class Controller:
             size = -(-len(items) // len(workers))
             chunks = [items[i : i + size] for i in range(0, len(items), size)]
             calls = [(w, "score", wire.dumps({"split": split, "items": c})) for w, c in zip(workers, chunks)]
-            scored = [row for reply in self._call("reward scoring", calls) for row in wire.loads(reply)]
+            scored = [row for reply in self._call("reward scoring", calls, step) for row in wire.loads(reply)]
             for t, (reward, parts) in zip(trajectories, scored, strict=True):
                 t.reward, t.parts = float(reward), {k: float(v) for k, v in parts.items()}
 
@@ -164,7 +164,7 @@ class Controller:
                 self.config,
                 prompts,
                 outputs,
-                self.scorer("train"),
+                self.scorer("train", step),
                 self.backend,
                 first_group=first_group,
                 timer=timer,
