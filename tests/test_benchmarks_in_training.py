@@ -461,7 +461,8 @@ def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
 ) -> None:
     run = tmp_path / "run"
     bench = f"trainer.benchmarks=[{{name: mvbench, data_root: {mvbench}, every: 2, max_tokens: 8}}]"
-    done = _train(task, run, 4, bench)
+    lr = "optim.lr=1e-6"  # the answers stay random texts (the demo's rate teaches one within 4 steps)
+    done = _train(task, run, 4, bench, lr)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_metrics(run / "metrics.jsonl")
     assert [("bench/mvbench/overall" in r, "time/benchmarks" in r) for r in rows] == [
@@ -477,7 +478,7 @@ def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
     assert rows[3]["bench/mvbench/overall"] == results["benchmarks"]["mvbench"]["overall"]
     assert results["settings"]["training"]["step"] == 4 and results["settings"]["sampling"]["max_tokens"] == 8
     in_loop = _records(step4)
-    assert len(in_loop) == 4 and all("response" in r for r in in_loop.values())
+    assert len(in_loop) == 4 and sum(r["num_output_tokens"] for r in in_loop.values()) > 12
 
     # videorl eval run on the step-4 checkpoint, at the run's budget: the very same answers and scores
     from videorl import demo
@@ -499,7 +500,7 @@ def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
     # killed after step 4's pass, before its checkpoint: resumed from step 2, the pass is not run again
     predictions = step4 / "mvbench" / "predictions.jsonl"
     before, step2_before = predictions.read_bytes(), (step2 / "mvbench" / "predictions.jsonl").read_bytes()
-    resumed = _train(task, run, 4, bench, f"trainer.resume={run / 'checkpoints' / 'step_000002'}")
+    resumed = _train(task, run, 4, bench, lr, f"trainer.resume={run / 'checkpoints' / 'step_000002'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert predictions.read_bytes() == before
     assert (step2 / "mvbench" / "predictions.jsonl").read_bytes() == step2_before
@@ -513,7 +514,7 @@ def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
     data = json.loads((step4 / "results.json").read_text())
     del data["benchmarks"]["mvbench"]
     (step4 / "results.json").write_text(json.dumps(data))
-    resumed = _train(task, run, 4, bench, f"trainer.resume={run / 'checkpoints' / 'step_000002'}")
+    resumed = _train(task, run, 4, bench, lr, f"trainer.resume={run / 'checkpoints' / 'step_000002'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = predictions.read_text().splitlines(keepends=True)
     assert len(after) == 4 and after[:2] == lines[:2]  # nothing asked twice
