@@ -1,14 +1,15 @@
 """vLLM weight refresh: the model folder in /dev/shm against the in-memory buckets, side by side.
 
 For each model size and each way vLLM runs (its engine in processes of its own, the default; or in
-this process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), one fresh ``VLLMEngine`` per refresh mode
-(``rollout.weight_sync``: folder, memory) is refreshed ``--repeats`` times from another model's weights
-in the engine's dtype, as training does each step. Each run is a subprocess of its own (a fresh vLLM
-and clean memory accounting). Printed per row: the median refresh time, the peak extra host memory
-during a refresh (over this process and the engine's: anonymous and file-backed proportional set size
-from ``/proc/PID/smaps_rollup``, plus the files of the refresh folder, which stay in /dev/shm between
-refreshes; the weights the trainer holds before the refresh are the baseline; measured in refreshes
-of their own, not the timed ones), and folder / memory ratios. Last, one JSON line with every figure.
+this process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``), one fresh ``VLLMEngine`` (a subprocess of its
+own: a fresh vLLM, clean memory accounting) is refreshed from another model's weights in the
+engine's dtype, as training does each step, alternately through the model folder and in memory
+(``rollout.weight_sync`` folder and memory), ``--repeats`` times each. Printed per row: the median
+refresh time, the peak extra host memory during a refresh (over this process and the engine's:
+anonymous and file-backed proportional set size from ``/proc/PID/smaps_rollup``, plus the files of
+the refresh folder; the weights the trainer holds before the refresh are the baseline; measured in
+refreshes of their own, not the timed ones), and folder / memory ratios. Last, one JSON line with
+every figure.
 
 Usage: ``python benchmarks/weight_refresh.py [--widths 64,1024] [--dtype bfloat16] [--bucket-mb 16]
 [--repeats 5] [--modes mp,inproc]``. Tiny Qwen2.5-VL models: text hidden ``width``, 2 layers (64: 0.2 M
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# One run, in a subprocess: ``python weight_refresh.py --child BASE OTHER SYNC DTYPE BUCKET_MB REPEATS``.
+# One run, in a subprocess: ``python weight_refresh.py --child BASE OTHER DTYPE BUCKET_MB REPEATS OUT``.
 CHILD = "--child"
 
 
@@ -81,7 +82,7 @@ class _Sampler:
             time.sleep(0.002)
 
     def __enter__(self) -> _Sampler:
-        self.peak = self.sample()
+        self.start = self.peak = self.sample()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -92,7 +93,9 @@ class _Sampler:
         self.peak = max(self.peak, self.sample())
 
 
-def child(base: str, other: str, sync: str, dtype: str, bucket_mb: int, repeats: int) -> dict[str, Any]:
+def child(base: str, other: str, dtype: str, bucket_mb: int, repeats: int) -> dict[str, Any]:
+    """One engine, refreshed alternately through the folder and in memory (alternating keeps the
+    shared machine's load, which drifts over minutes, out of the ratio)."""
     import gc
 
     import torch
@@ -103,37 +106,44 @@ def child(base: str, other: str, sync: str, dtype: str, bucket_mb: int, repeats:
 
     registry = load_plugins().model_backends
     backend = backend_for_model(base, registry)
-    engine = VLLMEngine(
-        backend, base, dtype=dtype, max_model_len=512, weight_sync=sync, weight_bucket_mb=bucket_mb
-    )  # type: ignore[arg-type]
+    engine = VLLMEngine(backend, base, dtype=dtype, max_model_len=512, weight_bucket_mb=bucket_mb)
+    syncs = ("folder", "memory")
+    seconds: dict[str, list[float]] = {s: [] for s in syncs}
+    extra: dict[str, list[int]] = {s: [] for s in syncs}
     try:
         weights = [
             {k: v.to(getattr(torch, dtype)) for k, v in backend_for_model(path, registry).load_model().state_dict().items()}
             for path in (other, base)
         ]  # fmt: skip
-        engine.update_weights(weights[1])  # warm-up: first transfer, vLLM's one-time set-ups
-        seconds, extra = [], []
-        for i in range(repeats):  # timed without the sampler, whose thread would slow the refresh
+        for sync in syncs:  # warm-up: vLLM's one-time set-ups of each path
+            engine.weight_sync = sync
+            engine.update_weights(weights[1])
+        for i in range(2 * repeats):
+            engine.weight_sync = sync = syncs[i % 2]
+            engine._weights.close()  # the folder is written within the refresh it belongs to
             gc.collect()
-            start = time.perf_counter()
-            engine.update_weights(weights[i % 2])
-            seconds.append(time.perf_counter() - start)
-        for i in range(repeats):
+            start = time.perf_counter()  # timed without the sampler, whose thread slows the refresh
+            engine.update_weights(weights[i // 2 % 2])
+            seconds[sync].append(time.perf_counter() - start)
+        for i in range(2 * repeats):
+            engine.weight_sync = sync = syncs[i % 2]
+            engine._weights.close()
             gc.collect()
-            # the folder of the last refresh stays in /dev/shm until the next one: held by the refresh
-            before = _Sampler(engine).sample() - _folder_bytes(engine._weights.root)
             with _Sampler(engine) as sampler:
-                engine.update_weights(weights[i % 2])
-            extra.append(sampler.peak - before)
+                engine.update_weights(weights[i // 2 % 2])
+            extra[sync].append(sampler.peak - sampler.start)
         state_bytes = sum(t.numel() * t.element_size() for t in weights[0].values())
         transport = engine._memory.transport
     finally:
         engine.close()
     return {
-        "seconds": statistics.median(seconds),
-        "extra_mb": round(max(extra) / 2**20, 1),
-        "state_mb": round(state_bytes / 2**20, 1),
-        "transport": transport,
+        sync: {
+            "seconds": statistics.median(seconds[sync]),
+            "extra_mb": round(max(extra[sync]) / 2**20, 1),
+            "state_mb": round(state_bytes / 2**20, 1),
+            "transport": transport if sync == "memory" else "folder",
+        }
+        for sync in syncs
     }
 
 
@@ -159,20 +169,20 @@ def main() -> None:
                 env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
                 if mode == "inproc":
                     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-                row: dict[str, Any] = {"width": width, "mode": mode}
-                for sync in ("folder", "memory"):
-                    out = Path(tmp) / f"{width}-{mode}-{sync}.json"
-                    done = subprocess.run(
-                        [sys.executable, __file__, CHILD, str(base), str(other), sync, args.dtype,
-                         str(args.bucket_mb), str(args.repeats), str(out)],
-                        env=env, capture_output=True, text=True, timeout=900,
-                    )  # fmt: skip
-                    if done.returncode != 0:
-                        raise SystemExit(f"{width} {mode} {sync} failed:\n{done.stderr[-3000:]}")
-                    row[sync] = json.loads(out.read_text())
+                out = Path(tmp) / f"{width}-{mode}.json"
+                done = subprocess.run(
+                    [sys.executable, __file__, CHILD, str(base), str(other), args.dtype, str(args.bucket_mb),
+                     str(args.repeats), str(out)],
+                    env=env, capture_output=True, text=True, timeout=900,
+                )  # fmt: skip
+                if done.returncode != 0:
+                    raise SystemExit(f"{width} {mode} failed:\n{done.stderr[-3000:]}")
+                row: dict[str, Any] = {"width": width, "mode": mode, **json.loads(out.read_text())}
                 row["time_ratio"] = round(row["folder"]["seconds"] / row["memory"]["seconds"], 2)
-                memory_extra = max(row["memory"]["extra_mb"], 0.1)
-                row["memory_ratio"] = round(row["folder"]["extra_mb"] / memory_extra, 2)
+                memory_extra = row["memory"]["extra_mb"]  # null ratio: no extra memory measured (< 0.05 MB)
+                row["memory_ratio"] = (
+                    round(row["folder"]["extra_mb"] / memory_extra, 2) if memory_extra else None
+                )
                 rows.append(row)
                 f, m = row["folder"], row["memory"]
                 print(
@@ -189,8 +199,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == CHILD:
-        base, other, sync, dtype, bucket, repeats, out = sys.argv[2:9]
-        result = child(base, other, sync, dtype, int(bucket), int(repeats))
+        base, other, dtype, bucket, repeats, out = sys.argv[2:8]
+        result = child(base, other, dtype, int(bucket), int(repeats))
         Path(out).write_text(json.dumps(result))
     else:
         main()
