@@ -143,6 +143,7 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
         "generate": lambda r: {
             "media": [media] * len(r["ids"]),
             "completions": [[[[7, 8], [-0.5, -0.25], "stop"]]] * len(r["ids"]),
+            "version": 2,
             "seconds": {"data": 0.5, "rollout": 1.5},
         },
         "score": lambda r: [[1.0, {"accuracy": 1.0}] for _ in r["items"]],
@@ -151,12 +152,13 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
     controller = Controller(load_config(None, BASE), cluster, None, [], [])  # type: ignore[arg-type]
     controller.step = 3
     timer = StageTimer()
-    prompts, outputs = controller._generate(0, "train", [_sample(0), _sample(1)], 11, timer)
+    prompts, outputs, version = controller._generate(0, "train", [_sample(0), _sample(1)], 11, timer)
     request = b'{"split":"train","step":3,"ids":["s0","s1"],"seed":11,"greedy":false}'
     assert cluster.sent == [("rollout-0", "generate", request)]
     assert [p.sample.id for p in prompts] == ["s0", "s1"] and all(p.encoded is None for p in prompts)
     assert prompts[0].media == MediaInfo(**media)
     assert outputs[1][0].token_ids == [7, 8] and timer.seconds == {"data": 0.5, "rollout": 1.5}
+    assert version == 2  # the weight version the rollout worker generated with
 
     trajectories = [Trajectory(p, g, outputs[g][0]) for g, p in enumerate(prompts)] * 2
     controller.scorer("val")(trajectories)
@@ -226,6 +228,7 @@ def test_ray_driver_runs_the_parity_check_on_the_first_step_only(tmp_path: Any, 
         "generate": lambda w, r: {
             "media": [None] * len(r["ids"]),
             "completions": [[[[7], [-0.5], "stop"], [[8], [-0.5], "stop"]]] * len(r["ids"]),
+            "version": 0,
             "seconds": {"data": 0.5, "rollout": 1.5},
         },
         "score": lambda w, r: [[float(i % 2), {}] for i, _ in enumerate(r["items"])],
