@@ -89,6 +89,16 @@ def test_the_config_refuses_asynchronous_training_it_cannot_run(extra: list[str]
     assert load_config(None, [*required, "ray.placement=split", "algorithm.rollout_correction=mis"])
 
 
+def test_train_without_ray_refuses_a_staleness(tmp_path: Path, run_cli: Any) -> None:
+    (tmp_path / "c.yaml").write_text("seed: 1\n")
+    result = run_cli(
+        "train", str(tmp_path / "c.yaml"), "model.path=/m", "data.train_files=[/d.jsonl]",
+        "ray.placement=split", "algorithm.rollout_correction=tis", "trainer.max_staleness=1",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "trainer.max_staleness: 1 trains asynchronously on Ray: add --ray" in result.stderr
+
+
 class SplitCluster:
     """One actor, one rollout and one reward worker answering as workers would, without Ray: the
     rollout worker holds the version it was last sent and stamps what it generates with it; every
