@@ -13,7 +13,7 @@ every figure.
 
 Usage: ``python benchmarks/weight_refresh.py [--widths 64,1024] [--dtype bfloat16] [--bucket-mb 16]
 [--repeats 5] [--modes mp,inproc]``. Tiny Qwen2.5-VL models: text hidden ``width``, 2 layers (64: 0.2 M
-parameters, 0.9 MB in float32; 1024: 32 M, 128 MB).
+parameters; 1024: 32 M, 61 MB in bf16; 2048: 125 M, 238 MB). Figures: docs/multi-node.md.
 """
 
 from __future__ import annotations
