@@ -32,6 +32,7 @@ Importing this module does not import vLLM (the workers import it to find :class
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -103,10 +104,7 @@ def unpack(buffer: torch.Tensor, meta: dict[str, Any]) -> list[tuple[str, torch.
     out = []
     for name, dtype, shape, offset in zip(meta["names"], meta["dtypes"], meta["shapes"], meta["offsets"]):
         torch_dtype = getattr(torch, dtype)
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        nbytes = numel * torch.empty((), dtype=torch_dtype).element_size()
+        nbytes = math.prod(shape) * torch_dtype.itemsize
         out.append((name, buffer[offset : offset + nbytes].view(torch_dtype).view(shape)))
     return out
 
@@ -121,6 +119,7 @@ def encode_bytes(group: list[tuple[str, torch.Tensor]]) -> dict[str, Any]:
 
 
 def decode_bytes(payload: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a ``bytes`` payload, as views of its bytes (no copy)."""
     data = payload["data"]
     if not data:
         return unpack(torch.empty(0, dtype=torch.uint8), payload)
