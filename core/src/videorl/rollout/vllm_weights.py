@@ -193,13 +193,14 @@ class _Staging:
 
     def __init__(self, nbytes: int) -> None:
         self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=torch.cuda.current_device())
-        self.handle = ipc_handle(self.buffer)
 
     def payload(self, group: list[tuple[str, torch.Tensor]]) -> dict[str, Any]:
         meta = layout(group)
         pack_into(self.buffer, group, meta)
         torch.cuda.current_stream().synchronize()  # the copies are in the buffer before the worker reads
-        return {**meta, "kind": "cuda_ipc", "handle": self.handle}
+        # A fresh export per bucket: each carries its own IPC reference count, which the worker
+        # releases once (when it frees the mapping, or on a cache hit), as in vLLM's IPC transfer.
+        return {**meta, "kind": "cuda_ipc", "handle": ipc_handle(self.buffer)}
 
 
 # --- the two sides -----------------------------------------------------------------------------------
