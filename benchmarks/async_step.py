@@ -14,6 +14,9 @@ of ``time/step``), the seconds per step each worker idles (the step's wall time 
 was busy: ``time/rollout`` for the rollout worker, ``time/actor`` for the actor worker), the actor's
 wait for its groups (``time/rollout_wait``), the mean and max staleness, and the ratio of steps/s to
 ``sync``. The issue's target is a ratio of at least 1.5 at staleness 1 on a 2-core machine.
+``parallelism`` (before the runs and after each round) says how much of that the machine allowed at
+the time: two single-threaded matrix-multiply processes at once against one (2.0: two free cores;
+1.0: one, and then overlapping rollout and update cannot shorten a step, only its idle time).
 
 Usage: ``python benchmarks/async_step.py [--steps 8] [--rounds 2] [--prompts 4] [--n 4]
 [--response-length 48] [--workdir DIR]``
@@ -93,6 +96,28 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+PROBE = (
+    "import time, torch; torch.set_num_threads(1); a = torch.randn(256, 256); t = time.perf_counter()\n"
+    "for _ in range(1500): a @ a\n"
+    "print(time.perf_counter() - t)"
+)
+
+
+def parallelism() -> float:
+    """How much faster two single-threaded processes get through two units of work at once than one
+    after the other, on this machine now: 2.0 with two free cores, 1.0 when only one is free (then
+    no overlap of rollout and update can speed a step up)."""
+
+    def probe(count: int) -> float:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE, text=True)
+            for _ in range(count)
+        ]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    return round(2 * probe(1) / probe(2), 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -109,11 +134,13 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="videorl-async-"))
     config, overrides = prepare(workdir, args.prompts, args.n, args.steps, args.response_length)
     results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    probes = [parallelism()]
     for r in range(args.rounds):
         for mode in modes:
             out = workdir / f"{mode}-{r}"
             shutil.rmtree(out, ignore_errors=True)
             results[mode].append(summarise(run_mode(config, overrides, out, MODES[mode])))
+        probes.append(parallelism())
     report: dict[str, Any] = {
         "steps": args.steps,
         "rounds": args.rounds,
@@ -121,6 +148,7 @@ def main() -> None:
         "n": args.n,
         "response_length": args.response_length,
         "cpus": os.cpu_count(),
+        "parallelism": probes,  # before the runs and after each round (see parallelism())
     }
     for mode, runs in results.items():
         report[mode] = {key: round(statistics.median(run[key] for run in runs), 4) for key in runs[0]}
