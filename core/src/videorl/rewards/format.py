@@ -36,7 +36,9 @@ class FormatRule:
     think: Literal["optional", "required"] = option(
         "optional", "optional: reasoning in <think>…</think> may come first; required: it must."
     )
-    strict: bool = option(False, "Nothing but whitespace outside the tags, one <answer>, at most one <think>.")
+    strict: bool = option(
+        False, "Nothing but whitespace outside the tags, one <answer>, at most one <think>."
+    )
 
     def __post_init__(self) -> None:
         if self.think not in THINK_MODES:
