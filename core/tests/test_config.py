@@ -361,3 +361,25 @@ def test_any_dataclass_schema_loads() -> None:
     assert load_config(None, ["inner.level=3"], schema=_Schema) == _Schema("x", _Inner(3))
     with pytest.raises(ConfigError, match="Did you mean 'inner.level'"):
         load_config(None, ["inner.levle=3"], schema=_Schema)
+
+
+def test_an_unquoted_off_selects_the_literal_option_yaml_reads_as_false(tmp_path: Path) -> None:
+    # YAML 1.1 reads off as false: the option named "off" is what the user wrote
+    assert load_config(overrides=[*REQUIRED, "rollout.parity_check=off"]).rollout.parity_check == "off"
+    path = write(tmp_path, "rollout:\n  parity_check: off\n")
+    assert load_config(path, REQUIRED).rollout.parity_check == "off"
+    with pytest.raises(ConfigError, match="rollout.parity_check"):
+        load_config(overrides=[*REQUIRED, "rollout.parity_check=on"])  # no option reads as true
+
+
+def test_benchmark_data_roots_are_relative_to_the_config_file(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    text = (
+        "trainer:\n  benchmarks:\n    - {name: mvbench, data_root: data/mvbench}\n"
+        "    - {name: vsibench, data_root: /abs/vsibench}\n"
+    )
+    config = load_config(write(tmp_path / "conf", text), REQUIRED)
+    roots = [b.data_root for b in config.trainer.benchmarks]
+    assert roots == [str(tmp_path / "conf" / "data" / "mvbench"), "/abs/vsibench"]
+    again = load_config(write(tmp_path, dump_config(config), "dumped.yaml"))
+    assert [b.data_root for b in again.trainer.benchmarks] == roots

@@ -38,6 +38,9 @@ from videorl.errors import ConfigError
 
 T = TypeVar("T")
 
+#: The words YAML 1.1 (PyYAML) reads as booleans, so a Literal option named ``off`` still matches.
+_YAML_BOOL_WORDS = {True: {"on", "yes", "true"}, False: {"off", "no", "false"}}
+
 # --- YAML -------------------------------------------------------------------------------------
 
 
@@ -166,6 +169,10 @@ def _convert(value: Any, tp: Any, path: tuple[str, ...], ctx: _Context) -> Any:
     if origin is Literal:
         if value in args and type(value) in {type(a) for a in args}:
             return value
+        if isinstance(value, bool):  # YAML 1.1 reads an unquoted off/no as false and on/yes as true
+            words = [a for a in args if isinstance(a, str) and a.lower() in _YAML_BOOL_WORDS[value]]
+            if len(words) == 1:
+                return words[0]
         close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
         raise _Mismatch(_type_name(tp) + (f" (did you mean {close[0]!r}?)" if close else ""))
     if origin is list or origin is tuple:
@@ -338,23 +345,31 @@ def _apply_override(raw: dict[str, Any], text: str, ctx: _Context) -> None:
 
 
 def _map_paths(raw: dict[str, Any], schema: type, base: Path, change: Callable[[str], str]) -> None:
-    """Replace, in place, every path value of ``schema.path_keys`` in ``raw`` by ``change(path)``."""
+    """Replace, in place, every path value of ``schema.path_keys`` in ``raw`` by ``change(path)``.
+
+    ``a.b[].c`` names the ``c`` of every item of the list ``a.b`` (``trainer.benchmarks[].data_root``).
+    """
     keys: Sequence[str] = getattr(schema, "path_keys", ())
     names_a_file: Callable[[str, str, Path], bool] = getattr(schema, "names_a_file", lambda *_: True)
+
+    def is_path(key: str, value: Any) -> bool:
+        return isinstance(value, str) and bool(value) and names_a_file(key, value, base)
+
     for key in keys:
         *sections, name = key.split(".")
-        node: Any = raw
+        nodes: list[Any] = [raw]
         for section in sections:
-            node = node.get(section) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or node.get(name) is None:
-            continue
-        value = node[name]
-        if isinstance(value, str) and value and names_a_file(key, value, base):
-            node[name] = change(value)
-        elif isinstance(value, list):
-            node[name] = [
-                change(v) if isinstance(v, str) and v and names_a_file(key, v, base) else v for v in value
-            ]
+            items = section.endswith("[]")
+            found = [n.get(section.removesuffix("[]")) for n in nodes if isinstance(n, dict)]
+            nodes = [i for f in found if isinstance(f, list) for i in f] if items else found
+        for node in nodes:
+            if not isinstance(node, dict) or node.get(name) is None:
+                continue
+            value = node[name]
+            if is_path(key, value):
+                node[name] = change(value)
+            elif isinstance(value, list):
+                node[name] = [change(v) if is_path(key, v) else v for v in value]
 
 
 def _against(base: Path) -> Callable[[str], str]:

@@ -619,6 +619,7 @@ class TrainConfig:
         "data.cache_dir",
         "data.prompt_template",
         "trainer.resume",
+        "trainer.benchmarks[].data_root",
         "plugins",
     )
     names_a_file = staticmethod(names_a_file)
