@@ -28,3 +28,37 @@ def test_plugin_author_guides_exist_and_are_linked() -> None:
         assert (ROOT / "docs" / "plugin-authors" / page).is_file(), page
     readme = (ROOT / "README.md").read_text()
     assert "docs/plugin-authors/README.md" in readme
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` (``videorl.a.b`` or ``videorl.a.b.Name.attr``) is a module or an attribute of one."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_architecture_names_only_modules_that_exist() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    dotted = set(re.findall(r"\bvideorl(?:\.\w+)+", doc))
+    # the data-flow diagram names modules relative to the package (media.loader.MediaLoader)
+    relative = re.findall(r"(?<![\w.])((?:data|media|train|rewards|eval|cluster)(?:\.\w+)+)", doc)
+    dotted |= {f"videorl.{r}" for r in relative if not r.endswith((".jsonl", ".py", ".md"))}
+    assert len(dotted) > 20 and not sorted(d for d in dotted if not _resolves(d))
+    core = ROOT / "core" / "src" / "videorl"
+    files = {f for f in re.findall(r"\b(\w+\.py)\b", doc) if not f.startswith("test_")}
+    assert len(files) > 40
+    assert not sorted(f for f in files if not any(core.rglob(f)))
+    folders = set(re.findall(r"^  (\w+)/ ", doc, flags=re.M))
+    assert folders >= {"train", "cluster", "media", "rollout"}
+    assert not sorted(f for f in folders if not (core / f).is_dir())

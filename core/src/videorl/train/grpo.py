@@ -1,8 +1,9 @@
-"""The GRPO loop: rollout, reward, group-normalised advantages, DAPO-clipped update, repeat.
+"""The training step: rollout, reward, advantages, the policy update, weight sync — and its one-process driver.
 
 It receives plain, already-built objects (the actor, the rollout engine, the reward router, the data
-and the run's writers) and knows nothing of plugins or configs files; ``videorl train`` composes
-them (``videorl.train.compose``). One step, for the prompts of this rank:
+and the run's writers) and knows nothing of plugins or config files; ``videorl train`` composes
+them (``videorl.train.compose``) and :func:`videorl.train.loop.run` repeats the step. One step, for
+the prompts of this rank:
 
 1. data      take the next samples and encode them once (frames from the cache, one tokenisation);
 2. rollout   ``n`` responses per prompt; mix-policy may put the sample's offline trajectory in the
@@ -10,15 +11,17 @@ them (``videorl.train.compose``). One step, for the prompts of this rank:
 3. reward    route each response to its ``problem_type``'s reward;
 4. advantage the run's estimator (:mod:`videorl.algorithms`; GRPO by default) on the rewards (dynamic
              sampling first drops groups with equal rewards);
-5. update    teacher-forced forward on the same prompt ids and grids, the run's policy loss (PPO with
-             DAPO's clip-higher by default) over micro-batches packed by a token budget, one optimizer
-             step per mini-batch;
-6. sync      refresh the engine's weights; log metrics; checkpoint every N steps.
+5. update    teacher-forced forward on the same prompt ids and grids (packed into one row per
+             micro-batch with ``actor.padding_free``), the run's policy loss (PPO with DAPO's
+             clip-higher by default) over micro-batches by a token budget, one optimizer step per
+             mini-batch;
+6. sync      refresh the engine's weights.
 
-Under FSDP every rank runs this same function on its share of the prompts; token counts and
-micro-batch counts are agreed between ranks so that every rank runs the same collectives. On Ray,
-:mod:`videorl.cluster.controller` drives the same pieces (``collect_groups``, ``finish_groups``,
-``assign_advantages``, ``update``, ``mean_over_ranks``) across worker processes.
+:class:`LocalStep` is the loop's driver for one process or one torchrun rank: under FSDP every rank
+runs it on its share of the prompts; token counts and micro-batch counts are agreed between ranks so
+that every rank runs the same collectives. On Ray, :mod:`videorl.cluster.controller` drives the same
+pieces (``collect_groups``, ``finish_groups``, ``assign_advantages``, ``update``) across worker
+processes.
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import Prompt, TrainData
-    from videorl.train.lora import Adapters
     from videorl.train.loop import OnStep, PeriodicEvaluation
+    from videorl.train.lora import Adapters
     from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar
 
 
