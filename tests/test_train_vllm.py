@@ -19,33 +19,26 @@ import pytest
 pytest.importorskip("vllm")
 
 
-@pytest.mark.slow
-def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(tmp_path: Path) -> None:
+def _train_command(tmp_path: Path, clips: int, steps: int) -> tuple[list[str], dict[str, str]]:
+    """``videorl train`` on ``clips`` demo training clips, two prompts (``rollout.n=4``) per step, with
+    the fp32 vLLM engine in this process; the command and its environment."""
     from videorl import demo
-    from videorl.config import load_config
     from videorl.plugins import load_plugins
-    from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.compose import build_training
-    from videorl.train.metrics import read_metrics
 
-    plugins = load_plugins()
     task = tmp_path / "task"
-    model, train, val = demo.prepare(task, plugins, family="qwen2_5_vl", seed=0, train=4, val=2)
-    run = tmp_path / "run"
+    model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=clips, val=2)
     config = tmp_path / "train.yaml"
     config.write_text("rollout:\n  engine: vllm\nmodel:\n  dtype: float32\n")
     overrides = [
         o
-        for o in demo.demo_overrides(task, model, train, val, steps=2, seed=3, engine="vllm")
+        for o in demo.demo_overrides(task, model, train, val, steps=steps, seed=3, engine="vllm")
         if not o.startswith(("rollout.engine=", "model.dtype="))
     ]
     overrides += [
-        f"output_dir={run}",
+        f"output_dir={tmp_path / 'run'}",
         "data.rollout_batch_size=2",
         "actor.global_batch_size=2",
         "rollout.n=4",
-        "trainer.save_every=1",
-        "trainer.val_every=2",
         "trainer.progress_bar=false",
         "rollout.engine_options={max_model_len: 1024}",
     ]
@@ -55,10 +48,24 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     }
+    return [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides], env
+
+
+@pytest.mark.slow
+def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(tmp_path: Path) -> None:
+    from videorl.config import load_config
+    from videorl.plugins import load_plugins
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.compose import build_training
+    from videorl.train.metrics import read_metrics
+
+    command, env = _train_command(tmp_path, clips=4, steps=2)
+    run = tmp_path / "run"
+    command += ["trainer.save_every=1", "trainer.val_every=2"]
     shm = Path("/dev/shm")
     weight_dirs = set(shm.glob("videorl-weights-*"))
     done = subprocess.run(
-        [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
+        command,
         capture_output=True,
         text=True,
         timeout=540,
@@ -76,7 +83,7 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
     # The update of step 1 moved the actor's log-probs far more than that: an engine left with the
     # initial weights would have shown it in step 2.
     hf = [f"output_dir={tmp_path / 'check'}", "rollout.engine=hf", "rollout.engine_options={}"]
-    check = build_training(load_config(run / "config.yaml", hf), plugins)
+    check = build_training(load_config(run / "config.yaml", hf), load_plugins())
     before = _offline_answer_logprobs(check)
     step1 = CheckpointManager(run / "checkpoints").load(run / "checkpoints" / "step_000001")
     check.actor.model.load_state_dict(step1.model_state())
@@ -86,12 +93,12 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
     # vLLM's sleep mode (the engine freeing its memory during the update) needs a GPU: here it is refused,
     # naming the option, before any engine starts.
     asleep = [
-        *overrides[:-1],
+        *command,
         f"output_dir={tmp_path / 'asleep'}",
         "rollout.engine_options={max_model_len: 1024, enable_sleep_mode: true}",
     ]
     done = subprocess.run(
-        [sys.executable, "-m", "videorl.cli", "train", str(config), *asleep],
+        asleep,
         capture_output=True,
         text=True,
         timeout=300,
@@ -102,6 +109,25 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
         "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device"
         in done.stderr
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weight_sync", ["memory", "folder"])
+def test_a_video_seen_again_after_the_refresh_is_encoded_with_the_new_weights(
+    tmp_path: Path, weight_sync: str
+) -> None:
+    """Two training clips, two prompts a step: every step repeats the videos of the step before. The
+    engine re-encodes them after each refresh (vLLM's scheduler once thought their encoder outputs
+    still cached after the workers had dropped them: "Encoder cache miss" in step 2 or 3)."""
+    from videorl.train.metrics import read_metrics
+
+    command, env = _train_command(tmp_path, clips=2, steps=3)
+    command += [f"rollout.weight_sync={weight_sync}", "trainer.val_every=100"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["rollout/logprob_diff"] < 1e-4 for r in rows), [r["rollout/logprob_diff"] for r in rows]
 
 
 def _offline_answer_logprobs(training: Any) -> Any:

@@ -136,7 +136,12 @@ class VLLMEngine:
             release_cached_memory()  # the staging buffer of a CUDA IPC refresh, for the KV cache
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
+        # Cached prefixes' KV and videos' encoder outputs came from the old weights. The workers'
+        # reload (ours and vLLM's reload_weights alike) empties only the workers' encoder cache; the
+        # scheduler's record of what they hold is the engine core's, and left as it is, a video seen
+        # before the refresh is not encoded again and the worker fails ("Encoder cache miss").
         self.llm.reset_prefix_cache()
+        self.llm.llm_engine.reset_encoder_cache()
 
     def close(self) -> None:
         """Release vLLM and remove the weights directory."""

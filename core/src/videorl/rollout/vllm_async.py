@@ -175,13 +175,15 @@ class AsyncVLLMEngine:
         """Load ``state_dict`` between generations (in-flight requests finish first): in memory,
         bucket by bucket, or through a model folder in shared memory (``weight_sync="folder"``)."""
         model = self._weights.write(state_dict) if self.weight_sync == "folder" else None
-        self._call(self.llm.pause_generation(mode="wait"))
+        # Once the requests in flight are done, the pause empties the prefix, multimodal and encoder
+        # caches (the scheduler's record and the workers' outputs together), which nothing refills
+        # before the resume: no KV or video encoding from the old weights outlives the refresh.
+        self._call(self.llm.pause_generation(mode="wait", clear_cache=True))
         try:
             if model is not None:
                 self._call(self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)}))
             else:
                 self._memory.push(state_dict.items())
-            self._call(self.llm.reset_prefix_cache())
         finally:
             self._call(self.llm.resume_generation())
 

@@ -306,7 +306,8 @@ class WeightReceiver:
             if not payload["end"]:
                 return
             finalize_layerwise_reload(model, self.vllm_config.model_config)
-        # what vLLM's reload_weights resets after loading: state derived from the old weights
+        # What vLLM's reload_weights resets after loading: state derived from the old weights. The
+        # scheduler's record of the encoder cache is the engine core's: the engine resets it too.
         runner.reset_lora_state()
         runner.reset_encoder_cache()
         runner.reset_mm_cache()
