@@ -89,11 +89,9 @@ def _plan(model: Path, placement: Placement, *overrides: str) -> tuple[ModelShap
 
 
 def test_qwen3_vl_8b_on_32_gpus_with_tp2_fits_as_docs_multi_node_says(tmp_path: Path) -> None:
-    shape, result = _plan(
-        _model(tmp_path, "qwen3_vl", QWEN3_VL_8B),
-        Placement(32, 141, nodes=4),
-        "rollout.engine_options={tensor_parallel_size: 2}",
-    )
+    model = _model(tmp_path, "qwen3_vl", QWEN3_VL_8B)
+    tp2 = "rollout.engine_options={tensor_parallel_size: 2}"
+    shape, result = _plan(model, Placement(32, 141, nodes=4), tp2)
     assert shape.parameters == 8_767_123_696  # the docs' count, by hand
     assert (shape.decoder_layer, shape.root, shape.vision_parameters) == (
         192_946_432,
@@ -112,8 +110,10 @@ def test_qwen3_vl_8b_on_32_gpus_with_tp2_fits_as_docs_multi_node_says(tmp_path: 
     r = result.rollout
     assert (r["engine_share"], r["engine_weights"], r["kv_cache"], r["total"]) == (84.6, 8.77, 69.83, 92.98)
     assert 946_000 < r["kv_tokens"] < 948_000 and r["groups_at_once"] == 18
-    assert result.host_per_node["weight_refresh"] == 280.55  # 8 ranks x (bf16 state dict + its /dev/shm copy)
+    assert result.host_per_node["weight_refresh"] == 140.27  # 8 ranks x bf16 state dict, pushed in memory
     assert result.fits
+    folder = _plan(model, Placement(32, 141, nodes=4), tp2, "rollout.weight_sync=folder")[1]
+    assert folder.host_per_node["weight_refresh"] == 280.55  # ... and its copy as a folder in /dev/shm
 
 
 def test_qwen2_5_vl_7b_on_8_gpus_and_what_does_not_fit(tmp_path: Path) -> None:

@@ -224,12 +224,14 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
     )
 
     ranks_per_node = n // placement.nodes
-    # each rank's gathered state dict, in the engine's dtype for vLLM (also written to /dev/shm),
+    # each rank's gathered state dict, in the engine's dtype for vLLM (with weight_sync folder also
+    # written to /dev/shm; in memory it goes bucket by bucket through a staging buffer on the GPU),
     # float32 for the hf engine's own copy
     vllm = config.rollout.engine != "hf"
     engine_bytes = 4 if not vllm or str(options.get("dtype", config.model.dtype)) == "float32" else 2
+    copies = 2 if vllm and config.rollout.weight_sync == "folder" else 1
     host = {
-        "weight_refresh": _gb(ranks_per_node * engine_bytes * p * (2 if vllm else 1)),
+        "weight_refresh": _gb(ranks_per_node * engine_bytes * p * copies),
         "load_rank0": _gb(4 * p),
     }
 
