@@ -105,6 +105,27 @@ def test_a_background_error_is_raised_for_its_sample_naming_it() -> None:
     assert ahead.get(samples[2]) == "s2"
 
 
+def _prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "videorl-prefetch"]
+
+
+def test_close_stops_the_thread_and_later_samples_are_prepared_at_once() -> None:
+    samples = _samples(4)
+    before = len(_prefetch_threads())
+    recorder = _Recorder(delay=0.05)
+    ahead = Prefetcher(recorder)
+    ahead.prefetch(samples)
+    assert len(_prefetch_threads()) == before + 1
+    ahead.close()  # s0 may be running (it finishes); s1..s3 are cancelled, never prepared
+    assert len(_prefetch_threads()) == before
+    assert len(recorder.calls) <= 1
+    ahead.prefetch(samples)  # closed: queues nothing, starts no thread
+    assert len(_prefetch_threads()) == before
+    assert ahead.get(samples[2]) == "s2"  # prepared here, at once
+    assert recorder.calls[-1] == ("s2", threading.current_thread().name)
+    ahead.close()  # a second close does nothing
+
+
 # --- a real run ---------------------------------------------------------------------------------------
 
 
@@ -138,8 +159,10 @@ def _run(task: Any, run: Path, steps: int, prefetch: bool, extra: tuple[str, ...
         f"data.prefetch={str(prefetch).lower()}",
         *extra,
     ]
+    before = len(_prefetch_threads())
     training = build_training(load_config(None, overrides), load_plugins())
     training.run()
+    assert len(_prefetch_threads()) == before  # run() closes the training: the prefetch thread stops
     return training
 
 

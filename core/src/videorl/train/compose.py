@@ -76,6 +76,8 @@ class Training:
             self.close()
 
     def close(self) -> None:
+        """Stop the prefetch thread and close the run's writers."""
+        self.encode.close()
         close_io(self.io)
 
 

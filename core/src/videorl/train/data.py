@@ -16,6 +16,7 @@ the host is otherwise idle).
 
 from __future__ import annotations
 
+import logging
 import queue
 import random
 import threading
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from videorl.errors import DataError, UnknownComponentError
 from videorl.rewards.types import MediaInfo
+
+log = logging.getLogger("videorl.train")
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -137,16 +140,22 @@ class Prefetcher:
     it, or prepares the sample at once when none is queued. ``prepare`` runs under a lock, never on two
     threads at once (the backend's processor and the media loader are not shared between threads). A
     sample that failed in the background raises its own exception from ``get``, with a note naming it.
+    ``close()`` cancels what is queued and stops the thread; afterwards ``prefetch`` does nothing and
+    ``get`` prepares each sample at once, on the calling thread (a closed prefetcher still works).
     """
 
     def __init__(self, prepare: Callable[[Sample], Prompt]) -> None:
         self._prepare = prepare
         self._lock = threading.Lock()
         self._queued: list[tuple[Sample, Future[Prompt]]] = []  # touched by the asking thread only
-        self._work: queue.SimpleQueue[tuple[Sample, Future[Prompt]]] = queue.SimpleQueue()
+        # None is the sentinel ``close`` sends: the thread returns, releasing ``prepare`` and its owner
+        self._work: queue.SimpleQueue[tuple[Sample, Future[Prompt]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def prefetch(self, samples: Sequence[Sample]) -> None:
+        if self._closed:
+            return
         keep = 0
         while keep < min(len(self._queued), len(samples)) and self._queued[keep][0] is samples[keep]:
             keep += 1
@@ -162,9 +171,32 @@ class Prefetcher:
             self._thread = threading.Thread(target=self._run, name="videorl-prefetch", daemon=True)
             self._thread.start()
 
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel the queued samples and stop the thread, waiting up to ``timeout`` seconds for a sample
+        being prepared to finish; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, future in self._queued:
+            future.cancel()
+        self._queued = []
+        if self._thread is not None:
+            self._work.put(None)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning(
+                    "data.prefetch: the background thread is still preparing a sample after %.0f s; "
+                    "it stops when that sample is done",
+                    timeout,
+                )
+            self._thread = None
+
     def _run(self) -> None:
         while True:
-            sample, future = self._work.get()
+            item = self._work.get()
+            if item is None:
+                return
+            sample, future = item
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -252,6 +284,11 @@ class PromptEncoder:
 
     def __call__(self, sample: Sample) -> Prompt:
         return self._ahead.get(sample)
+
+    def close(self) -> None:
+        """Stop the background thread (:meth:`Prefetcher.close`); the encoder still prepares samples,
+        on the calling thread."""
+        self._ahead.close()
 
     def prepare(self, sample: Sample) -> Prompt:
         """Load the sample's media, render its text and encode it (on the calling thread)."""
