@@ -957,7 +957,7 @@ def export_hf_model(
             protected["the run"] = run
         protected["the checkpoints"] = source.path.parent
     protected["the base model"] = base
-    _check_export_target(out, protected, overwrite)
+    check_export_target(out, protected, overwrite)
     state = source.model_state() if isinstance(source, Checkpoint) else source
     tmp = out.parent / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
     try:
@@ -997,7 +997,7 @@ def _within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-def _check_export_target(out: Path, protected: dict[str, Path], overwrite: bool) -> None:
+def check_export_target(out: Path, protected: dict[str, Path], overwrite: bool) -> None:
     """Refuse an export folder that would replace, or be replaced with, anything in ``protected``, and one
     that exists unless ``overwrite`` and it is an earlier export or empty."""
     target = out.resolve()
