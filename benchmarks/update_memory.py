@@ -1,6 +1,6 @@
 """Peak host memory of one actor micro-batch (forward + backward) on a long-prompt batch: the update's
 log-prob computation before (full-vocabulary logits of every position, whole-tensor float32
-log-softmax and entropy, the entropy's graph kept) and now (``grpo._forward``: the response's logits
+log-softmax and entropy, the entropy's graph kept) and now (``grpo.forward_responses``: the response's logits
 only, chunked log-softmax recomputed in the backward, the entropy without a graph at coefficient 0).
 
 A tiny random Qwen2.5-VL (text width 64) with its vocabulary padded to Qwen's 151,936 entries (the
@@ -64,7 +64,7 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     from videorl.rollout import Completion
     from videorl.train import algo
     from videorl.train.data import Prompt
-    from videorl.train.grpo import Trajectory, _forward
+    from videorl.train.grpo import Trajectory, forward_responses
 
     torch.manual_seed(0)
     backend = backend_for_model(model_dir, load_plugins().model_backends)
@@ -103,7 +103,7 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
         assert inputs.response_mask is not None
         mask = inputs.response_mask.float()
     else:
-        logp, entropy, mask = _forward(model, backend, batch, forbidden)
+        logp, entropy, mask = forward_responses(model, backend, batch, forbidden)
         mask = mask.float()
     loss = -(logp * mask).sum() / mask.sum()
     loss.backward()

@@ -82,7 +82,7 @@ def _trained(run: Path, step: int, out: Path) -> Any:
 
     training = build_training(load_config(run / "config.yaml", [f"output_dir={out}"]), load_plugins())
     ckpt = CheckpointManager(run / "checkpoints").load(run / "checkpoints" / f"step_{step:06d}")
-    training.actor.load_state_dict(ckpt.model_state())
+    ckpt.load_into(training.actor.checkpoint_state(), training.dist)
     return training
 
 

@@ -203,7 +203,7 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     dist = init_distributed()
     collectives, devices = _record_collectives()
     training = build_training(load_config(None, overrides), load_plugins(), dist=dist)
-    start = {k: v.contiguous() for k, v in training.actor.state_dict().items()}
+    start = {k: v.contiguous() for k, v in training.actor.weights().items()}
     start.update({f"buffer:{n}": b.detach().clone() for n, b in training.actor.model.named_buffers()})
     save_file(start, str(dumps / f"rank{dist.rank}-initial.safetensors"))
     data_types: list[str] = []

@@ -104,7 +104,7 @@ class TwoRanks(Dist):
 
 def test_the_loss_is_the_token_mean_and_does_not_depend_on_micro_batching() -> None:
     start = actor()
-    assert [len(b) for b in grpo._micro_batches(batch(), 6, Dist())] == [1, 1, 1, 1]
+    assert [len(b) for b in grpo.micro_batches(batch(), 6, Dist())] == [1, 1, 1, 1]
     results = []
     for budget in (10_000, 6):  # one micro-batch, then one per trajectory
         a = copy.deepcopy(start)
@@ -144,8 +144,8 @@ def test_two_ranks_step_as_one_rank_on_the_whole_batch() -> None:
 
 def test_every_rank_runs_as_many_micro_batches_as_the_busiest() -> None:
     trajectories = batch()[:2]  # 5 + 4 tokens: one micro-batch of budget 100 here
-    assert len(grpo._micro_batches(trajectories, 100, Dist())) == 1
-    padded = grpo._micro_batches(trajectories, 100, TwoRanks(0, torch.zeros(2), 2))
+    assert len(grpo.micro_batches(trajectories, 100, Dist())) == 1
+    padded = grpo.micro_batches(trajectories, 100, TwoRanks(0, torch.zeros(2), 2))
     assert len(padded) == 2 and sorted(len(b) for b in padded) == [1, 1]  # the collective counts match
 
 
@@ -350,7 +350,7 @@ def test_rollout_correction_weighs_the_advantages_and_logs_per_modality(
 ) -> None:
     a, trajectories = actor(), batch()
     for t in trajectories:  # the engine's log-probs: the trainer's, except 1/3 of the probability on b0
-        logp = grpo._forward(a.model, a.backend, [t], [])[0][0].detach()
+        logp = grpo.forward_responses(a.model, a.backend, [t], [])[0][0].detach()
         gap = math.log(3.0) if t is trajectories[2] else 0.0
         t.completion = Completion(t.completion.token_ids, (logp - gap).tolist(), "stop")
     cfg = config(f"algorithm.rollout_correction={mode}", "algorithm.rollout_correction_cap=2")

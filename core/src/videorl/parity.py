@@ -894,13 +894,13 @@ def first_step_check(
     (``warn``). Every rank runs it (the forwards are collectives under FSDP) and decides alike."""
     import torch
 
-    from videorl.train.grpo import _forward, _micro_batches
+    from videorl.train.grpo import forward_responses, micro_batches
 
     forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
     gaps: dict[str, ModalityGap] = {}
     with torch.no_grad():
-        for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
-            logp, _, _ = _forward(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
+        for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+            logp, _, _ = forward_responses(actor.model, actor.backend, batch, forbidden, actor.compute_dtype)
             for kind, gap in modality_gaps(batch, logp).items():
                 mine = gaps.setdefault(kind, ModalityGap())
                 mine.total, mine.count = mine.total + gap.total, mine.count + gap.count

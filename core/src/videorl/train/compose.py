@@ -309,7 +309,6 @@ def make_actor(
         ref_model,
         compute_dtype=None if sharded else dtype,
         full_state_dict=(lambda dtype: distributed.full_state_dict(model, dtype)) if sharded else None,
-        load_full_state_dict=(lambda sd: distributed.load_full_state_dict(model, sd)) if sharded else None,
         lora=adapters,
     )
     return actor, vision_sync

@@ -231,10 +231,3 @@ def release_cached_memory() -> None:
     until this call, and vLLM's free-memory check at start-up and at each wake-up would fail."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def load_full_state_dict(model: torch.nn.Module, state: dict[str, Any]) -> None:
-    """Load a full (unsharded) state dict into a sharded model."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))

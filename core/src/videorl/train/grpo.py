@@ -82,21 +82,7 @@ class Actor:
     full_state_dict: Callable[[torch.dtype | None], dict[str, torch.Tensor]] | None = (
         None  # gathers FSDP shards
     )
-    load_full_state_dict: Callable[[dict[str, torch.Tensor]], None] | None = None
     lora: Adapters | None = None  # actor.lora: only these train, and they are all a checkpoint holds
-
-    def state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """What a checkpoint holds: the full parameters and buffers (HF names), or with LoRA the
-        adapters' tensors alone; floating ones in ``dtype`` when given."""
-        if self.lora is not None:
-            return _cast(self.lora.state_dict(), dtype)
-        return self._full_state(dtype)
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        if self.lora is not None:
-            self.lora.load_state_dict(state)
-            return
-        (self.load_full_state_dict or self.model.load_state_dict)(state)
 
     def weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """The policy's full weights under the base model's names, for a rollout engine: with LoRA the
@@ -336,7 +322,7 @@ def finish_groups(
     return groups, metrics
 
 
-def _micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) -> list[list[Trajectory]]:
+def micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) -> list[list[Trajectory]]:
     """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
     lengths = [len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories]
     count = len(algo.pack_by_token_budget(lengths, budget))
@@ -347,7 +333,7 @@ def _micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) 
     ]
 
 
-def _forward(
+def forward_responses(
     model: torch.nn.Module,
     backend: ModelBackend,
     batch: Sequence[Trajectory],
@@ -423,8 +409,8 @@ def update(
     old: dict[int, torch.Tensor] = {}
     if updates > 1:
         with timer("old_logprob"), torch.no_grad():
-            for batch in _micro_batches(trajectories, budget, dist):
-                logp, _, _ = _forward(
+            for batch in micro_batches(trajectories, budget, dist):
+                logp, _, _ = forward_responses(
                     actor.model, actor.backend, batch, forbidden, actor.compute_dtype, padding_free=packed
                 )
                 old.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
@@ -439,10 +425,10 @@ def update(
         trained = [t for t in mini if _trained(cfg, t)]
         counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in trained)), float(len(trained))])
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
-        batches = _micro_batches(mini, budget, dist)
+        batches = micro_batches(mini, budget, dist)
         for j, batch in enumerate(batches, start=1):
             timer.show(f"update {u}/{updates}, micro-batch {j}/{len(batches)}")
-            logp, entropy, mask = _forward(
+            logp, entropy, mask = forward_responses(
                 actor.model,
                 actor.backend,
                 batch,
@@ -555,11 +541,13 @@ def _reference_rows(
     with actor.reference_policy() as reference:
         if reference is not None:
             with timer("reference"), torch.no_grad():
-                for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
-                    logp = _forward(
+                for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+                    logp = forward_responses(
                         reference, actor.backend, batch, forbidden, padding_free=config.actor.padding_free
                     )[0]
-                    out.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
+                    out.update(
+                        {id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)}
+                    )
             return out
     for t in trajectories:
         if t.ref_logprobs is None:
@@ -579,8 +567,10 @@ def reference_logprobs(
     forbidden = sorted(backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
     out: dict[int, list[float]] = {}
     with torch.no_grad():
-        for batch in _micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Dist()):
-            logp = _forward(reference, backend, batch, forbidden, padding_free=config.actor.padding_free)[0]
+        for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Dist()):
+            logp = forward_responses(
+                reference, backend, batch, forbidden, padding_free=config.actor.padding_free
+            )[0]
             for row, t in enumerate(batch):
                 out[id(t)] = logp[row, : len(t.completion.token_ids)].float().tolist()
     return [out[id(t)] for t in trajectories]

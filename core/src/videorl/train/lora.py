@@ -151,15 +151,6 @@ class Adapters:
         params = dict(self.model.named_parameters())
         return [params[name] for name in self.names]
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The adapters' full tensors on the CPU (a collective under FSDP: every rank gathers)."""
-        out = {}
-        for name, param in zip(self.names, self.parameters()):
-            tensor = param.detach()
-            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-            out[name] = full.cpu()
-        return out
-
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Set the adapters from full tensors (each rank keeps its shard under FSDP); anything but this
         run's adapters is an error that says which tensors differ."""
@@ -344,10 +335,7 @@ def _export_adapter(
 
     from videorl.atomic import atomic_write_text, fsync_dir
     from videorl.backend import backend_for_model
-    from videorl.train.checkpoint import EXPORT_MARKER, FORMAT_VERSION
-    from videorl.train.checkpoint import (
-        _check_export_target as check_export_target,
-    )  # export_hf_model's guard
+    from videorl.train.checkpoint import EXPORT_MARKER, FORMAT_VERSION, check_export_target
 
     peft = require_peft()
     protected = {
