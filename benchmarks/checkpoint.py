@@ -19,12 +19,13 @@ import os
 import statistics
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from videorl.train.checkpoint import ActorState, CheckpointManager, _crc32, resume, save_checkpoint
+from videorl.train.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
 from videorl.train.distributed import Dist
 
 
@@ -37,6 +38,15 @@ def _actor(mb: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     model(torch.randn(2, width)).sum().backward()
     optimizer.step()
     return model, optimizer
+
+
+def _old_checksum(path: Path) -> str:
+    """The old manifest's CRC-32 of a whole file, read in 16 MiB blocks (as the checkpoint code does)."""
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            crc = zlib.crc32(block, crc)
+    return f"crc32:{crc:08x}"
 
 
 def _old_format(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -53,7 +63,7 @@ def _old_format(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     with open(path / "model.safetensors", "rb+") as f:
         os.fsync(f.fileno())
     for name in ("model.safetensors", "optimizer.pt"):
-        _crc32(path / name)
+        _old_checksum(path / name)
 
 
 def _old_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -61,7 +71,7 @@ def _old_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     from safetensors.torch import load_file
 
     for name in ("model.safetensors", "optimizer.pt"):
-        _crc32(path / name)
+        _old_checksum(path / name)
 
     model.load_state_dict(load_file(str(path / "model.safetensors")))
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from videorl.rollout.hf import HFEngine, _ChosenLogprobs
+from videorl.rollout.hf import ChosenLogprobs, HFEngine
 
 
 def _rss_mb() -> float:
@@ -47,7 +47,7 @@ class RepeatedPromptsEngine(HFEngine):
         repeated = [p for p in prompts for _ in range(params.n)]
         param = next(self.model.parameters())
         inputs = self.backend.collate(repeated).to(device=param.device, dtype=param.dtype)
-        chosen = _ChosenLogprobs(self.forbidden)
+        chosen = ChosenLogprobs(self.forbidden)
         handle = self.model.register_forward_hook(chosen, with_kwargs=True)
         try:
             with torch.no_grad():

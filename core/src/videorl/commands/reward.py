@@ -198,13 +198,13 @@ def load_reward_config(path: Path | None, timeout: float | None) -> RewardConfig
     """The ``rewards`` section of a YAML/JSON file (or the whole file when it has none)."""
     data: dict[str, Any] = {}
     if path is not None:
-        from videorl.config import _parse_yaml  # the training config's reader: line numbers, duplicate keys
+        from videorl.config import parse_yaml  # the training config's reader: line numbers, duplicate keys
 
         try:
             text = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read reward config {path}: {exc}") from exc
-        loaded, _, duplicates = _parse_yaml(text, str(path))
+        loaded, _, duplicates = parse_yaml(text, str(path))
         if duplicates:
             raise ConfigError("\n  ".join([f"invalid reward config {path}:", *duplicates]))
         if loaded is not None and not isinstance(loaded, dict):

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from videorl.config.loader import _parse_yaml, config_to_dict, dump_config, load
+from videorl.config.loader import ParsedYaml, config_to_dict, dump_config, load, parse_yaml
 from videorl.config.reference import ConfigKey, config_keys, markdown_reference
 from videorl.config.schema import (
     ActorConfig,
@@ -64,16 +64,17 @@ __all__ = [
     "LoraConfig",
     "ModelConfig",
     "OptimConfig",
+    "ParsedYaml",
     "Problems",
     "RayConfig",
     "RolloutConfig",
     "TrainConfig",
     "TrainerConfig",
-    "_parse_yaml",
     "config_keys",
     "config_to_dict",
     "dump_config",
     "load_config",
     "markdown_reference",
     "option",
+    "parse_yaml",
 ]

@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -56,8 +56,18 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _parse_yaml(text: str, where: str) -> tuple[Any, dict[tuple[str, ...], int], list[str]]:
-    """The document, the line of every mapping key, and the duplicate-key problems."""
+class ParsedYaml(NamedTuple):
+    """A YAML document as :func:`parse_yaml` reads it."""
+
+    data: Any
+    lines: dict[tuple[str, ...], int]  # (key, subkey, ...) -> the 1-based line it is set on
+    duplicates: list[str]  # "file:line: duplicate key 'a.b' (first set on line N)", one per repeat
+
+
+def parse_yaml(text: str, where: str) -> ParsedYaml:
+    """Parse ``text`` (safe YAML, ``1e-5`` read as a float) read from ``where``: the document, the line of
+    every mapping key and the keys set twice (PyYAML keeps the last silently); invalid YAML is a
+    ``ConfigError`` naming ``where`` and the line."""
     try:
         node = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
@@ -84,7 +94,7 @@ def _parse_yaml(text: str, where: str) -> tuple[Any, dict[tuple[str, ...], int],
             walk(value_node, (*path, key))
 
     walk(node, ())
-    return data, lines, duplicates
+    return ParsedYaml(data, lines, duplicates)
 
 
 # --- building and checking ----------------------------------------------------------------------
@@ -400,7 +410,7 @@ def load(
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read config file {where}: {exc.strerror or exc}") from exc
-        data, lines, duplicates = _parse_yaml(text, where)
+        data, lines, duplicates = parse_yaml(text, where)
         ctx.problems += duplicates
         if data is None:
             data = {}

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from videorl.model_inputs import EncodedPrompt, ModelInputs
 
 
-class _ChosenLogprobs:
+class ChosenLogprobs:
     """A forward hook on the generating model that keeps the log-prob of each sampled token only.
 
     ``generate(output_logits=True)`` would keep every step's raw logits, ``B×T×V`` (at 4,096 tokens,
@@ -118,7 +118,7 @@ class HFEngine:
                 "top_k": params.top_k or None,
             }
         )
-        chosen = _ChosenLogprobs(self.forbidden)
+        chosen = ChosenLogprobs(self.forbidden)
         handle = self.model.register_forward_hook(chosen, with_kwargs=True)
         try:
             with torch.no_grad():
@@ -157,7 +157,7 @@ class HFEngine:
         ``B`` rows, not ``B·n``, so their transient activations shrink ``n``-fold (at 7B the MLP's
         alone are ≈ 1.5 GB per 20k-token row in bf16); the KV cache still holds ``B·n·(W + T)``
         positions, since a transformers cache cannot share a prefix between rows (vLLM's prefix
-        cache does); the logits are one step's ``B·n×V`` at a time (:class:`_ChosenLogprobs`),
+        cache does); the logits are one step's ``B·n×V`` at a time (:class:`ChosenLogprobs`),
         never ``B·n×T×V``.
         """
         import torch
