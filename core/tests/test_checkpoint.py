@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,6 @@ from videorl.train.checkpoint import (
     CheckpointError,
     CheckpointManager,
     capture_rng_state,
-    checkpoint_due,
     export_hf_model,
     restore_rng_state,
     resume,
@@ -40,11 +40,6 @@ def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
     return model, optimizer
-
-
-def test_checkpoint_due() -> None:
-    assert [s for s in range(1, 11) if checkpoint_due(s, 4, 10)] == [4, 8, 10]
-    assert [s for s in range(1, 11) if checkpoint_due(s, 0, 10)] == [10]
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
@@ -461,6 +456,56 @@ def test_one_process_resume_is_bit_identical_and_ties_stay_tied(tmp_path: Path) 
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
         assert torch.equal(a, b), name
     assert fresh_optimizer.state_dict()["state"][0]["step"] == 2
+
+
+class _Tensors:
+    """A Stateful of plain tensors: the state a resuming run loads into."""
+
+    def __init__(self, **tensors: torch.Tensor) -> None:
+        self.tensors = tensors
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": dict(self.tensors)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tensors = dict(state["model"])
+
+
+def test_resuming_other_keys_or_shapes_names_them_and_the_lora_settings(tmp_path: Path) -> None:
+    """A LoRA run resuming a full checkpoint (keys missing), the reverse (keys not in the run) or
+    another rank (other shapes) is a config mismatch, never reported as a corrupt checkpoint."""
+    run = tmp_path / "run"
+    manager = CheckpointManager(run / "checkpoints")
+    saved = {"base.weight": torch.ones(4, 4), "lora_A": torch.ones(8, 4), "lora_B": torch.ones(4, 8)}
+    manager.save(1, model_state=saved)
+    path = manager.path_for(1)
+    ckpt = manager.load(path)
+    same = _Tensors(**{k: torch.zeros_like(v) for k, v in saved.items()})
+    ckpt.load_into(same, Dist())
+    assert torch.equal(same.tensors["lora_A"], torch.ones(8, 4))
+
+    extra = {f"layer{i}.lora": torch.zeros(2) for i in range(5)}
+    with pytest.raises(CheckpointError) as missing:
+        ckpt.load_into(_Tensors(**{k: torch.zeros_like(v) for k, v in saved.items()}, **extra), Dist())
+    text = str(missing.value)
+    assert (
+        "5 key(s) of this run are not in it (model.layer0.lora, model.layer1.lora, model.layer2.lora, and 2 more)"
+        in text
+    )
+    assert "actor.lora" in text and str(run / "config.yaml") in text and "corrupt" not in text
+    with pytest.raises(
+        CheckpointError, match=r"2 key\(s\) of it are not in this run \(model.lora_A, model.lora_B\)"
+    ):
+        ckpt.load_into(_Tensors(**{"base.weight": torch.zeros(4, 4)}), Dist())
+    rank_4 = _Tensors(
+        **{"base.weight": torch.zeros(4, 4), "lora_A": torch.zeros(4, 4), "lora_B": torch.zeros(4, 4)}
+    )
+    with pytest.raises(CheckpointError) as reshaped:
+        ckpt.load_into(rank_4, Dist())
+    assert "2 tensor(s) have another shape (model.lora_A: [8, 4] in the checkpoint, [4, 4] now, " in str(
+        reshaped.value
+    )
+    assert torch.equal(rank_4.tensors["lora_A"], torch.zeros(4, 4))  # nothing was loaded
 
 
 def test_an_asynchronous_save_is_complete_only_once_written(

@@ -185,3 +185,6 @@ def test_evaluation_names_must_not_collide(tmp_path: Path, clock: Clock) -> None
 def test_periodic_due() -> None:
     assert [s for s in range(1, 8) if periodic_due(s, 3, 7)] == [3, 6, 7]
     assert not any(periodic_due(s, 0, 7) for s in range(1, 8))
+    # checkpoints and benchmark passes: every=0 still saves and scores the last step
+    assert [s for s in range(1, 11) if periodic_due(s, 4, 10, at_last=True)] == [4, 8, 10]
+    assert [s for s in range(1, 11) if periodic_due(s, 0, 10, at_last=True)] == [10]

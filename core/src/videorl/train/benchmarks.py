@@ -200,10 +200,10 @@ class BenchmarkPasses:
 
     def due(self, step: int, last_step: int) -> list[str]:
         """The benchmarks with a pass at ``step``: every ``every`` steps, and after ``last_step``."""
+        from videorl.train.loop import periodic_due
+
         return [
-            b.spec.name
-            for b in self.benchmarks
-            if step == last_step or (b.spec.every > 0 and step % b.spec.every == 0)
+            b.spec.name for b in self.benchmarks if periodic_due(step, b.spec.every, last_step, at_last=True)
         ]
 
     def run(self, step: int, runner: RowRunner) -> dict[str, float]:

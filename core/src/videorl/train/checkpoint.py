@@ -87,7 +87,6 @@ __all__ = [
     "CheckpointManager",
     "base_model_of",
     "capture_rng_state",
-    "checkpoint_due",
     "export_hf_model",
     "resolve_checkpoint",
     "restore_rng_state",
@@ -98,11 +97,6 @@ __all__ = [
 
 class CheckpointError(VideorlError):
     """A checkpoint is missing, incomplete or unreadable (the message names it and what to do)."""
-
-
-def checkpoint_due(step: int, every: int, last_step: int) -> bool:
-    """Whether to write a checkpoint after ``step``: every ``every`` steps (0: never) and after the last."""
-    return step == last_step or (every > 0 and step % every == 0)
 
 
 # --- RNG ------------------------------------------------------------------------------------------
@@ -310,14 +304,60 @@ class Checkpoint:
             model.pop(alias, None)
         tensors = self.path / TENSORS_DIR
         try:
+            reader = safe_reader(tensors)
+            stored = reader.read_metadata().state_dict_metadata
+        except FileNotFoundError:
+            raise CheckpointError(f"{self.path} is incomplete: {TENSORS_DIR}/.metadata is missing") from None
+        except Exception as exc:
+            raise _read_error(tensors, exc) from None
+        # before DCP's "missing key" or size mismatch, which would read as a corrupt checkpoint
+        self._require_layout(template, stored)
+        try:
             quiet_single_process()
-            load(template, storage_reader=safe_reader(tensors), planner=safe_planner(empty=False),
+            load(template, storage_reader=reader, planner=safe_planner(empty=False),
                  process_group=group, no_dist=dist.world_size == 1)  # fmt: skip
         except (Exception, CheckpointException) as exc:
             raise _read_error(tensors, exc) from None
         for alias, name in self.aliases.items():
             model[alias] = model[name]
         state.load_state_dict(template)
+
+    def _require_layout(self, template: dict[str, Any], stored: Mapping[str, Any]) -> None:
+        """Raise :class:`CheckpointError` unless ``stored`` (the checkpoint's DCP metadata, by flattened
+        key) holds exactly ``template``'s keys, tensors of the same shapes: a LoRA run resuming a full
+        fine-tuning checkpoint, the reverse, or other ``actor.lora`` settings."""
+        import torch
+        from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        wanted, _ = flatten_state_dict(template)  # the keys DCP's planner reads, as it flattens them
+        missing = sorted(set(wanted) - set(stored))
+        unexpected = sorted(set(stored) - set(wanted))
+        reshaped = [
+            f"{key}: {list(stored[key].size)} in the checkpoint, {list(value.shape)} now"
+            for key, value in sorted(wanted.items())
+            if key in stored
+            and isinstance(value, torch.Tensor)
+            and isinstance(stored[key], TensorStorageMetadata)
+            and tuple(stored[key].size) != tuple(value.shape)
+        ]
+        if not (missing or unexpected or reshaped):
+            return
+        parts = [
+            f"{len(keys)} {what} ({_few(keys)})"
+            for keys, what in (
+                (missing, "key(s) of this run are not in it"),
+                (unexpected, "key(s) of it are not in this run"),
+                (reshaped, "tensor(s) have another shape"),
+            )
+            if keys
+        ]
+        raise CheckpointError(
+            f"{self.path} does not match this run's model and optimizer: " + "; ".join(parts) + ". A LoRA "
+            "run resumes only a checkpoint written with the same actor.lora settings (enabled, rank, "
+            "target_modules), a full fine-tuning run only a full one: compare actor.lora with the "
+            f"checkpoint run's {self.path.parent.parent / 'config.yaml'}, or start a new run"
+        )
 
     def require_sharded(self, what: str) -> None:
         """Raise :class:`CheckpointError`, saying what to do, for a checkpoint of the unsharded format 1."""
@@ -881,15 +921,21 @@ def _step_of(path: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
+def _few(items: Sequence[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``items``, and how many more."""
+    more = f", and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
 def _read_error(path: Path, exc: BaseException) -> CheckpointError:
     """What a failed DCP read of checkpoint ``path`` means: refused pickled objects, or a corrupt file."""
     text = str(exc)
     found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
     if found:
-        what = f" (it names {found.group(1)})" if found else ""
         # torch's own message advises weights_only=False, which would run whatever the file holds
         return CheckpointError(
-            f"{path}: refused to load: it holds objects other than tensors and plain containers{what}, so "
+            f"{path}: refused to load: it holds objects other than tensors and plain containers (it names "
+            f"{found.group(1)}), so "
             "it was not written by videorl or has been tampered with"
         )
     return CheckpointError(

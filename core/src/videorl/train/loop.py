@@ -9,7 +9,7 @@
           metrics |= evaluation(step)                   each evaluation whose due(step, last_step) says so
           metrics |= time/<stage>, time/step            averaged over the ranks (torchrun)
           log (rank 0), progress bar (rank 0), on_step(step, metrics)
-          driver.save(step)                             when checkpoint_due(step, save_every, max_steps)
+          driver.save(step)                             every trainer.save_every steps and at the last
 
 The loop owns the step range, the order above, the timing and the writers; a driver owns what a step
 does and where it runs. Two drivers exist:
@@ -62,7 +62,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from videorl.train.checkpoint import checkpoint_due
 from videorl.train.distributed import Dist, average_over_ranks
 from videorl.train.grpo import StageTimer
 
@@ -112,9 +111,15 @@ class PeriodicEvaluation(Protocol):
         ...
 
 
-def periodic_due(step: int, every: int, last_step: int) -> bool:
-    """Every ``every`` steps and at the last step; never when ``every`` is 0 (``trainer.val_every``)."""
-    return every > 0 and (step % every == 0 or step == last_step)
+def periodic_due(step: int, every: int, last_step: int, *, at_last: bool = False) -> bool:
+    """Whether something done every ``every`` steps and at the last step is due after ``step``.
+
+    ``every`` 0 turns the periodic steps off: then only the last step is due with ``at_last`` (a
+    checkpoint, a benchmark pass: the final weights are always saved and scored), none without it
+    (``trainer.val_every``)."""
+    if every <= 0:
+        return at_last and step == last_step
+    return step % every == 0 or step == last_step
 
 
 def run(
@@ -159,6 +164,6 @@ def run(
             )
         if on_step is not None:
             on_step(step, metrics)
-        if checkpoint_due(step, config.trainer.save_every, last):
+        if periodic_due(step, config.trainer.save_every, last, at_last=True):
             driver.save(step)
     return last
