@@ -508,6 +508,46 @@ def test_resuming_other_keys_or_shapes_names_them_and_the_lora_settings(tmp_path
     assert torch.equal(rank_4.tensors["lora_A"], torch.zeros(4, 4))  # nothing was loaded
 
 
+def test_a_rank_that_cannot_checksum_its_files_tells_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 of 2 fails to fsync its shard: it still takes part in the gather (with its error), and
+    every rank raises naming rank 1 and the file, rather than rank 0 waiting in the gather for hours."""
+    manager = CheckpointManager(tmp_path)
+    tmp = tmp_path / ".tmp-step_000001"
+    (tmp / "tensors").mkdir(parents=True)
+    for name in (".metadata", "__0_0.distcp", "__1_0.distcp"):
+        (tmp / "tensors" / name).write_bytes(b"x")
+    shard = tmp / "tensors" / "__1_0.distcp"
+
+    def fsync(path: Path) -> None:
+        if Path(path) == shard:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ck, "fsync_file", fsync)
+    sent: list[Any] = []
+
+    def gather(value: Any, world_size: int, group: Any) -> list[Any]:
+        sent.append(value)
+        return [({"tensors/__0_0.distcp": [1, "crc32:0"]}, None), value]  # rank 0's files, then rank 1's
+
+    monkeypatch.setattr(ck, "_gather", gather)
+    with pytest.raises(CheckpointError) as raised:
+        manager._finish(1, tmp, Dist(rank=1, world_size=2), object(), {}, None, [])
+    assert sent == [({}, f"OSError: [Errno 5] {shard}: Input/output error")]
+    assert str(raised.value) == (
+        f"the checkpoint of step 1 was not completed: rank 1 could not flush and checksum its files: "
+        f"OSError: [Errno 5] {shard}: Input/output error"
+    )
+    # rank 0's view: rank 1's record says it failed; nothing is committed and the directory is removed
+    monkeypatch.setattr(ck, "_gather", lambda value, world_size, group: [value, sent[0]])
+    with pytest.raises(
+        CheckpointError, match=r"rank 1 could not flush and checksum its files: OSError.*__1_0"
+    ):
+        manager._finish(1, tmp, Dist(rank=0, world_size=2), object(), {}, None, [])
+    assert not tmp.exists() and manager.latest() is None
+
+
 def test_an_asynchronous_save_is_complete_only_once_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

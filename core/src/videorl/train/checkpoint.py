@@ -589,8 +589,22 @@ class CheckpointManager:
         try:
             if written is not None:
                 written.result()
-            own = {name: [size, crc] for name, size, crc in self._own_files(tmp, dist.rank)}
-            records = [own] if group is None else _gather(own, dist.world_size, group)
+            failure: BaseException | None = None
+            try:
+                own = {name: [size, crc] for name, size, crc in self._own_files(tmp, dist.rank)}
+            except Exception as exc:  # gathered all the same: the other ranks would wait in the gather
+                own, failure = {}, exc
+            mine = (own, None if failure is None else f"{type(failure).__name__}: {failure}")
+            gathered = [mine] if group is None else _gather(mine, dist.world_size, group)
+            failed = [(rank, reason) for rank, (_, reason) in enumerate(gathered) if reason is not None]
+            if failed:
+                raise CheckpointError(
+                    f"the checkpoint of step {step} was not completed: "
+                    + "; ".join(
+                        f"rank {rank} could not flush and checksum its files: {r}" for rank, r in failed
+                    )
+                ) from failure
+            records = [files for files, _ in gathered]
             error = None
             if dist.rank == 0:
                 try:
@@ -614,15 +628,21 @@ class CheckpointManager:
 
     @staticmethod
     def _own_files(tmp: Path, rank: int) -> list[tuple[str, int, str]]:
-        """The files ``rank`` wrote into the checkpoint being written, fsynced, with sizes and CRCs."""
+        """The files ``rank`` wrote into the checkpoint being written, fsynced, with sizes and CRCs (an
+        ``OSError`` names the file: ``fsync``'s own names none)."""
         out = []
         tensors = tmp / TENSORS_DIR
-        for path in sorted(tensors.iterdir()):
-            shard = _SHARD.match(path.name)
-            if (shard is not None and int(shard.group(1)) == rank) or (rank == 0 and shard is None):
-                fsync_file(path)
-                out.append((f"{TENSORS_DIR}/{path.name}", path.stat().st_size, _crc32(path)))
-        fsync_dir(tensors)
+        path = tensors
+        try:
+            for path in sorted(tensors.iterdir()):
+                shard = _SHARD.match(path.name)
+                if (shard is not None and int(shard.group(1)) == rank) or (rank == 0 and shard is None):
+                    fsync_file(path)
+                    out.append((f"{TENSORS_DIR}/{path.name}", path.stat().st_size, _crc32(path)))
+            path = tensors
+            fsync_dir(tensors)
+        except OSError as exc:
+            raise OSError(exc.errno, f"{path}: {exc.strerror or exc}") from exc
         return out
 
     def _commit(
