@@ -155,3 +155,143 @@ def test_a_cuda_ipc_bucket_reaches_another_process() -> None:
     received = out.get(timeout=120)
     child.join(timeout=60)
     assert received == [("a", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]), ("b", [1.5, -2.0])]
+
+
+# --- the receiving side: a failure on either side never leaves a worker half in reload ---------------
+
+
+class _ReloadingModel:
+    """A vLLM model under the fake layerwise reload: ``load_weights`` outside a reload is an error."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.fail_on = fail_on
+        self.in_reload = False
+        self.events: list[str] = []
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        assert self.in_reload, "loaded outside a layerwise reload"
+        for name, tensor in named:
+            if name == self.fail_on:
+                raise ValueError(f"no parameter {name}")
+            self.weights[name] = tensor.clone()
+
+
+def _fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three vLLM functions WeightReceiver calls, recording on the model."""
+    import contextlib
+    import sys
+    import types
+
+    def initialize(model: _ReloadingModel) -> None:
+        assert not model.in_reload, "a reload began inside another"
+        model.in_reload = True
+        model.events.append("begin")
+
+    def finalize(model: _ReloadingModel, model_config: Any) -> None:
+        assert model.in_reload, "finalised outside a reload"
+        model.in_reload = False
+        model.events.append("finish")
+
+    reload = types.ModuleType("vllm.model_executor.model_loader.reload")
+    reload.initialize_layerwise_reload = initialize  # type: ignore[attr-defined]
+    reload.finalize_layerwise_reload = finalize  # type: ignore[attr-defined]
+    config = types.ModuleType("vllm.config")
+    config.set_current_vllm_config = lambda _: contextlib.nullcontext()  # type: ignore[attr-defined]
+    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.model_loader"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.config", config)
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.model_loader.reload", reload)
+
+
+class _Workers:
+    """``collective_rpc`` over real :class:`WeightReceiver` workers holding fake models."""
+
+    def __init__(self, *models: _ReloadingModel) -> None:
+        from types import SimpleNamespace
+
+        from videorl.rollout.vllm_weights import WeightReceiver
+
+        self.models = models
+        self.kinds: list[str] = []
+        self.workers = []
+        for model in models:
+            worker = WeightReceiver()
+            worker.vllm_config = SimpleNamespace(model_config=None)
+            worker.model_runner = SimpleNamespace(
+                get_model=lambda m=model: m,
+                reset_lora_state=lambda: None,
+                reset_encoder_cache=lambda: None,
+                reset_mm_cache=lambda: None,
+            )
+            self.workers.append(worker)
+
+    def __call__(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        self.kinds.append(args[0]["kind"])
+        out, failure = [], None
+        for worker in self.workers:  # as collective_rpc: every worker runs, then the first error raises
+            try:
+                out.append(getattr(worker, method)(*args))
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return out
+
+
+def test_a_sender_failure_after_the_first_bucket_has_the_workers_finish_their_reload(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import videorl.rollout.vllm_weights as vw
+
+    _fake_vllm(monkeypatch)
+    encoded: list[int] = []
+
+    def encode_or_run_out(group: list[tuple[str, torch.Tensor]]) -> dict[str, Any]:
+        encoded.append(len(group))
+        if len(encoded) == 2:
+            raise MemoryError("no host memory for bucket 2")
+        return encode_bytes(group)
+
+    monkeypatch.setattr(vw, "encode_bytes", encode_or_run_out)
+    workers = _Workers(_ReloadingModel(), _ReloadingModel())
+    with pytest.raises(MemoryError, match="bucket 2"):
+        push_weights(workers, _named(10, 10, 25, 4), transport="bytes", bucket_bytes=100)
+    assert workers.kinds == ["bytes", "abort"]
+    for model in workers.models:
+        assert model.events == ["begin", "finish"] and not model.in_reload
+        assert sorted(model.weights) == ["t0", "t1"]  # bucket 1 only
+    # the next refresh starts a fresh reload on every worker
+    monkeypatch.setattr(vw, "encode_bytes", encode_bytes)
+    assert push_weights(workers, _named(10, 10, 25, 4), transport="bytes", bucket_bytes=100) == 3
+    assert all(m.events == ["begin", "finish"] * 2 for m in workers.models)
+
+
+def test_a_worker_whose_load_failed_finishes_once_and_the_others_finish_on_the_abort(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fake_vllm(monkeypatch)
+    workers = _Workers(_ReloadingModel(fail_on="t2"), _ReloadingModel())
+    with pytest.raises(ValueError, match="no parameter t2"):
+        push_weights(workers, _named(10, 10, 25, 4), transport="bytes", bucket_bytes=100)
+    assert workers.kinds == ["bytes", "bytes", "abort"]  # bucket 2 failed on worker 0 only
+    for model in workers.models:
+        assert model.events == ["begin", "finish"] and not model.in_reload
+    assert sorted(workers.models[1].weights) == ["t0", "t1", "t2"]
+
+
+def test_an_update_that_fails_before_any_bucket_went_out_sends_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import videorl.rollout.vllm_weights as vw
+
+    _fake_vllm(monkeypatch)
+
+    def no_memory(group: Any) -> dict[str, Any]:
+        raise MemoryError("no host memory for bucket 1")
+
+    monkeypatch.setattr(vw, "encode_bytes", no_memory)
+    workers = _Workers(_ReloadingModel())
+    with pytest.raises(MemoryError):
+        push_weights(workers, _named(10), transport="bytes", bucket_bytes=100)
+    assert workers.kinds == [] and workers.models[0].events == []

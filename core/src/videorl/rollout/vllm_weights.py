@@ -221,13 +221,16 @@ def push_weights(
 ) -> int:
     """Load ``named`` into the engine behind ``rpc`` (``collective_rpc(method, args=...)``) in buckets
     of at most ``bucket_bytes`` (one bucket in one process), one call per bucket (the first begins
-    the update, the last ends it); the number of buckets sent."""
+    the update, the last ends it); the number of buckets sent. A failure on this side once the update
+    began (packing a bucket, allocating the staging buffer, the call itself) sends the workers an
+    ``abort`` bucket, which finishes the reload they began, before it is raised."""
     staging: _Staging | None = None
     # In one process the tensors are already where the worker reads them: buckets would bound no
     # memory, and each load_weights call has a cost of its own.
     groups = buckets(named, bucket_bytes if transport != "direct" else 1 << 62)
     group: list[tuple[str, torch.Tensor]] | None = next(groups, [])  # no tensors: still one update
     sent = 0
+    open_update = False  # a bucket with "begin" went out, and the one with "end" has not loaded yet
     try:
         while group is not None:
             following = next(groups, None)
@@ -241,14 +244,30 @@ def push_weights(
                     staging = _Staging(max(total, bucket_bytes))
                 payload = staging.payload(group)
             payload |= {"begin": sent == 0, "end": following is None}
+            open_update = True
             rpc("videorl_load_weight_bucket", args=(payload,))
+            open_update = following is not None
             sent += 1
             group = following
+    except BaseException as exc:
+        if open_update:
+            _abort_update(rpc, exc)
+        raise
     finally:
         if staging is not None:
             del staging
             torch.cuda.ipc_collect()  # the workers have let go of the staging buffer
     return sent
+
+
+def _abort_update(rpc: Rpc, failure: BaseException) -> None:
+    """Have the workers finish the reload an update that failed began (a no-op on a worker whose own
+    failed load finished it); ``failure`` gets a note when the workers cannot be reached either."""
+    try:
+        rpc("videorl_load_weight_bucket", args=({"kind": "abort", "begin": False, "end": True},))
+    except Exception as exc:
+        if hasattr(failure, "add_note"):  # Python >= 3.11
+            failure.add_note(f"(and the engine's workers could not be told to finish their reload: {exc!r})")
 
 
 class MemoryRefresh:
@@ -278,6 +297,7 @@ class WeightReceiver:
 
     model_runner: Any
     vllm_config: Any
+    _videorl_reloading = False  # between initialize_layerwise_reload and its finalize
 
     def videorl_pid(self) -> int:
         """This worker's process id (the sender compares it with its own to choose the transport)."""
@@ -285,7 +305,8 @@ class WeightReceiver:
 
     def videorl_load_weight_bucket(self, payload: dict[str, Any]) -> None:
         """Load one bucket; the first (``begin``) starts vLLM's layerwise reload, the last (``end``)
-        finalises it, and so does a failure, so that the model is never left half in reload."""
+        finalises it, and so does a failure, here or the sender's (an ``abort`` bucket, see
+        :func:`push_weights`), so that the model is never left half in reload."""
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import (
             finalize_layerwise_reload,
@@ -297,14 +318,21 @@ class WeightReceiver:
         with set_current_vllm_config(self.vllm_config):
             if payload["begin"]:
                 initialize_layerwise_reload(model)
+                self._videorl_reloading = True
+            aborted = payload["kind"] == "abort"
+            if aborted and not self._videorl_reloading:
+                return  # this worker's own failed load finished the reload already
             try:
-                _load_bucket(model, payload)
+                if not aborted:
+                    _load_bucket(model, payload)
             except BaseException:
+                self._videorl_reloading = False
                 with contextlib.suppress(Exception):  # the load's error is the one to report
                     finalize_layerwise_reload(model, self.vllm_config.model_config)
                 raise
             if not payload["end"]:
                 return
+            self._videorl_reloading = False
             finalize_layerwise_reload(model, self.vllm_config.model_config)
         # What vLLM's reload_weights resets after loading: state derived from the old weights. The
         # scheduler's record of the encoder cache is the engine core's: the engine resets it too.
