@@ -262,6 +262,31 @@ def test_resume_auto_continues_bit_for_bit(run: Path, task: dict[str, Path], tmp
         assert all(torch.equal(v, ob["state"][key][n]) for n, v in state.items() if torch.is_tensor(v))
 
 
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("actor.lora.rank=8", r"tensor\(s\) have another shape \(model\.\S+lora_A\.default\.weight: \[4, "),
+        ("actor.lora.enabled=false", r"key\(s\) of this run are not in it"),
+    ],
+)
+def test_resuming_with_other_lora_settings_says_so_not_corrupt(
+    run: Path, tmp_path: Path, change: str, says: str
+) -> None:
+    """A LoRA checkpoint resumed with another rank, or by a full fine-tuning run: the error names the
+    keys or shapes and actor.lora, and the checkpoint is not called corrupt."""
+    from videorl.config import load_config
+    from videorl.plugins import load_plugins
+    from videorl.train.checkpoint import CheckpointError, CheckpointManager
+    from videorl.train.compose import build_training
+
+    config = load_config(run / "config.yaml", [f"output_dir={tmp_path / 'other'}", change])
+    training = build_training(config, load_plugins())
+    ckpt = CheckpointManager(run / "checkpoints").load(run / "checkpoints" / "step_000002")
+    with pytest.raises(CheckpointError, match=says) as raised:
+        ckpt.load_into(training.actor.checkpoint_state(), training.dist)
+    assert "actor.lora" in str(raised.value) and "corrupt" not in str(raised.value)
+
+
 def test_export_merged_loads_with_from_pretrained_and_gives_the_trained_logprobs(
     run: Path, tmp_path: Path
 ) -> None:
