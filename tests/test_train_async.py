@@ -211,6 +211,9 @@ def test_the_schedule_versions_and_data_positions_of_the_asynchronous_controller
         assert [ids for *_, ids in cluster.generated] == [
             [f"s{(2 * u + j) % 5}" for j in range(2)] for u in range(6)
         ]
+        # every step sends the same messages: each row counts its own step's, not the steps ahead
+        sent = [r["ray/sent_bytes_per_sample"] for r in rows]
+        assert sent[0] > 0 and sent == [sent[0]] * 6
 
 
 # --- on Ray ---------------------------------------------------------------------------------------

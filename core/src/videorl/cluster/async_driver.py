@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from videorl.cluster.controller import Controller, _all
+from videorl.cluster.controller import Controller, run_all
 from videorl.cluster.weights import Published
 from videorl.data.sample import DATA_TYPES
 from videorl.errors import VideorlError
@@ -77,7 +77,6 @@ class _Collected:
     """One step's groups, generated ahead: per rank its trajectories and counters, stage times and
     data position after the step's samples."""
 
-    step: int
     timers: list[StageTimer]
     ranks: list[tuple[list[Trajectory], dict[str, float]]]
     positions: list[dict[str, int]]
@@ -160,8 +159,8 @@ class AsyncController(Controller):
         version = self.behaviour_version(step)
         if self._loaded < version:
             self._deliver(version, timers[0])
-        collected = _all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
-        return _Collected(step, timers, collected, [d.state_dict() for d in self.data])
+        collected = run_all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        return _Collected(timers, collected, [d.state_dict() for d in self.data])
 
     def _hand_out(self, step: int) -> None:
         """Give the producer every step up to ``step + k`` (never past the last) not yet given."""
@@ -175,8 +174,12 @@ class AsyncController(Controller):
         wait(list(self._ahead.values()))
 
     def _refresh(self) -> None:
-        """The rollout engines get the current version (for validation and evaluations)."""
+        """The rollout engines get the current version (for validation and evaluations); a step ahead
+        that failed raises here, under its own stage, before anything else runs on its workers."""
         self._drain()
+        failed = next((e for e in (f.exception() for f in self._ahead.values()) if e is not None), None)
+        if failed is not None:
+            raise failed
         if self._loaded < self.step and self.step in self._published:
             self._deliver(self.step, None)
 

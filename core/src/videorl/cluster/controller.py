@@ -75,7 +75,9 @@ class Controller:
         self.data, self.validation = data, validation
         self.canonical, self.completions = canonical, completions
         self.step = 0
-        self._bytes: dict[str, int] = defaultdict(int)
+        # bytes per step both ways: under the asynchronous driver the steps ahead are counted while
+        # the current one updates, each under its own step
+        self._bytes: defaultdict[int, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(data)), thread_name_prefix="videorl-rank")
         self._parity_due = config.rollout.parity_check != "off"  # on the first step after a (re)start
@@ -91,14 +93,12 @@ class Controller:
         self, stage: str, calls: Sequence[tuple[WorkerHandle, str, bytes]], step: int | None = None
     ) -> list[bytes]:
         """Send each worker its message (for ``step``, default the current one); count the bytes both ways."""
-        replies = self.cluster.call(
-            stage,
-            self.step if step is None else step,
-            [(w, method, (message,)) for w, method, message in calls],
-        )
+        step = self.step if step is None else step
+        replies = self.cluster.call(stage, step, [(w, method, (message,)) for w, method, message in calls])
         with self._lock:
-            self._bytes["sent"] += sum(len(m) for _, _, m in calls)
-            self._bytes["received"] += sum(len(r) for r in replies)
+            counts = self._bytes[step]
+            counts["sent"] += sum(len(m) for _, _, m in calls)
+            counts["received"] += sum(len(r) for r in replies)
         return replies
 
     def scorer(self, split: str, step: int | None = None) -> Scorer:
@@ -195,7 +195,7 @@ class Controller:
 
         ranks = range(len(self.cluster.actors))
         timers = [StageTimer() for _ in ranks]
-        return timers, _all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        return timers, run_all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
 
     def _reference(self, shares: list[list[Trajectory]], timers: list[StageTimer]) -> None:
         """Split placement, KL on: each share's reference log-probs from a reference worker."""
@@ -276,7 +276,7 @@ class Controller:
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated
-        self.step, self._bytes = step, defaultdict(int)
+        self.step = step
         timers, collected = self._collected(step)
         shares = [share for share, _ in collected]
         if split and config.algorithm.use_kl_loss:
@@ -299,8 +299,12 @@ class Controller:
             ]
         )
         samples = max(1, config.data.rollout_batch_size)
-        metrics["ray/sent_bytes_per_sample"] = self._bytes["sent"] / samples
-        metrics["ray/received_bytes_per_sample"] = self._bytes["received"] / samples
+        with self._lock:  # this step's messages; what validation sent after the previous step is dropped
+            counts = self._bytes.pop(step, defaultdict(int))
+            for done in [s for s in self._bytes if s < step]:
+                del self._bytes[done]
+        metrics["ray/sent_bytes_per_sample"] = counts["sent"] / samples
+        metrics["ray/received_bytes_per_sample"] = counts["received"] / samples
         if split:
             metrics["ray/weight_sync_bytes"] = weight_bytes
         return metrics
@@ -309,7 +313,7 @@ class Controller:
         """Every rank's share of the validation samples, greedily, at once; the ``val/*`` metrics
         averaged over the ranks."""
         ranks = range(len(self.cluster.actors))
-        return mean_over_ranks(_all(self._pool, [partial(self._validate, r) for r in ranks]))
+        return mean_over_ranks(run_all(self._pool, [partial(self._validate, r) for r in ranks]))
 
     def save(self, step: int) -> None:
         """Every actor rank gathers; actor-0 writes, with each rank's data position (held here)."""
@@ -338,7 +342,7 @@ def _add_seconds(timer: StageTimer, seconds: dict[str, float]) -> None:
         timer.seconds[stage] += value
 
 
-def _all(pool: ThreadPoolExecutor, tasks: Sequence[Callable[[], Any]]) -> list[Any]:
+def run_all(pool: ThreadPoolExecutor, tasks: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run ``tasks`` at once (one rank each); their results in order, or the first failure as it happens."""
     futures = [pool.submit(task) for task in tasks]
     done, _ = wait(futures, return_when=FIRST_EXCEPTION)

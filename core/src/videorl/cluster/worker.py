@@ -296,6 +296,7 @@ class Worker:
         if self.engine is not None and not self.engine_shares_actor:
             with timer("weight_sync"):
                 self.engine.update_weights(refresh_state(self.actor, self.engine))
+        self.weight_version = request["step"]  # a colocated engine (or the shared module) now holds it
         return wire.dumps({"metrics": {**metrics, **parity}, "seconds": dict(timer.seconds)})
 
     def publish_weights(self) -> list[Any] | None:
@@ -352,4 +353,5 @@ class Worker:
         step = resume(path, self.actor.checkpoint_state(), self.checkpoints, self.dist)
         if self.engine is not None and not self.engine_shares_actor:
             self.engine.update_weights(refresh_state(self.actor, self.engine))
+        self.weight_version = step
         return step

@@ -12,12 +12,14 @@
           driver.save(step)                             every trainer.save_every steps and at the last
 
 The loop owns the step range, the order above, the timing and the writers; a driver owns what a step
-does and where it runs. Two drivers exist:
+does and where it runs. Three drivers exist:
 
 - :class:`videorl.train.grpo.LocalStep`: this process's share of the prompts, its own engine and actor
   (one process, or one torchrun rank: every rank runs this loop, and ``dist`` averages the metrics);
 - :class:`videorl.cluster.controller.Controller`: the Ray controller, every rank's share through worker
-  groups; it returns metrics already averaged over the actor ranks (the loop runs with one ``Dist()``).
+  groups; it returns metrics already averaged over the actor ranks (the loop runs with one ``Dist()``);
+- :class:`videorl.cluster.async_driver.AsyncController`: the Ray controller with the rollouts of the
+  next ``trainer.max_staleness`` steps generated while the actor updates.
 
 **The driver contract** (:class:`StepDriver`):
 
