@@ -19,6 +19,7 @@ import torch
 from videorl.config import TrainConfig, load_config
 from videorl.data import Sample
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded, response_stats
+from videorl.packed_attention import packed_lengths
 from videorl.packing import PackedInputs, pack_for_backend, pack_model_inputs
 from videorl.rollout import Completion
 from videorl.train import grpo
@@ -45,7 +46,8 @@ def test_a_packed_row_holds_the_real_tokens_with_restarting_counters() -> None:
     assert inputs.input_ids.tolist() == [[1, 2, 3, 4, 5, 0], [0, 0, 7, 8, 9, 10]]
     positions = torch.arange(12).reshape(1, 2, 6) * 10  # a family's own positions, one axis
     packed = pack_model_inputs(inputs, positions)
-    assert packed.input_ids.tolist() == [[1, 2, 3, 4, 5, 7, 8, 9, 10]] and packed.lengths == [5, 4]
+    assert packed.input_ids.tolist() == [[1, 2, 3, 4, 5, 7, 8, 9, 10]]
+    assert packed_lengths(packed.position_ids[0]) == [5, 4]
     assert packed.position_ids.shape == (2, 1, 9)
     assert packed.position_ids[0, 0].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3]
     assert packed.position_ids[1, 0].tolist() == [0, 10, 20, 30, 40, 80, 90, 100, 110]
@@ -212,10 +214,26 @@ def test_the_update_is_the_same_packed_and_padded() -> None:
     )
 
 
+def test_packed_lengths_are_cached_per_tensor_without_keeping_it_alive() -> None:
+    import gc
+    import weakref
+
+    counters = torch.tensor([[0, 1, 2, 0, 1]])
+    assert packed_lengths(counters) == [3, 2]
+    assert packed_lengths(counters) == [3, 2]  # the next layer: the cached lengths
+    counters[0, 3] = 3  # changed in place: one sequence now, not a stale [3, 2]
+    assert packed_lengths(counters) is None
+    alive = weakref.ref(counters)
+    del counters
+    gc.collect()
+    assert alive() is None  # the cache holds no reference to the row's position ids
+    assert packed_lengths(torch.tensor([0, 1, 0, 1, 2])) == [2, 3]
+
+
 def test_packed_sdpa_attends_within_each_sequence_only() -> None:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from videorl.packed_attention import _packed_sdpa, _packed_sdpa_mask, packed_lengths
+    from videorl.packed_attention import _packed_sdpa, _packed_sdpa_mask
 
     torch.manual_seed(0)
     module = torch.nn.Module()  # what the attention functions read of it: nothing but is_causal

@@ -14,6 +14,7 @@ A model loaded with ``flash_attention_2``/``3`` keeps it (its varlen path reads 
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,8 +24,10 @@ __all__ = ["PACKED_SDPA", "install_packed_sdpa", "packed_lengths"]
 
 PACKED_SDPA = "videorl_sdpa_packed"
 
-#: the last counters seen and their lengths: every layer of a forward receives the same tensor
-_last: tuple[Any, list[int] | None] = (None, None)
+#: the lengths of the last counters seen (every layer of a forward receives the same tensor), under a
+#: weak reference and the tensor's version: a strong one would keep the row's position ids in device
+#: memory after the forward; the version catches the tensor changed in place since.
+_last: tuple[weakref.ref[torch.Tensor] | None, int, list[int] | None] = (None, -1, None)
 
 
 def packed_lengths(counters: torch.Tensor | None) -> list[int] | None:
@@ -33,15 +36,16 @@ def packed_lengths(counters: torch.Tensor | None) -> list[int] | None:
     global _last
     if counters is None:
         return None
-    if _last[0] is counters:
-        return _last[1]
+    ref, version, cached = _last
+    if ref is not None and ref() is counters and version == counters._version:
+        return cached
     import torch
 
     flat = counters.reshape(-1)
     starts = torch.nonzero(flat == 0).flatten().tolist()
     lengths = [b - a for a, b in zip(starts, [*starts[1:], flat.numel()])] if starts[:1] == [0] else []
     found = lengths if len(lengths) > 1 else None
-    _last = (counters, found)
+    _last = (weakref.ref(counters), counters._version, found)
     return found
 
 

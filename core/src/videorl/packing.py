@@ -51,7 +51,8 @@ class PackedInputs:
     """The sequences of ``padded`` in one row (see the module docstring).
 
     ``position_ids`` is ``(1 + k) × 1 × N``: the per-sequence token counters, then the family's
-    ``k`` rows (none for a 1-D rotary model: then it is ``1 × N``). ``logits_index`` (``M``) are
+    ``k`` rows (none for a 1-D rotary model: then it is ``1 × N``); the sequence lengths are read off
+    the counters (:func:`~videorl.packed_attention.packed_lengths`, as the attention does). ``logits_index`` (``M``) are
     the packed positions whose logits predict the ``M`` response tokens ``targets`` (``1 × M``), in
     the row-major order of ``padded.response_mask``.
     """
@@ -60,7 +61,6 @@ class PackedInputs:
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     mm_token_type_ids: torch.Tensor | None
-    lengths: list[int]
     logits_index: torch.Tensor
     targets: torch.Tensor
 
@@ -134,7 +134,6 @@ def pack_model_inputs(inputs: ModelInputs, positions: torch.Tensor | None = None
         mm_token_type_ids=(
             inputs.mm_token_type_ids[keep].unsqueeze(0) if inputs.mm_token_type_ids is not None else None
         ),
-        lengths=lengths,
         logits_index=torch.cat(index),
         targets=targets.unsqueeze(0),
     )

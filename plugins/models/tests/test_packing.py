@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from videorl.api import ModelInputs, PackedInputs, PromptInput
+from videorl.api import ModelInputs, PackedInputs, PromptInput, packed_lengths
 from videorl.model_inputs import response_stats
 from videorl_models.tiny import TINY_MODEL_TYPES
 
@@ -81,7 +81,7 @@ def check_packed_forward(backend: Any, model: Any, media: Any) -> None:
     mask = inputs.response_mask.bool()
     packed = backend.pack_inputs(inputs)
     lengths = inputs.attention_mask.sum(dim=1).tolist()
-    assert packed.lengths == lengths and packed.input_ids.shape == (1, sum(lengths))
+    assert packed_lengths(packed.position_ids[0]) == lengths and packed.input_ids.shape == (1, sum(lengths))
     assert inputs.input_ids.numel() > sum(lengths)  # the padded batch computes on padding
 
     logp, entropy = padded_stats(model, inputs)
@@ -110,15 +110,17 @@ def test_packed_positions_are_those_of_each_sequence_alone(
     encoded, responses = sequences(backend, media)
     packed = backend.pack_inputs(backend.collate(encoded, responses))
     start = 0
-    for enc, response, length in zip(encoded, responses, packed.lengths, strict=True):
+    lengths = packed_lengths(packed.position_ids[0])
+    assert lengths is not None
+    for enc, response, length in zip(encoded, responses, lengths, strict=True):
         alone = backend.rope_positions(backend.collate([enc], [response]))[:, 0]  # 3 × length, no padding
         segment = packed.position_ids[:, 0, start : start + length]
         assert segment[0].tolist() == list(range(length))  # the boundary counter restarts at 0
         assert torch.equal(segment[1:], alone)
         start += length
     # The text row (no media) runs 0..n-1 on all three axes, as a plain LM's positions.
-    text = packed.position_ids[1:, 0, packed.lengths[0] : packed.lengths[0] + packed.lengths[1]]
-    assert text.tolist() == [list(range(packed.lengths[1]))] * 3
+    text = packed.position_ids[1:, 0, lengths[0] : lengths[0] + lengths[1]]
+    assert text.tolist() == [list(range(lengths[1]))] * 3
 
 
 @pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_5"])
