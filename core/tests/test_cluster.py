@@ -269,6 +269,108 @@ def test_ray_driver_runs_the_parity_check_on_the_first_step_only(tmp_path: Any, 
     assert saves == [("actor-0", (2, data[0].state_dict())), ("actor-1", (2, data[1].state_dict()))]
 
 
+@dataclass
+class SplitCluster:
+    """One actor, one rollout and one reward worker answering as workers would (split placement, so
+    weights are published and loaded between steps); every wire call recorded as ``(method, request)``.
+    A sampled group is ``[4], [5]`` (rewards 1 and 0); sample ``s<i>``'s greedy response is
+    ``[10 + i]``, rewarded ``0.25 (i + 1)``."""
+
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    actors: list[WorkerHandle] = field(default_factory=lambda: [WorkerHandle("actor-0", ["actor"], None)])
+    rollouts: list[WorkerHandle] = field(
+        default_factory=lambda: [WorkerHandle("rollout-0", ["rollout"], None)]
+    )
+    rewards: list[WorkerHandle] = field(default_factory=lambda: [WorkerHandle("reward-0", ["reward"], None)])
+    references: list[WorkerHandle] = field(default_factory=list)
+    colocated: bool = False
+    version: int = 0
+
+    def call(
+        self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        out: list[Any] = []
+        for _, method, args in calls:
+            if method == "publish_weights":
+                out.append([step, 100])
+            elif method == "load_weights":
+                self.version = args[1]
+                out.append(0.0)
+            elif method == "save_checkpoint":
+                out.append(None)
+            else:
+                request = wire.loads(args[0])
+                self.calls.append((method, request))
+                out.append(wire.dumps(self._reply(method, request)))
+        return out
+
+    def _reply(self, method: str, r: dict[str, Any]) -> Any:
+        if method == "generate":
+            if r["greedy"]:
+                groups = [[[[10 + int(sid[1:])], [-0.1], "stop"]] for sid in r["ids"]]
+            else:
+                groups = [[[[4], [-0.5], "stop"], [[5], [-0.5], "stop"]] for _ in r["ids"]]
+            return {"media": [None] * len(r["ids"]), "completions": groups, "version": self.version,
+                    "seconds": {"rollout": 0.1}}  # fmt: skip
+        if method == "score":
+            return [[{4: 1.0, 5: 0.0}.get(ids[0], 0.25 * (ids[0] - 9)), {}] for _, _, ids in r["items"]]
+        assert method == "update"
+        return {"metrics": {"actor/loss": 0.5}, "seconds": {"actor": 0.2}}
+
+
+@pytest.mark.parametrize("staleness", [0, 1], ids=["synchronous", "asynchronous"])
+def test_greedy_baseline_is_generated_scored_and_left_out_of_the_update(
+    tmp_path: Any, staleness: int
+) -> None:
+    """ReMax on Ray: after each rollout the controller asks the rollout worker for one greedy response
+    per prompt (the estimator asks, the controller does not know which one runs), scores it on the
+    reward worker, and its reward is the baseline of the advantages the actor trains on; the greedy
+    responses themselves never reach the update. The asynchronous driver collects the same way."""
+    from videorl.cluster.async_driver import AsyncController
+    from videorl.train.checkpoint import CheckpointManager
+    from videorl.train.data import TrainData
+    from videorl.train.grpo import RunIO
+    from videorl.train.loop import run
+
+    asynchronous = ["trainer.max_staleness=1", "algorithm.rollout_correction=tis"] if staleness else []
+    config = load_config(
+        None,
+        [*BASE, "algorithm.preset=remax", "ray.placement=split", "rollout.n=2", "data.rollout_batch_size=2",
+         "actor.global_batch_size=2", "trainer.max_steps=2", "trainer.save_every=0",
+         "rollout.parity_check='off'", *asynchronous],
+    )  # fmt: skip
+    cluster = SplitCluster()
+    data = [TrainData([_sample(i) for i in range(4)], seed=0, shuffle=False)]
+    backend = type("Backend", (), {"forbidden_token_ids": lambda self: set()})()
+    driver = AsyncController if staleness else Controller
+    controller = driver(config, cluster, backend, data, [])  # type: ignore[arg-type]
+    rows: list[dict[str, float]] = []
+    try:
+        run(config, controller, RunIO(CheckpointManager(tmp_path)), 0, on_step=lambda s, m: rows.append(m))
+    finally:
+        controller.close()
+
+    generated = [(r["step"], r["ids"], r["greedy"]) for m, r in cluster.calls if m == "generate"]
+    assert generated == [
+        (1, ["s0", "s1"], False),
+        (1, ["s0", "s1"], True),  # one greedy response per prompt, for the same step
+        (2, ["s2", "s3"], False),
+        (2, ["s2", "s3"], True),
+    ]
+    greedy = [r for m, r in cluster.calls if m == "generate" and r["greedy"]]
+    assert all(r["seed"] is None for r in greedy)
+    scored = [ids[0] for m, r in cluster.calls if m == "score" for _, _, ids in r["items"]]
+    assert sorted(scored) == [4, 4, 4, 4, 5, 5, 5, 5, 10, 11, 12, 13]  # every response, greedy ones too
+    updates = [r for m, r in cluster.calls if m == "update"]
+    trained = [[(sid, c[0], adv) for sid, _, c, _, adv, _ in u["items"]] for u in updates]
+    # advantage = reward - the prompt's greedy reward 0.25 (i + 1): s0 0.25, s1 0.5, s2 0.75, s3 1.0
+    assert trained == [
+        [("s0", [4], 0.75), ("s0", [5], -0.25), ("s1", [4], 0.5), ("s1", [5], -0.5)],
+        [("s2", [4], 0.25), ("s2", [5], -0.75), ("s3", [4], 0.0), ("s3", [5], -1.0)],
+    ]
+    assert [row["reward/overall"] for row in rows] == [0.5, 0.5]  # the sampled responses only
+
+
 def test_prompt_without_tokens_says_where_it_was_encoded() -> None:
     with pytest.raises(RuntimeError, match="sample 's0': its prompt was encoded in another process"):
         Prompt(_sample(0), None, None).require_encoded()

@@ -21,7 +21,9 @@ Two threads::
 The producer is given step ``u`` only once ``u <= s + k``; it generates with the rollout workers
 while the main thread keeps the actor workers busy. Dynamic sampling and mix-policy run inside a
 step's collection as in the synchronous controller (:func:`videorl.train.grpo.collect_groups`), with
-the same seeds and data order.
+the same seeds and data order; so does an estimator's greedy baseline (ReMax's), generated right after
+its step's sampled responses by the same weight version, and left out of the staleness metrics with
+the rest of the update.
 
 **Exactly once.** The data taken for a step ahead is not consumed until that step trains: the
 checkpoint of step ``s`` records each rank's data position *after step s's collection* (not the

@@ -249,13 +249,19 @@ def rollout_groups(
     groups, metrics = finish_groups(
         config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer
     )
-    if getattr(algorithms.build(config.algorithm).estimator, "greedy_baseline", False):
+    if wants_greedy_baseline(config):
         with timer("rollout", f"{len(prompts)} greedy baselines"):
             greedy = engine.generate(
                 [p.require_encoded() for p in prompts], validation_params(config.rollout.max_response_length)
             )
         add_baselines(config, groups, [g[0] for g in greedy], scorer, backend, timer)
     return groups, metrics
+
+
+def wants_greedy_baseline(config: TrainConfig) -> bool:
+    """Whether the run's estimator asks the rollout layer for one greedy response per prompt (its class
+    says ``greedy_baseline = True``, e.g. ReMax), added by :func:`add_baselines`."""
+    return bool(getattr(algorithms.build(config.algorithm).estimator, "greedy_baseline", False))
 
 
 def add_baselines(
@@ -745,7 +751,8 @@ def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]
     if getattr(estimator, "greedy_baseline", False) and not all(g and g[-1].baseline for g in groups):
         raise ConfigError(
             f"algorithm.adv_estimator {cfg.adv_estimator!r} needs a greedy baseline response per prompt, "
-            "which this rollout did not generate (the Ray controller does not yet); train without --ray"
+            "last in its group, which this rollout did not add: a rollout layer must call "
+            "videorl.train.grpo.add_baselines when wants_greedy_baseline(config) is true"
         )
     advantages = estimator.advantages(rewards)
     flat = []
