@@ -184,7 +184,11 @@ def test_a_pass_writes_eval_files_and_logs_bench_metrics(
     results = read_results(directory)
     assert results["benchmarks"]["mvbench"]["overall"] == pytest.approx(0.75)
     assert results["settings"]["training"]["step"] == 2
-    assert results["settings"]["model"]["path"].endswith("checkpoints/step_000002")
+    # the run and step, not a checkpoint: the pass runs before the step's save (which may not happen)
+    assert results["settings"]["model"]["path"] == str(run.resolve())
+    assert results["settings"]["training"] == {
+        "output_dir": str(run.absolute()), "step": 2, "resumed_from": 0, "continues_from": 0
+    }  # fmt: skip
     assert results["settings"]["video"]["fps"] == 2.0  # the run's budget (data.video_fps)
     predictions = read_predictions(directory / "mvbench" / "predictions.jsonl")
     assert {i: p.record["prediction"] for i, p in predictions.items()} == {
@@ -229,6 +233,33 @@ def test_resume_skips_a_finished_pass_and_finishes_an_interrupted_one(
         f"mvbench:{i}" for i in {f"object_existence/{n}" for n in range(4)} - set(kept)
     )
     assert metrics["bench/mvbench/overall"] == pytest.approx(0.75)
+
+
+def test_a_run_resumed_elsewhere_evaluates_the_pass_again(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path
+) -> None:
+    """A pass is read back (or resumed by row id) by a run resumed from the checkpoint its weights
+    continued from; a run resumed from another checkpoint may hold other weights: it evaluates anew."""
+    run = tmp_path / "run"
+    spec = f"{{name: mvbench, data_root: {mvbench}, every: 2}}"
+    c = config(run, model, spec, extra=["trainer.save_every=3"])
+    first = ScriptedEngine(backend.processor.tokenizer, RIGHT_3_OF_4)
+    done = BenchmarkPasses(c, plugins, backend).run(4, evaluator_runner(first))
+    step4 = pass_dir(run, 4, "mvbench")
+    assert read_results(step4)["settings"]["training"]["continues_from"] == 3  # saved after step 3
+    # killed after step 4's pass, resumed from step 3's checkpoint: the same weights at step 4
+    again = ScriptedEngine(backend.processor.tokenizer, RIGHT_3_OF_4)
+    assert BenchmarkPasses(c, plugins, backend, resumed_from=3).run(4, evaluator_runner(again)) == done
+    assert again.asked == []
+    # resumed from step 1's checkpoint (e.g. with other settings): evaluated again, the earlier pass kept
+    other = ScriptedEngine(backend.processor.tokenizer, RIGHT_3_OF_4)
+    BenchmarkPasses(c, plugins, backend, resumed_from=1).run(4, evaluator_runner(other))
+    assert sorted(other.asked) == sorted(first.asked) and len(other.asked) == 4
+    aside = step4.with_name("mvbench.earlier-1")
+    assert read_results(aside)["settings"]["training"]["resumed_from"] == 0
+    assert read_results(step4)["settings"]["training"] == {
+        "output_dir": str(run.absolute()), "step": 4, "resumed_from": 1, "continues_from": 3
+    }  # fmt: skip
 
 
 def test_failures_are_logged_naming_benchmark_and_row_unless_strict(

@@ -14,7 +14,7 @@ workers encode and generate them (:class:`WorkerBenchmarks`) and only row ids an
     RUN/benchmarks/
       frame-cache/                  the benchmarks' frames (when data.cache_dir is null)
       step_000010/NAME/             an evaluation run directory (videorl.eval.results):
-        results.json                  settings (with the training run and step) and the summary
+        results.json                  settings (the training run, step and resume point) and the summary
         NAME/predictions.jsonl        one record per row, appended as rows complete
         NAME/scores.jsonl
 
@@ -26,7 +26,9 @@ with ``time/benchmarks``, the pass's wall time (the loop's timing of :class:`Ben
 
 Resume: a pass whose ``results.json`` already holds a benchmark's summary (for the same rows) is not run
 again, its metrics are read back (a resumed run logs the steps it repeats anew); a pass interrupted
-mid-way resumes by row id, as ``videorl eval run`` does: rows already answered are not asked again.
+mid-way resumes by row id, as ``videorl eval run`` does: rows already answered are not asked again. Both
+only for the same weights (:meth:`BenchmarkPasses.policy`): a run resumed from another checkpoint than the
+pass's weights continued from evaluates it anew, the earlier pass moved to ``NAME.earlier-N``.
 
 Failures: a benchmark that cannot be loaded, whose pass raises, or with rows that fail (a missing video,
 an adapter error on one row) is logged naming the benchmark and the rows, and training goes on; with
@@ -166,10 +168,15 @@ class _Benchmark:
 class BenchmarkPasses:
     """The benchmark passes of one training run (``trainer.benchmarks``): which are due, running them."""
 
-    def __init__(self, config: TrainConfig, plugins: Plugins, backend: ModelBackend) -> None:
+    def __init__(
+        self, config: TrainConfig, plugins: Plugins, backend: ModelBackend, *, resumed_from: int = 0
+    ) -> None:
         """Load every benchmark's rows now: with ``trainer.benchmarks_strict`` one that cannot be loaded
-        raises before training starts; otherwise it is logged and tried again at each pass."""
+        raises before training starts; otherwise it is logged and tried again at each pass.
+        ``resumed_from``: the step of the checkpoint the run resumed from (0: none), part of what the
+        passes record of the weights they score (:meth:`policy`)."""
         self.config, self.backend = config, backend
+        self.resumed_from = resumed_from
         self.registry = plugins.benchmarks
         self.requirements = plugins.requirements()
         self.strict = config.trainer.benchmarks_strict
@@ -228,6 +235,7 @@ class BenchmarkPasses:
             log.error("step %d: benchmark %s skipped: %s", step, name, bench.error)
             return {}
         run_dir = pass_dir(self.config.output_dir, step, bench.task.name)
+        self._set_aside_other_weights(step, run_dir)
         done = self._finished(run_dir, bench.task, sampling_of(bench.spec))
         if done is not None:
             return summary_metrics(name, done)
@@ -253,6 +261,50 @@ class BenchmarkPasses:
             log.error(message)
         return summary_metrics(name, summary)
 
+    def policy(self, step: int) -> dict[str, Any]:
+        """The weights a pass at ``step`` scores, as its ``results.json`` records them (``"training"``):
+        the run, the step, the checkpoint the run resumed from (0: none) and the last checkpoint it
+        resumed from or wrote before ``step``, which those weights continue from. (No checkpoint of
+        ``step`` itself: the pass runs before the step's save, which ``trainer.save_every`` may skip.)"""
+        from videorl.train.loop import periodic_due
+
+        t = self.config.trainer
+        saves = [
+            s
+            for s in range(self.resumed_from + 1, step)
+            if periodic_due(s, t.save_every, t.max_steps, at_last=True)
+        ]
+        return {
+            "output_dir": str(Path(self.config.output_dir).absolute()),
+            "step": step,
+            "resumed_from": self.resumed_from,
+            "continues_from": max([self.resumed_from, *saves]),
+        }
+
+    def _set_aside_other_weights(self, step: int, run_dir: Path) -> None:
+        """Move away a pass ``run_dir`` that an earlier run recorded for other weights, so that it is
+        evaluated anew rather than read back or resumed by row id. The same weights: a run resumed from
+        the same checkpoint, or from the one the recorded weights continued from (a resumed run repeats
+        the steps since exactly: the same data order and seeds)."""
+        from videorl.eval.results import RESULTS_FILE, read_results
+
+        if not (run_dir / RESULTS_FILE).is_file():
+            return
+        recorded = read_results(run_dir)["settings"].get("training") or {}
+        resumed_from = self.resumed_from
+        if resumed_from in (recorded.get("resumed_from"), recorded.get("continues_from")):
+            return
+        n = 1
+        while (aside := run_dir.with_name(f"{run_dir.name}.earlier-{n}")).exists():
+            n += 1
+        run_dir.rename(aside)
+        log.warning(
+            "step %d: %s was evaluated by a run resumed from step %s whose weights continued from step %s; "
+            "this run resumed from step %d, so its weights may differ: the pass is evaluated again (the "
+            "earlier one moved to %s)",
+            step, run_dir, recorded.get("resumed_from"), recorded.get("continues_from"), resumed_from, aside,
+        )  # fmt: skip
+
     def _finished(self, run_dir: Path, task: EvalTask, sampling: SamplingParams) -> Mapping[str, Any] | None:
         """The summary an earlier run recorded for this pass (all of ``task``'s rows, this sampling), if
         any; with other settings the pass is evaluated, and ``begin_run`` names what differs."""
@@ -274,16 +326,15 @@ class BenchmarkPasses:
         self, step: int, task: EvalTask, spec: BenchmarkConfig, run_dir: Path, runner: RowRunner
     ) -> dict[str, Any]:
         from videorl.eval.results import begin_run, run_settings
-        from videorl.train.compose import checkpoint_manager
 
         inputs, sampling = self.inputs(spec), sampling_of(spec)
         c = self.config
         settings = run_settings(
-            inputs, sampling, model=checkpoint_manager(c).path_for(step),
+            inputs, sampling, model=c.output_dir,  # the weights of a step of this run: "training" says which
             engine={"name": c.rollout.engine, "dtype": c.model.dtype, "options": dict(c.rollout.engine_options)},
             requirements=self.requirements, tasks=[task], limit=spec.limit,
         )  # fmt: skip
-        settings["training"] = {"output_dir": str(Path(c.output_dir).absolute()), "step": step}
+        settings["training"] = self.policy(step)
         begin_run(run_dir, settings)  # a pass resumed with other settings is refused, naming them
         return runner(task, inputs, run_dir, sampling).summary
 
