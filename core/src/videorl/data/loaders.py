@@ -10,7 +10,9 @@ Accepted inputs (by :func:`load_samples`):
   (``problem_id``, ``problem``, ``solution``, ``path``, ``data_type``, ``problem_type``, ``options``);
 - ``.txt``/``.lst``: one video path per line (``#`` comments); a video file; a directory of videos.
 
-Relative media paths are resolved against ``media_root`` (default: the dataset file's folder). An
+Relative media paths are resolved against ``media_root`` (default: the dataset file's folder). An image
+may also be given as bytes (the ``datasets`` ``Image`` feature's ``{"bytes", "path"}`` struct, or raw
+bytes): it is checked and written once to a content-addressed file (:mod:`videorl.data.images`). An
 invalid row raises :class:`~videorl.errors.DataError` naming the file and line (the row number in
 columnar files), unless an ``errors``
 list is passed to collect them (as :class:`RowError`, with ``where``; the row is then skipped, and so is
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 from typing import Any
 
 from videorl.data.formats import ROW_FORMATS, arrow_rows, dataset_files, parquet_rows, unsupported
+from videorl.data.images import default_image_dir, store_image
 from videorl.data.sample import DATA_TYPES, GROUND_TRUTH_KEYS, ID_KEYS, Sample
 from videorl.errors import DataError
 
@@ -138,16 +141,44 @@ def _resolve(media: str, root: Path) -> str:
     return os.path.abspath(os.path.join(root, os.path.expanduser(media)))
 
 
-def _paths(row: dict[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
+def _media(
+    row: dict[str, Any],
+    keys: tuple[str, ...],
+    where: str,
+    root: Path,
+    store: Callable[[bytes, str], str] | None,
+) -> list[str]:
+    """The absolute media paths under ``keys``: paths, or (with ``store``, which turns image bytes into a
+    file, see :mod:`videorl.data.images`) ``datasets`` ``Image`` structs and raw bytes."""
     found: list[str] = []
     for key in keys:
         value = row.get(key)
         if value is None:
             continue
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list) or not all(isinstance(v, str) and v for v in items):
-            raise DataError(f"{where}: {key!r} must be a path or a list of paths, got {value!r:.80}")
-        found.extend(items)
+        items = value if isinstance(value, list) else [value]
+        for number, item in enumerate(items, start=1):
+            item_of = f" (item {number})" if isinstance(value, list) else ""
+            given = item
+            if isinstance(item, dict) and item and set(item) <= {"bytes", "path"}:  # datasets' Image struct
+                data = item.get("bytes")
+                item = (
+                    item.get("path")
+                    if data is None
+                    else data
+                    if isinstance(data, (bytes, bytearray))
+                    else None
+                )
+            if isinstance(item, (bytes, bytearray)) and store is not None:
+                found.append(store(bytes(item), f"{where}: {key!r}{item_of}"))
+            elif isinstance(item, str) and item:
+                found.append(_resolve(item, root))
+            else:
+                kind = "image bytes ({'bytes': ..., 'path': ...} as datasets writes them), " if store else ""
+                only = "; videos are read from files only" if isinstance(item, (bytes, bytearray)) else ""
+                raise DataError(
+                    f"{where}: {key!r} must be {kind}a path or a list of paths, got "
+                    f"{str(given)[:80]!r}{item_of}{only}"
+                )
     return found
 
 
@@ -167,12 +198,14 @@ def parse_row(
     problem_types: Container[str] | None = None,
     require_answer: bool = True,
     scoring: bool = False,
+    image_dir: Path | None = None,
 ) -> Sample:
     """Validate one row (either schema) into a :class:`Sample`; ``where`` is ``file:line``.
 
     This is the one row parser: training, ``cache build`` and (``scoring``, through
     :meth:`~videorl.rewards.types.RewardInput.from_sample`) ``videorl reward`` read rows with it. A row
-    that is only scored may leave out the question and its media files.
+    that is only scored may leave out the question and its media files. Images given as bytes are
+    written to ``image_dir`` (default: :func:`~videorl.data.images.default_image_dir`).
     """
     if isinstance(row, str):  # a JSON list of video paths
         return Sample(
@@ -197,15 +230,26 @@ def parse_row(
             f"{where}: missing the ground truth ('answer' in EasyVideoR1 rows, 'solution' in Video-R1 rows)"
         )
 
-    videos = _paths(row, ("videos", "video"), where)
-    images = _paths(row, ("images", "image"), where)
+    # a row that is only scored reads no media: its image bytes are checked and written by training
+    directory = image_dir or default_image_dir()
+    store: Callable[[bytes, str], str] = (
+        (lambda data, column: "") if scoring else (lambda data, column: store_image(data, column, directory))
+    )
+    videos = _media(row, ("videos", "video"), where, media_root, None)
+    images = _media(row, ("images", "image"), where, media_root, store)
     data_type = row.get("data_type")
     if data_type is not None and data_type not in DATA_TYPES:
         raise DataError(f"{where}: data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
     if "path" in row:  # Video-R1: one media path, whose kind data_type says
-        (images if data_type == "image" else videos).extend(_paths(row, ("path",), where))
+        image = data_type == "image"
+        (images if image else videos).extend(
+            _media(row, ("path",), where, media_root, store if image else None)
+        )
+    images = [i for i in images if i]
     if data_type is None:
-        data_type = "video" if videos else "image" if images else "text"
+        data_type = (
+            "video" if videos else "image" if images or row.get("images") or row.get("image") else "text"
+        )
     if data_type == "video" and not videos and not scoring:
         raise DataError(f"{where}: data_type is video but the row names no video ('videos' or 'path')")
     if data_type == "image" and not images and not scoring:
@@ -239,8 +283,8 @@ def parse_row(
         problem_type=problem_type,
         ground_truth=answer,
         options=options,
-        videos=[_resolve(v, media_root) for v in videos],
-        images=[_resolve(i, media_root) for i in images],
+        videos=videos,
+        images=images,
         offline_output=offline_output,
         extra={k: v for k, v in row.items() if k not in _CONSUMED},
         origin=where,
@@ -261,6 +305,7 @@ def load_samples(
     problem_types: Container[str] | None = None,
     require_answer: bool = True,
     errors: list[DataError] | None = None,
+    image_dir: str | os.PathLike[str] | None = None,
 ) -> list[Sample]:
     """The samples of one dataset (file or HF dataset folder), video list, video file or folder of videos.
 
@@ -312,6 +357,7 @@ def load_samples(
                     default_id=f"{file.stem}:{number}",
                     problem_types=problem_types,
                     require_answer=require_answer,
+                    image_dir=Path(image_dir) if image_dir is not None else None,
                 )
                 if sample.id in seen:
                     raise DataError(
