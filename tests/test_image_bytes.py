@@ -19,6 +19,7 @@ from videorl.data import load_samples
 from videorl.data.images import MAX_IMAGE_PIXELS
 from videorl.errors import DataError
 from videorl.plugins import load_plugins
+from videorl.rewards.types import RewardInput
 from videorl.train.metrics import read_metrics
 
 datasets = pytest.importorskip("datasets")
@@ -135,12 +136,18 @@ def test_a_corrupt_or_oversized_image_names_its_row_and_column(
     assert [str(e) for e in errors] == [str(info.value)]
 
 
-def test_a_path_only_image_struct_names_a_file_and_video_bytes_are_refused(tmp_path: Path) -> None:
+def test_a_path_only_image_struct_names_a_file_and_video_bytes_are_refused(
+    tmp_path: Path, image_dir: Path
+) -> None:
     Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
     row = {"problem": "Q", "answer": "A", "image": {"bytes": None, "path": "a.png"}}
     datasets.Dataset.from_list([row]).to_parquet(str(tmp_path / "rows.parquet"))
     (sample,) = load_samples(tmp_path / "rows.parquet")
     assert sample.images == [str(tmp_path / "a.png")] and sample.data_type == "image"
+    # a row that is only scored (videorl reward) reads no media: its image bytes are neither checked nor written
+    scored = {"problem_type": "multiple choice", "answer": "A", "images": [{"bytes": b"junk", "path": None}]}
+    reward = RewardInput.from_sample(scored, "<answer>A</answer>")
+    assert reward.data_type == "image" and not (tmp_path / "images").exists()
     bad = {"problem": "Q", "answer": "A", "videos": [b"\0\0"]}
     datasets.Dataset.from_list([bad]).to_parquet(str(tmp_path / "video.parquet"))
     with pytest.raises(DataError, match="'videos' must be a path .* videos are read from files only"):
