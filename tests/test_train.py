@@ -331,17 +331,25 @@ def _video_image_text_dataset(task: tuple[Path, Path, Path, Path], out: Path) ->
     return path
 
 
+class _RecordingEncoder:
+    """The run's encoder, recording every sample the loop encodes (in order); closed with the run."""
+
+    def __init__(self, encode: Any) -> None:
+        self.encode = encode
+        self.seen: list[Any] = []
+
+    def __call__(self, sample: Any) -> Any:
+        self.seen.append(sample)
+        return self.encode(sample)
+
+    def close(self) -> None:
+        self.encode.close()
+
+
 def _recording(training: Any) -> list[Any]:
     """Record every sample the loop encodes (in order)."""
-    seen: list[Any] = []
-    encode = training.encode
-
-    def recording_encode(sample: Any) -> Any:
-        seen.append(sample)
-        return encode(sample)
-
-    training.encode = recording_encode
-    return seen
+    training.encode = _RecordingEncoder(training.encode)
+    return training.encode.seen
 
 
 @pytest.fixture(scope="module")

@@ -209,11 +209,15 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     data_types: list[str] = []
     encode = training.encode
 
-    def recording_encode(sample: Any) -> Any:
-        data_types.append(sample.data_type)
-        return encode(sample)
+    class RecordingEncoder:  # the run's encoder, recording each sample's data type; closed with the run
+        def __call__(self, sample: Any) -> Any:
+            data_types.append(sample.data_type)
+            return encode(sample)
 
-    training.encode = recording_encode  # type: ignore[assignment]
+        def close(self) -> None:
+            encode.close()
+
+    training.encode = RecordingEncoder()  # type: ignore[assignment]
     steps: list[dict[str, Any]] = []
     training.run(
         on_step=lambda step, metrics: steps.append({"step": step, "reward": metrics["reward/overall"]})
