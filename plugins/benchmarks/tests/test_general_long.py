@@ -129,6 +129,51 @@ def test_longvideobench(tmp_path: Path, files: Files) -> None:
         LongVideoBench().load(tmp_path)
 
 
+def test_longvideobench_parquet_release(tmp_path: Path, files: Files) -> None:
+    """The Hub repository's ``validation-00000-of-00001.parquet``: ``option0..4`` columns padded with "N/A",
+    the videos under ``videos/``; read before ``lvb_val.json`` when both are there."""
+    common = {
+        "subtitle_path": "x_en.json",
+        "starting_timestamp_for_subtitles": 0.0,
+        "topic_category": "NP-News-Programs",
+    }
+    files.parquet(
+        tmp_path / "validation-00000-of-00001.parquet",
+        [
+            {**common, "id": "p1", "video_id": "a", "video_path": "a.mp4", "question": "What is shown?",
+             "option0": "cat", "option1": "dog", "option2": "bird", "option3": "N/A", "option4": "N/A",
+             "correct_choice": 2, "duration_group": 600, "duration": 431.2, "question_category": "E2O"},
+            {**common, "id": "p2", "video_id": "b", "video_path": "b.mp4", "question": "Who speaks first?",
+             "option0": "the host", "option1": "the guest", "option2": "N/A", "option3": "N/A", "option4": "N/A",
+             "correct_choice": 0, "duration_group": 600, "duration": 512.0, "question_category": "SOS"},
+            {**common, "id": "p3", "video_id": "c", "video_path": "c.mp4", "question": "Which comes last?",
+             "option0": "w", "option1": "x", "option2": "y", "option3": "z", "option4": "v",
+             "correct_choice": 4, "duration_group": 15, "duration": 12.5, "question_category": "E2O"},
+        ],
+    )  # fmt: skip
+    files.json(tmp_path / "lvb_val.json", [])  # the JSON beside it is not read while the Parquet is
+    files.touch(tmp_path / "videos" / "a.mp4")
+    rows = assert_benchmark_contract(
+        LongVideoBench(),
+        tmp_path,
+        responses={"p1": "C", "p2": "B", "p3": "(E) v"},
+        expected={
+            "overall": 2 / 3,
+            "categories": {
+                "duration_group": {"600": 0.5, "15": 1.0},
+                "question_category": {"E2O": 1.0, "SOS": 0.0},
+            },
+        },
+    )
+    assert [r.options for r in rows] == [
+        ["cat", "dog", "bird"],
+        ["the host", "the guest"],
+        ["w", "x", "y", "z", "v"],
+    ]
+    assert [r.answer for r in rows] == ["C", "A", "E"]
+    assert rows[0].video == str(tmp_path / "videos" / "a.mp4")
+
+
 def test_mlvu_dev_m_avg(tmp_path: Path, files: Files) -> None:
     files.json(
         tmp_path / "json" / "1_plotQA.json",
