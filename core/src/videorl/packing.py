@@ -52,9 +52,9 @@ class PackedInputs:
 
     ``position_ids`` is ``(1 + k) × 1 × N``: the per-sequence token counters, then the family's
     ``k`` rows (none for a 1-D rotary model: then it is ``1 × N``); the sequence lengths are read off
-    the counters (:func:`~videorl.packed_attention.packed_lengths`, as the attention does). ``logits_index`` (``M``) are
-    the packed positions whose logits predict the ``M`` response tokens ``targets`` (``1 × M``), in
-    the row-major order of ``padded.response_mask``.
+    the counters (:func:`~videorl.packed_attention.packed_lengths`, as the attention does).
+    ``logits_index`` (``M``) are the packed positions whose logits predict the ``M`` response tokens
+    ``targets`` (``1 × M``), in the row-major order of ``padded.response_mask``.
     """
 
     padded: ModelInputs
