@@ -38,8 +38,12 @@ def default_image_dir() -> Path:
 def check_image(data: bytes, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
     """The file suffix of the image ``data`` after a bounded full decode; a ``DataError`` starting with
     ``where`` when it is too large, not an image, truncated or corrupt."""
-    from PIL import Image
-
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError(
+            f"{where}: reading an image given as bytes needs Pillow: pip install 'videorl[data]'"
+        ) from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below
