@@ -438,7 +438,8 @@ def train_on_ray(
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     samples, val = load_datasets(config, rewards, make_encoder(config, backend, plugins))
-    benchmarks = BenchmarkPasses(config, plugins, backend)  # their rows, before the workers start
+    # their rows, before the workers start
+    benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=begun.step)
     data = [
         TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
         for r in range(workers)

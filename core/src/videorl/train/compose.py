@@ -266,7 +266,8 @@ def make_actor(
     # With LoRA the base never moves: it stays in model.dtype, frozen; only the float32 adapters train.
     lora = config.actor.lora.enabled
     model = backend.load_model(
-        dtype=dtype if lora else torch.float32, device=distributed.load_device(dist.rank) if sharded else device
+        dtype=dtype if lora else torch.float32,
+        device=distributed.load_device(dist.rank) if sharded else device,
     )
     adapters = inject_lora(model, config.actor.lora) if lora else None  # before sharding: they shard along
     initial = dict(model.state_dict()) if sharded and dist.rank == 0 else {}
@@ -524,7 +525,8 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     encoder = make_encoder(config, backend, plugins)
     samples, val_samples = load_datasets(config, rewards, encoder)
-    benchmarks = BenchmarkPasses(config, plugins, backend)  # their rows, before the model loads
+    # their rows, before the model loads
+    benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=run.step)
     d = config.data
     validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
     data = TrainData(
