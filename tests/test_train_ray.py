@@ -262,6 +262,40 @@ def test_ray_run_equals_torchrun_run(
     assert ("ray/weight_sync_bytes" in ours[0]) == (placement == "split")
 
 
+def test_remax_on_ray_equals_remax_under_torchrun(task: tuple[Path, list[str]]) -> None:
+    """``algorithm.preset=remax`` with ``--ray``: the rollout workers generate each prompt's greedy
+    baseline, the reward worker scores it, and the run equals a torchrun run of the same preset (whose
+    baselines come from :func:`videorl.train.grpo.rollout_groups`), metric for metric."""
+    out, overrides = task
+    runs = {"torchrun": out / "remax-torchrun", "ray": out / "remax-ray"}
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    launch = {"torchrun": [*torchrun, "-m", "videorl.cli"], "ray": ["-m", "videorl.cli"]}
+    for name, run in runs.items():
+        done = _run(
+            [
+                *launch[name],
+                "train",
+                str(out / "empty.yaml"),
+                *overrides,
+                "algorithm.preset=remax",
+                "trainer.log_completions=100",
+                f"output_dir={run}",
+                *(["--ray", "ray.actor_workers=2"] if name == "ray" else []),
+            ]
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+    ours, theirs = _metrics(runs["ray"]), _metrics(runs["torchrun"])
+    assert [m["step"] for m in ours] == [1, 2] == [m["step"] for m in theirs]
+    for mine, ref in zip(ours, theirs):
+        for key in COMPARED:
+            assert (key in mine) == (key in ref), key
+            if key in ref:
+                assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
+    # the step's responses, all logged: 2 prompts x 4 sampled ones, the greedy baselines not among them
+    logged = [json.loads(line) for line in (runs["ray"] / "completions.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged] == [1] * 8 + [2] * 8
+
+
 def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]) -> None:
     import torch
 
