@@ -1,15 +1,17 @@
 """Images given as bytes (the ``datasets`` ``Image`` feature) through the data path: a dataset saved with
-``save_to_disk`` and exported to Parquet trains through the CLI; a corrupt or oversized image is
-rejected naming its row and column."""
+``save_to_disk`` and exported to Parquet trains through the CLI and goes through ``cache build``; a corrupt
+or oversized image is rejected naming its row and column."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
 import subprocess
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,10 @@ from videorl.data.images import MAX_IMAGE_PIXELS
 from videorl.errors import DataError
 from videorl.plugins import load_plugins
 from videorl.rewards.types import RewardInput
+from videorl.testing import CliResult
 from videorl.train.metrics import read_metrics
 
+RunCli = Callable[..., CliResult]
 datasets = pytest.importorskip("datasets")
 Image = pytest.importorskip("PIL.Image")
 
@@ -152,3 +156,19 @@ def test_a_path_only_image_struct_names_a_file_and_video_bytes_are_refused(
     datasets.Dataset.from_list([bad]).to_parquet(str(tmp_path / "video.parquet"))
     with pytest.raises(DataError, match="'videos' must be a path .* videos are read from files only"):
         load_samples(tmp_path / "video.parquet")
+
+
+def test_cache_build_reads_image_bytes_rows_and_reports_a_corrupt_one(
+    run_cli: RunCli, tmp_path: Path, image_dir: Path
+) -> None:
+    good = _png((84, 56), "red")
+    data = tmp_path / "train.parquet"
+    _dataset([[good, good], [good, good[:-60]]]).to_parquet(str(data))
+    result = run_cli("cache", "build", str(data), "--cache-dir", str(tmp_path / "cache"), "--factor", "28")
+    assert result.exit_code == 1, result.output + result.stderr
+    assert "FAILED: 0 videos, 1 dataset rows or files" in result.stderr
+    lines = (tmp_path / "cache" / "build-failures.jsonl").read_text().splitlines()
+    (failure,) = [json.loads(line) for line in lines]
+    assert failure["where"] == f"{data}:2" and failure["stage"] == "dataset"
+    assert failure["reason"].startswith(f"{data}:2: 'images' (item 2): not a readable image")
+    assert len(list(image_dir.rglob("*.png"))) == 1  # the good row's image, written once
