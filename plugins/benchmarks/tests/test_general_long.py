@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,7 +130,9 @@ def test_longvideobench(tmp_path: Path, files: Files) -> None:
         LongVideoBench().load(tmp_path)
 
 
-def test_longvideobench_parquet_release(tmp_path: Path, files: Files) -> None:
+def test_longvideobench_parquet_release(
+    tmp_path: Path, files: Files, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The Hub repository's ``validation-00000-of-00001.parquet``: ``option0..4`` columns padded with "N/A",
     the videos under ``videos/``; read before ``lvb_val.json`` when both are there."""
     common = {
@@ -151,7 +154,9 @@ def test_longvideobench_parquet_release(tmp_path: Path, files: Files) -> None:
              "correct_choice": 4, "duration_group": 15, "duration": 12.5, "question_category": "E2O"},
         ],
     )  # fmt: skip
-    files.json(tmp_path / "lvb_val.json", [])  # the JSON beside it is not read while the Parquet is
+    json_row = {"id": "j1", "video_path": "a.mp4", "question": "?", "candidates": ["x", "y"], "correct_choice": 1,
+                "duration_group": 15, "question_category": "S2E"}  # fmt: skip
+    files.json(tmp_path / "lvb_val.json", [json_row])  # read only without pyarrow
     files.touch(tmp_path / "videos" / "a.mp4")
     rows = assert_benchmark_contract(
         LongVideoBench(),
@@ -172,6 +177,8 @@ def test_longvideobench_parquet_release(tmp_path: Path, files: Files) -> None:
     ]
     assert [r.answer for r in rows] == ["C", "A", "E"]
     assert rows[0].video == str(tmp_path / "videos" / "a.mp4")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now fails
+    assert [(r.id, r.answer) for r in LongVideoBench().load(tmp_path)] == [("j1", "B")]
 
 
 def test_mlvu_dev_m_avg(tmp_path: Path, files: Files) -> None:
