@@ -118,8 +118,8 @@ def parallelism() -> float:
 
 
 def learning(workdir: Path, steps: int) -> dict[str, Any]:
-    """The demo's own settings (``videorl demo``: 96 training clips, 64 held out, 16 prompts × 8
-    responses, validation every ``steps // 6``) synchronously and at staleness 1 on the split
+    """The demo's own settings (``videorl demo``: its task, 96 training clips, 64 held out, 16 prompts
+    × 8 responses, validation every ``steps // 6``) synchronously and at staleness 1 on the split
     placement; both held-out accuracy curves in ``workdir/learning.png``; the first step of each
     reaching 0.9 and its last accuracy."""
     import matplotlib
@@ -131,7 +131,9 @@ def learning(workdir: Path, steps: int) -> dict[str, Any]:
     from videorl.plugins import load_plugins
 
     task = workdir / "learning-task"
-    model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=96, val=64)
+    model, train, val = demo.prepare(
+        task, load_plugins(), family="qwen2_5_vl", seed=0, train=96, val=64, task=demo.DEFAULT_TASK
+    )
     config = workdir / "empty.yaml"
     config.write_text("seed: 0\n")
     overrides = [
