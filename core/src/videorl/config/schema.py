@@ -493,7 +493,8 @@ class TrainerConfig:
         "ids, max_tokens, temperature, thinking} (docs/training.md, Benchmarks during training).",
     )
     benchmarks_strict: bool = option(
-        False, "A benchmark that fails (its data, a sample, its adapter) stops the run; false: logged, run goes on."
+        False,
+        "A benchmark that fails (its data, a sample, its adapter) stops the run; false: logged, run goes on.",
     )
     max_staleness: int = option(
         0,
