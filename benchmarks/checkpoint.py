@@ -122,10 +122,12 @@ def main() -> None:
     print(f"model + AdamW state: {m['state_mb']} MB ({m['params']:,} parameters), median of {args.repeats}")
     print(f"{'':28}{'before (one file each)':>24}{'DCP sync':>12}{'DCP async':>12}")
     print(
-        f"{'save: caller waits (s)':28}{m['old_save']:>24.3f}{m['sync_save']:>12.3f}{m['async_blocked']:>12.3f}"
+        f"{'save: caller waits (s)':28}{m['old_save']:>24.3f}{m['sync_save']:>12.3f}"
+        f"{m['async_blocked']:>12.3f}"
     )
     print(
-        f"{'save: complete after (s)':28}{m['old_save']:>24.3f}{m['sync_save']:>12.3f}{m['async_complete']:>12.3f}"
+        f"{'save: complete after (s)':28}{m['old_save']:>24.3f}{m['sync_save']:>12.3f}"
+        f"{m['async_complete']:>12.3f}"
     )
     print(f"{'resume (s)':28}{m['old_resume']:>24.3f}{m['resume']:>12.3f}{m['resume']:>12.3f}")
     ratios = {

@@ -12,8 +12,8 @@ Prints one JSON line. Clips are synthetic H.264 written with PyAV: a 60 s 1280×
 - ``cached_vs_read_floor``: cached load time / a plain ``read()`` of the same file from the page
   cache (target <= 2);
 - ``build_2v1_workers``: ``build_cache`` on 8 distinct 10 s 720p clips, time with 1 worker / with 2
-  workers (fresh caches, alternated, best of 2), one decoder thread per worker (target >= 1.6); ``build_2v1_default_threads`` the same with the
-  command's default threads (CPU cores shared among workers).
+  workers (fresh caches, alternated, best of 2), one decoder thread per worker (target >= 1.6);
+  ``build_2v1_default_threads`` the same with the command's default threads (CPU cores shared among workers).
 
 Usage: ``python benchmarks/data_path.py [--repeats N] [--build-clips N] [--workdir DIR]``
 """

@@ -110,7 +110,8 @@ def measure(args: argparse.Namespace, work: Path) -> None:
                 "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4",
                 "optim.lr=1e-6", "trainer.progress_bar=false", "trainer.val_every=0",
                 f"trainer.save_every={args.steps}",
-                f"data.cache_dir={run / 'cache'}", "data.source_mode=prefer_preprocessed", *extra]  # fmt: skip
+                f"data.cache_dir={run / 'cache'}", "data.source_mode=prefer_preprocessed",
+                *extra]  # fmt: skip
 
     with_pass, without, separate, in_loop = [], [], [], []
     for r in range(args.repeats):
@@ -135,7 +136,8 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     added = max(min(with_pass) - min(without), 1e-9)
     print(json.dumps({
         "videos": args.videos, "steps": args.steps, "max_tokens": MAX_TOKENS,
-        "in_loop_s": round(min(in_loop), 3), "added_s": round(added, 3), "separate_s": round(min(separate), 3),
+        "in_loop_s": round(min(in_loop), 3), "added_s": round(added, 3),
+        "separate_s": round(min(separate), 3),
         "ratio": round(min(separate) / min(in_loop), 2), "ratio_added": round(min(separate) / added, 2),
         "train_s": round(min(without), 3), "train_with_pass_s": round(min(with_pass), 3),
         "response_tokens": round(sum(lengths) / len(lengths), 1), "same_scores": True,

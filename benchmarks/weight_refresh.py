@@ -112,7 +112,8 @@ def child(base: str, other: str, dtype: str, bucket_mb: int, repeats: int) -> di
     extra: dict[str, list[int]] = {s: [] for s in syncs}
     try:
         weights = [
-            {k: v.to(getattr(torch, dtype)) for k, v in backend_for_model(path, registry).load_model().state_dict().items()}
+            {k: v.to(getattr(torch, dtype))
+             for k, v in backend_for_model(path, registry).load_model().state_dict().items()}
             for path in (other, base)
         ]  # fmt: skip
         for sync in syncs:  # warm-up: vLLM's one-time set-ups of each path
@@ -189,7 +190,8 @@ def main() -> None:
                     f"width {width:5d} ({f['state_mb']:7.1f} MB {args.dtype}) {mode:6s} | "
                     f"folder {f['seconds'] * 1e3:8.1f} ms {f['extra_mb']:7.1f} MB | "
                     f"memory[{m['transport']}, {args.bucket_mb} MiB] {m['seconds'] * 1e3:8.1f} ms "
-                    f"{m['extra_mb']:7.1f} MB | time x{row['time_ratio']}, host memory x{row['memory_ratio']}",
+                    f"{m['extra_mb']:7.1f} MB | time x{row['time_ratio']}, host memory "
+                    f"x{row['memory_ratio']}",
                     flush=True,
                 )
     print(

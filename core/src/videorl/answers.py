@@ -79,7 +79,8 @@ def extract_tag(text: str, tag: str = "answer") -> str | None:
 
 
 def strip_think(text: str) -> str:
-    """``text`` without its reasoning: what follows the last ``</think>``, else ``text`` minus an unclosed ``<think>…``."""
+    """``text`` without its reasoning: what follows the last ``</think>``, else ``text`` minus an unclosed
+    ``<think>…``."""
     text = normalize_tags(text)
     end = text.rfind("</think>")
     if end >= 0:
@@ -133,7 +134,8 @@ _FINAL = re.compile(
 
 
 def final_statement(text: str) -> str | None:
-    """The answer in the last "…the (final) answer is X" / "Final answer: X" line, with a ``\\boxed{}`` inside preferred."""
+    """The answer in the last "…the (final) answer is X" / "Final answer: X" line, with a ``\\boxed{}`` inside
+    preferred."""
     last = None
     for last in _FINAL.finditer(text):  # noqa: B007 - only the last match is wanted
         pass
@@ -358,7 +360,8 @@ def parse_number(text: Any) -> float | None:
 
     Reads integers and decimals (``1,234.5``, ``-3``, ``.5``, ``1e-3``), fractions (``3/4``,
     ``\\frac{3}{4}``), percentages (``50%`` → 0.5) and English number words up to the millions
-    (``twenty-five``). ``"5 (five)"`` is one number; ``"3 or 4"`` is ambiguous. Non-finite values give ``None``.
+    (``twenty-five``). ``"5 (five)"`` is one number; ``"3 or 4"`` is ambiguous. Non-finite values give
+    ``None``.
     """
     if isinstance(text, bool):
         return None

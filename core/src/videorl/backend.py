@@ -129,7 +129,8 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
         ...
 
     def load_model(self, *, dtype: Any = None, device: Any = None) -> Any:
-        """The model, from the checkpoint directory (``from_pretrained``), prepared (:meth:`prepare_model`)."""
+        """The model, from the checkpoint directory (``from_pretrained``), prepared
+        (:meth:`prepare_model`)."""
         ...
 
     def prepare_model(self, model: Any) -> Any:

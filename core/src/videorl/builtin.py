@@ -55,7 +55,8 @@ def register_policy_losses(register: Register) -> None:
 @hookimpl
 def register_algorithm_presets(register: Register) -> None:
     for name, attr in (
-        ("grpo", "GRPO"), ("dr_grpo", "DR_GRPO"), ("dapo", "DAPO"), ("gspo", "GSPO"), ("gspo_token", "GSPO_TOKEN"),
+        ("grpo", "GRPO"), ("dr_grpo", "DR_GRPO"), ("dapo", "DAPO"), ("gspo", "GSPO"),
+        ("gspo_token", "GSPO_TOKEN"),
         ("cispo", "CISPO"), ("rloo", "RLOO"), ("remax", "REMAX"), ("reinforce_pp", "REINFORCE_PP"),
         ("reinforce_pp_baseline", "REINFORCE_PP_BASELINE"),
     ):  # fmt: skip

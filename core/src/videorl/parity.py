@@ -235,7 +235,8 @@ def ids_result_from_error(sample: str, error: AlignmentError) -> CheckResult:
 
 
 def visual_spans(types: Sequence[int]) -> list[tuple[int, int, int]]:
-    """``(type, start, length)`` of each run of non-zero ``types`` (``mm_token_type_ids``: 1 image, 2 video)."""
+    """``(type, start, length)`` of each run of non-zero ``types`` (``mm_token_type_ids``: 1 image, 2
+    video)."""
     spans: list[tuple[int, int, int]] = []
     for i, t in enumerate(types):
         if t and spans and spans[-1][0] == t and spans[-1][1] + spans[-1][2] == i:
@@ -255,7 +256,9 @@ def compare_items(sample: str, expected: dict[str, int], request: dict[str, int]
                 FAIL,
                 trainer=f"{expected.get(kind, 0)} {kind}(s)",
                 engine=f"{request.get(kind, 0)} {kind}(s)",
-                cause=f"the engine request carries another number of {kind}s than the prompt has placeholders",
+                cause=(
+                    f"the engine request carries another number of {kind}s than the prompt has placeholders"
+                ),
             )
     return CheckResult(sample, "placeholders", PASS, trainer=spans, engine=_count_text(request))
 
@@ -312,7 +315,8 @@ def compare_frame_metadata(
                     video,
                     f"{key}={_short(mine[key])}",
                     "missing",
-                    f"{key} missing on the engine side (video {video}): the engine assumes a value of its own "
+                    f"{key} missing on the engine side (video {video}): the engine assumes a value of its "
+                    "own "
                     + ("(other timestamps and time positions) or fails" if key == "fps" else "or fails"),
                 )
             if _differs(mine[key], theirs[key]):
@@ -942,7 +946,8 @@ def first_step_check(
         command = f"videorl models check {config.model.path} --engine {config.rollout.engine} --config CONFIG"
         text = (
             f"the rollout engine's log-probs differ from the actor's on the first batch (mean tolerance "
-            f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table(mean=True)}\nInvestigate with `{command}`; "
+            f"{tolerance.mean:g} for {config.model.dtype}):\n{report.table(mean=True)}\nInvestigate with "
+            f"`{command}`; "
             "set rollout.parity_check=warn to train anyway, or rollout.parity_tolerance to another limit."
         )
         if config.rollout.parity_check == "first_step":

@@ -131,6 +131,7 @@ def check_cached_prompt_lengths(
     except DataError as exc:
         raise DataError(
             f"{exc} ({where}; the frames were sampled with fps={encoder.media.video_params.fps}, "
-            f"max_frames={encoder.media.video_params.max_frames}, max_pixels={encoder.media.video_params.max_pixels})"
+            f"max_frames={encoder.media.video_params.max_frames}, "
+            f"max_pixels={encoder.media.video_params.max_pixels})"
         ) from None
     return len(prompts)

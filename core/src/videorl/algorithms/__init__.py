@@ -49,7 +49,8 @@ class AdvantageEstimator(Protocol):
     """Advantages of one step's groups."""
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        """``(G, n)`` float32 rewards (group ``g``'s ``n`` responses in row ``g``) -> ``(G, n)`` advantages."""
+        """``(G, n)`` float32 rewards (group ``g``'s ``n`` responses in row ``g``) -> ``(G, n)``
+        advantages."""
         ...
 
 
@@ -171,8 +172,9 @@ def resolve(cfg: AlgorithmConfig, plugins: Plugins | None = None) -> AlgorithmCo
 
     A preset's setting applies where ``cfg`` keeps the schema default (for the two ``*_options``
     mappings: option by option, yours win). A component option named like an ``algorithm.*`` key
-    (:data:`SHARED_OPTIONS`) takes that key's value when it is not the schema default. An unknown component or option raises a
-    :class:`ConfigError` naming the component and the closest names. Resolving twice changes nothing.
+    (:data:`SHARED_OPTIONS`) takes that key's value when it is not the schema default. An unknown
+    component or option raises a :class:`ConfigError` naming the component and the closest names.
+    Resolving twice changes nothing.
     """
     from videorl.config import AlgorithmConfig
 

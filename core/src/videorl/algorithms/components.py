@@ -52,7 +52,8 @@ class ReinforcePlusPlusEstimator:
 class ReMaxEstimator:
     """ReMax: each sampled reward minus the reward of the prompt's greedy response."""
 
-    #: the rollout layer adds one greedy (temperature 0) response per prompt, last in its group, never trained on
+    #: the rollout layer adds one greedy (temperature 0) response per prompt, last in its group,
+    #: never trained on
     greedy_baseline: ClassVar[bool] = True
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:

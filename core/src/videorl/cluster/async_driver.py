@@ -38,9 +38,9 @@ version the next step to be generated would use anyway, so the schedule stays th
 
 Metrics (docs/async.md): ``async/staleness_mean``, ``async/staleness_max`` (and per modality
 ``async/staleness_mean/<video|image|text>``), ``async/policy_version``, ``async/behaviour_version_min``,
-``time/rollout_wait`` (the actor side waiting for its groups) and ``time/weight_load`` (the rollout side loading a version).
-The update weighs each token by the rollout correction (``algorithm.rollout_correction``: TIS or MIS)
-against the log-probs of the engine that generated it, i.e. the behaviour policy; its weights and
+``time/rollout_wait`` (the actor side waiting for its groups) and ``time/weight_load`` (the rollout side
+loading a version). The update weighs each token by the rollout correction (``algorithm.rollout_correction``:
+TIS or MIS) against the log-probs of the engine that generated it, i.e. the behaviour policy; its weights and
 the fraction truncated or masked are logged per modality as ``rollout_correction/*``.
 """
 

@@ -301,10 +301,10 @@ def build_command(
     """Decode, sample and resize every video of DATA into the cache.
 
     DATA: datasets (JSON/JSONL, Parquet, HF dataset folders; EasyVideoR1 or Video-R1 schema), .txt
-    lists of video paths, video files or folders of videos. Each distinct video is decoded once; entries already present are
-    checked and kept, damaged ones rebuilt (re-running is incremental). A bad video or row is
-    reported, never fatal: the failure report lists sample, where, video and reason, and the exit
-    code is 1 if anything failed.
+    lists of video paths, video files or folders of videos. Each distinct video is decoded once; entries
+    already present are checked and kept, damaged ones rebuilt (re-running is incremental). A bad video or row
+    is reported, never fatal: the failure report lists sample, where, video and reason, and the exit code is 1
+    if anything failed.
 
     \b
     Examples:

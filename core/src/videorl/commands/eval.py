@@ -284,8 +284,10 @@ def _comparison_stats(
                 recomputed = next(iter(st.values.values()))
                 if abs(recomputed - recorded_overall) > 1e-9:
                     found.notes.append(
-                        f"{d}: its scores.jsonl on the rows in {root} give {100 * recomputed:.2f}, its results.json "
-                        f"{100 * recorded_overall:.2f}: the intervals are of the first (rescore with eval score --run)"
+                        f"{d}: its scores.jsonl on the rows in {root} give {100 * recomputed:.2f}, its "
+                        "results.json "
+                        f"{100 * recorded_overall:.2f}: the intervals are of the first (rescore with eval "
+                        "score --run)"
                     )
     return out
 

@@ -76,9 +76,11 @@ def plan_command(
         )
         return
     lines = [
-        f"{config.model.path}: {shape.parameters / 1e9:.2f} B parameters ({shape.vision_parameters / 1e9:.2f} B "
+        f"{config.model.path}: {shape.parameters / 1e9:.2f} B parameters "
+        f"({shape.vision_parameters / 1e9:.2f} B "
         f"vision); {gpus} GPU(s) of {gpu_memory:g} GB on {nodes} node(s)",
-        f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual) + {seq['response']:,} response",
+        f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual) + {seq['response']:,} "
+        "response",
     ]
     lines += _table("update phase, per GPU", result.update)
     lines += _table("rollout phase, per GPU", result.rollout)

@@ -63,7 +63,10 @@ def parse_row(line_no: int, text: str, router: RewardRouter, model_family: str |
     try:
         return _parse_row(line_no, text, router, model_family)
     except RecursionError:
-        return "nested too deeply to read (JSON arrays or objects within each other beyond Python's recursion limit)"
+        return (
+            "nested too deeply to read (JSON arrays or objects within each other beyond Python's recursion "
+            "limit)"
+        )
 
 
 def _parse_row(line_no: int, text: str, router: RewardRouter, model_family: str | None) -> Row | str:
@@ -320,7 +323,8 @@ def reward_command(
 
     if _same_file(input_path, output_path):
         raise click.ClickException(
-            f"--output {output_path} is the input file{' (through a link)' if input_path != output_path else ''}: "
+            f"--output {output_path} is the input "
+            f"file{' (through a link)' if input_path != output_path else ''}: "
             "scoring would replace it and lose its bad rows; choose another --output"
         )
     try:

@@ -278,7 +278,8 @@ class AlgorithmConfig:
     clip_high: float = option(0.28, "PPO ratio clip above: 1 + clip_high (DAPO clip-higher ε_high).")
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = option(
         "token-mean",
-        "token-mean: every valid token weighs the same; seq-mean-token-mean: mean per response, then over responses.",
+        "token-mean: every valid token weighs the same; seq-mean-token-mean: mean per response, then over "
+        "responses.",
     )
     use_kl_loss: bool = option(False, "Add a k3 (low-variance) KL penalty to a frozen reference model.")
     kl_coef: float = option(0.01, "Weight of the KL penalty when algorithm.use_kl_loss is true.")
@@ -406,11 +407,13 @@ class LoraConfig:
 class ActorConfig:
     global_batch_size: int = option(
         256,
-        "Prompts per optimizer step (with their n responses); data.rollout_batch_size / this = updates per step.",
+        "Prompts per optimizer step (with their n responses); data.rollout_batch_size / this = updates per "
+        "step.",
     )
     max_tokens_per_micro_batch: int = option(
         24096,
-        "Token budget of one micro-batch (dynamic batching); a longer sequence gets a micro-batch of its own.",
+        "Token budget of one micro-batch (dynamic batching); a longer sequence gets a micro-batch of its "
+        "own.",
     )
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
     padding_free: bool = option(
@@ -469,12 +472,14 @@ class TrainerConfig:
     keep_last: int = option(5, "Checkpoints kept (older ones are deleted); 0: keep all.")
     resume: str | None = option(
         None,
-        "auto: continue from the last complete checkpoint of output_dir; a checkpoint directory; null: start fresh.",
+        "auto: continue from the last complete checkpoint of output_dir; a checkpoint directory; null: start "
+        "fresh.",
     )
     val_every: int = option(0, "Score data.val_files every N steps; 0: never.")
     loggers: list[str] = option(
         factory=lambda: ["jsonl", "tensorboard"],
-        help="Where each step's metrics go: registered loggers (jsonl, tensorboard, wandb, mlflow, a plugin's); "
+        help="Where each step's metrics go: registered loggers (jsonl, tensorboard, wandb, mlflow, a "
+        "plugin's); "
         "jsonl (output_dir/metrics.jsonl, read by resume and videorl plot) is required.",
     )
     logger_options: dict[str, dict[str, Any]] = option(
@@ -484,12 +489,15 @@ class TrainerConfig:
     progress_bar: bool = option(True, "Show a progress bar with step, reward and ETA.")
     log_completions: int = option(
         0,
-        "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: none.",
+        "Sampled responses of each step written to output_dir/completions.jsonl (one per prompt first); 0: "
+        "none.",
     )
     benchmarks: list[BenchmarkConfig] = option(
         factory=list,
-        help="Benchmarks scored with the current weights through the rollout engine, as videorl eval run scores "
-        "them, into output_dir/benchmarks/ and the bench/* metrics: a list of {name, data_root, every, limit, "
+        help="Benchmarks scored with the current weights through the rollout engine, as videorl eval run "
+        "scores "
+        "them, into output_dir/benchmarks/ and the bench/* metrics: a list of {name, data_root, every, "
+        "limit, "
         "ids, max_tokens, temperature, thinking} (docs/training.md, Benchmarks during training).",
     )
     benchmarks_strict: bool = option(
@@ -628,7 +636,8 @@ class TrainConfig:
     seed: int = option(1, "Seed of every random generator (python, numpy, torch, data order, sampling).")
     plugins: list[str] = option(
         factory=list,
-        help="Plugin modules loaded for this run, before anything is validated: import paths (my_pkg.rewards) "
+        help="Plugin modules loaded for this run, before anything is validated: import paths "
+        "(my_pkg.rewards) "
         "or .py files (relative to the config file), as --plugin; recorded in run.json.",
     )
     output_dir: str = option(

@@ -137,8 +137,8 @@ def _split(path: Path, folder: Path) -> str | None:
 
 def dataset_files(folder: Path, videos: Collection[str]) -> tuple[Path, list[Path]] | None:
     """``(base, row files)`` of an HF dataset folder, or None when ``folder`` is not one (a folder of
-    videos: suffixes in ``videos``); ``base`` (the folder, or the snapshot of a hub-cache repository) is where relative media
-    paths start."""
+    videos: suffixes in ``videos``); ``base`` (the folder, or the snapshot of a hub-cache repository) is where
+    relative media paths start."""
     if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
         return folder, _saved_dataset(folder)
     if (folder / "snapshots").is_dir():

@@ -1,4 +1,5 @@
-"""Dataset loaders: JSON/JSONL, Parquet and HF datasets in the EasyVideoR1 and Video-R1 schemas, and lists of videos.
+"""Dataset loaders: JSON/JSONL, Parquet and HF datasets in the EasyVideoR1 and Video-R1 schemas, and lists of
+videos.
 
 Accepted inputs (by :func:`load_samples`):
 

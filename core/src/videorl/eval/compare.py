@@ -207,7 +207,10 @@ def compare_results(
             else:
                 deltas.append(averages[run] - averages[0])
                 delta_intervals.append(None)
-        label = f"overall ({len(common)} benchmark{'' if len(common) == 1 else 's'} in {'both' if len(runs) == 2 else 'all'} runs)"
+        label = (
+            f"overall ({len(common)} benchmark{'' if len(common) == 1 else 's'} in "
+            f"{'both' if len(runs) == 2 else 'all'} runs)"
+        )
         rows.append(ComparisonRow(AVERAGE, label, averages, intervals, tuple(deltas), tuple(delta_intervals)))
     return rows
 
@@ -287,7 +290,8 @@ def _has_intervals(rows: Sequence[ComparisonRow]) -> bool:
 
 def _legend(rows: Sequence[ComparisonRow]) -> str:
     return (
-        f"{SIGNIFICANT}: the 95% interval of the difference excludes 0 (paired bootstrap on the rows both runs scored)"
+        f"{SIGNIFICANT}: the 95% interval of the difference excludes 0 (paired bootstrap on the rows both "
+        "runs scored)"
         if _has_intervals(rows)
         else ""
     )

@@ -166,7 +166,8 @@ class Evaluator:
             raise ConfigError(f"evaluation samples one response per question; got n={sampling.n}")
         if workers < 1 or batch_size < 1 or batch_wait < 0:
             raise ConfigError(
-                f"workers ({workers}) and batch_size ({batch_size}) must be >= 1, batch_wait ({batch_wait}) >= 0"
+                f"workers ({workers}) and batch_size ({batch_size}) must be >= 1, batch_wait ({batch_wait}) "
+                ">= 0"
             )
         self.inputs = inputs
         self.engine = engine

@@ -101,7 +101,8 @@ def read_scores(run_dir: Path | str, name: str) -> dict[str, float] | None:
             out[str(record["id"])] = float(score)
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise DataError(
-                f'{path}:{number}: expected {{"id", "score": number, ...}} (rescore with videorl eval score --run)'
+                f'{path}:{number}: expected {{"id", "score": number, ...}} (rescore with videorl eval score '
+                "--run)"
             ) from exc
     return out
 
@@ -175,7 +176,8 @@ def begin_run(run_dir: Path | str, settings: Mapping[str, Any]) -> None:
                 )
     if diffs:
         raise ConfigError(
-            f"{run_dir / RESULTS_FILE}: this run directory was evaluated with other settings, so its predictions "
+            f"{run_dir / RESULTS_FILE}: this run directory was evaluated with other settings, so its "
+            "predictions "
             "cannot be resumed with these: " + "; ".join(diffs) + ". Use the same settings, or another --out."
         )
     merged = {**(old.get("benchmarks") or {}), **(settings.get("benchmarks") or {})}

@@ -345,7 +345,8 @@ def paired_stats(
     known: tuple[BenchmarkStats | None, BenchmarkStats | None] = (None, None),
 ) -> PairedStats:
     """Compare two runs' per-row scores (by id) on ``rows``: rows scored by one run only are listed,
-    not used; the rest are resampled together (whole groups with ``group``) and aggregated for both runs.    McNemar's test needs independent rows: with groups of several rows there is none.
+    not used; the rest are resampled together (whole groups with ``group``) and aggregated for both runs.
+    McNemar's test needs independent rows: with groups of several rows there is none.
 
     ``known``: the runs' own :func:`benchmark_stats`; where one was made on exactly the shared rows (the
     usual case) its replicates are these resamples already and are reused instead of recomputed."""

@@ -58,7 +58,8 @@ class DecodeParams:
         _check(self.fps > 0, f"fps must be positive, got {self.fps}")
         _check(
             self.max_frames >= self.temporal_patch_size,
-            f"max_frames ({self.max_frames}) must be at least temporal_patch_size ({self.temporal_patch_size})",
+            f"max_frames ({self.max_frames}) must be at least temporal_patch_size "
+            f"({self.temporal_patch_size})",
         )
         _check(self.min_frames >= 1, f"min_frames must be >= 1, got {self.min_frames}")
         _check(

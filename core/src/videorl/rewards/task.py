@@ -88,7 +88,8 @@ class TaskReward:
             kind = _JSON_KINDS.get(type(given), type(given).__name__)
             text = given if isinstance(given, str) else json.dumps(given, default=str)
             raise DataError(
-                f"sample {inp.sample_id!r}: the ground truth {text[:200]!r} ({kind}) is not a valid {self.name} "
+                f"sample {inp.sample_id!r}: the ground truth {text[:200]!r} ({kind}) is not a valid "
+                f"{self.name} "
                 f"answer; expected {self.truth_shape}"
             )
         return parsed

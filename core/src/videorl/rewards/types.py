@@ -36,12 +36,14 @@ class MediaInfo:
 
     @classmethod
     def from_metadata(cls, meta: VideoMetadata) -> MediaInfo:
-        """From the metadata of the frames the model saw (the one mapping; :meth:`from_dict` reads its dict)."""
+        """From the metadata of the frames the model saw (the one mapping; :meth:`from_dict` reads
+        its dict)."""
         return cls.from_dict(meta.to_dict())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MediaInfo:
-        """From ``MediaInfo`` fields, or from a ``VideoMetadata.to_dict()`` (``source_fps``, ``source_width``, ...)."""
+        """From ``MediaInfo`` fields, or from a ``VideoMetadata.to_dict()`` (``source_fps``,
+        ``source_width``, ...)."""
         if "source_width" in data or "source_fps" in data:
             indices = data.get("frame_indices")
             return cls(

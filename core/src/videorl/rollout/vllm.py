@@ -74,7 +74,8 @@ class VLLMEngine:
 
         if enable_sleep_mode and not current_platform.is_sleep_mode_available():
             raise ConfigError(
-                "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device; "
+                "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU "
+                "device; "
                 f"this platform is {current_platform.device_name or current_platform.__class__.__name__}"
             )
         defaults = platform_defaults(current_platform)

@@ -107,7 +107,8 @@ def summary_metrics(name: str, summary: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _select(task: EvalTask, spec: BenchmarkConfig) -> EvalTask:
-    """``task`` with only the rows ``spec`` asks for: its ``ids`` (in the benchmark's order), then ``limit``."""
+    """``task`` with only the rows ``spec`` asks for: its ``ids`` (in the benchmark's order), then
+    ``limit``."""
     from dataclasses import replace
 
     rows = task.rows
@@ -331,7 +332,8 @@ class BenchmarkPasses:
         c = self.config
         settings = run_settings(
             inputs, sampling, model=c.output_dir,  # the weights of a step of this run: "training" says which
-            engine={"name": c.rollout.engine, "dtype": c.model.dtype, "options": dict(c.rollout.engine_options)},
+            engine={"name": c.rollout.engine, "dtype": c.model.dtype,
+                    "options": dict(c.rollout.engine_options)},
             requirements=self.requirements, tasks=[task], limit=spec.limit,
         )  # fmt: skip
         settings["training"] = self.policy(step)
@@ -494,7 +496,8 @@ class WorkerBenchmarks:
         self._tasks: dict[tuple[str, str], tuple[EvalTask, dict[str, BenchmarkRow]]] = {}
 
     def generate(self, engine: Any, message: Mapping[str, Any]) -> list[list[Any]]:
-        """Answer ``message`` (:func:`rows_request`) with ``engine``: each row's :class:`RowOutcome`, wired."""
+        """Answer ``message`` (:func:`rows_request`) with ``engine``: each row's
+        :class:`RowOutcome`, wired."""
         from videorl.eval.pipeline import load_task
         from videorl.rollout import SamplingParams
         from videorl.rollout.placement import GroupedEngine

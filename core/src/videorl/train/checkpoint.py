@@ -377,7 +377,8 @@ class Checkpoint:
         ranks: list[dict[str, Any]] = self.data_state.get("ranks", [])
         if len(ranks) != world_size:
             raise ConfigError(
-                f"{self.path} was written by {len(ranks)} rank(s); resume it with {advice.format(n=len(ranks))} "
+                f"{self.path} was written by {len(ranks)} rank(s); resume it with "
+                f"{advice.format(n=len(ranks))} "
                 f"(now {world_size})"
             )
         return ranks
@@ -793,7 +794,8 @@ class CheckpointManager:
         return path
 
     def load(self, path: str | Path) -> Checkpoint:
-        """A complete, undamaged checkpoint (raises :class:`CheckpointError` naming what is wrong otherwise)."""
+        """A complete, undamaged checkpoint (raises :class:`CheckpointError` naming what is wrong
+        otherwise)."""
         path = Path(path)
         manifest = self.verify(path)
         return Checkpoint(

@@ -272,7 +272,8 @@ class PromptEncoder:
             except UnknownComponentError as exc:
                 route = f" ({self.rewards.describe_route(sample.problem_type)})" if self.rewards else ""
                 raise DataError(
-                    f"{sample.origin}: sample {sample.id!r} of problem_type {sample.problem_type!r}{route}: {exc} "
+                    f"{sample.origin}: sample {sample.id!r} of problem_type {sample.problem_type!r}{route}: "
+                    f"{exc} "
                     "Set data.prompt_template to use one template for every row."
                 ) from None
             except DataError as exc:

@@ -1,4 +1,5 @@
-"""The training step: rollout, reward, advantages, the policy update, weight sync — and its one-process driver.
+"""The training step: rollout, reward, advantages, the policy update, weight sync — and its one-process
+driver.
 
 It receives plain, already-built objects (the actor, the rollout engine, the reward router, the data
 and the run's writers) and knows nothing of plugins or config files; ``videorl train`` composes
@@ -541,8 +542,8 @@ def _reference_rows(
 ) -> dict[int, torch.Tensor]:
     """The reference model's per-token log-probs of each response (keyed by ``id`` of the trajectory,
     each row as long as its response): computed here by the actor's reference policy (its frozen copy,
-    or with LoRA the actor with its adapters off), packed as the update packs (its forward is a collective under FSDP), or taken from the trajectories
-    (computed by reference workers)."""
+    or with LoRA the actor with its adapters off), packed as the update packs (its forward is a collective
+    under FSDP), or taken from the trajectories (computed by reference workers)."""
     out: dict[int, torch.Tensor] = {}
     with actor.reference_policy() as reference:
         if reference is not None:

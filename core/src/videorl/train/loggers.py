@@ -257,7 +257,8 @@ class MlflowLogger:
                 "videorl.version": str(run.metadata.get("videorl", "")),
                 "mlflow.source.git.commit": str(git.get("revision", "")),
                 "videorl.git_dirty": str(git.get("dirty", "")),
-                **{f"plugin.{name}": version for name, _, version in map(_requirement, run.metadata.get("requirements", []))},
+                **{f"plugin.{name}": version
+                   for name, _, version in map(_requirement, run.metadata.get("requirements", []))},
                 **(tags or {}),
             }  # fmt: skip
             created = self._client.create_run(experiment_id, run_name=run.name, tags=all_tags)
@@ -305,7 +306,8 @@ def open_loggers(
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise ConfigError(
-            f"options given for loggers that are not enabled: {', '.join(unknown)} (enabled: {', '.join(names)})"
+            f"options given for loggers that are not enabled: {', '.join(unknown)} (enabled: "
+            f"{', '.join(names)})"
         )
     opened: dict[str, Logger] = {}
     try:
@@ -397,7 +399,8 @@ class LoggerSet:
                 self.failed[name] = f"{type(exc).__name__}: {exc}"
                 del self.loggers[name]
                 warnings.warn(
-                    f"logger {name!r} failed ({what}): {self.failed[name]}; it is off for the rest of the run, "
+                    f"logger {name!r} failed ({what}): {self.failed[name]}; it is off for the rest of the "
+                    "run, "
                     "which goes on",
                     RuntimeWarning,
                     stacklevel=3,

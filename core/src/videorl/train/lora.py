@@ -1,4 +1,5 @@
-"""LoRA training with peft (``actor.lora``): adapters in the actor, the reference and engines from the same module.
+"""LoRA training with peft (``actor.lora``): adapters in the actor, the reference and engines from the same
+module.
 
 - :func:`inject` puts peft's LoRA layers into the actor's own module, in place: the model keeps its
   class, its ``forward`` signature (``logits_to_keep``), its vision hooks and its FSDP units, so every

@@ -6,7 +6,8 @@ and a progress bar.
 from the checkpoint of step ``k`` drops the lines after ``k`` (they are logged again). Log a step's
 metrics before writing its checkpoint.
 
-Metric names logged by the loop (``videorl.train.grpo``; ``videorl plot`` reads ``reward/*`` and ``accuracy/*``):
+Metric names logged by the loop (``videorl.train.grpo``; ``videorl plot`` reads ``reward/*`` and
+``accuracy/*``):
 ``reward/overall``, ``reward/<problem_type>``, ``accuracy/overall``, ``accuracy/<problem_type>``,
 ``format/overall``, ``response_length/{mean,clip_ratio}``, ``tokens/step``,
 ``actor/{loss,clip_fraction,entropy,grad_norm,lr,updates}``, ``actor/kl`` (with the KL loss),
@@ -169,7 +170,8 @@ class MetricsWriter:
         )
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
-        """Send the metrics of ``step`` (the step after the last one logged) to every logger; returns the row."""
+        """Send the metrics of ``step`` (the step after the last one logged) to every logger; returns
+        the row."""
         if self._closed:
             raise VideorlError(f"the metrics writer of {self.run_dir} is closed")
         if step != self.last_step + 1:
@@ -223,7 +225,8 @@ class CompletionLog:
         for t in chosen[: self.per_step]:
             sample = t.prompt.sample
             rows.append({
-                "step": step, "sample_id": sample.id, "problem_type": sample.problem_type, "problem": sample.problem,
+                "step": step, "sample_id": sample.id, "problem_type": sample.problem_type,
+                "problem": sample.problem,
                 "ground_truth": sample.ground_truth, "response": decode(list(t.completion.token_ids)),
                 "reward": t.reward, "parts": dict(t.parts), "offline": t.offline,
                 "finish_reason": t.completion.finish_reason,

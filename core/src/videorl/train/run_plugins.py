@@ -36,7 +36,8 @@ def import_plugin(spec: str, base: Path) -> ModuleType:
         path = (base / spec).resolve()
         if not path.is_file():
             raise ConfigError(
-                f"{where}: {path} does not exist (a .py path in a config file is relative to that file; in an override, to the working directory)"
+                f"{where}: {path} does not exist (a .py path in a config file is relative to that file; in "
+                "an override, to the working directory)"
             )
         name = path.stem
         loaded = sys.modules.get(name)
@@ -44,7 +45,8 @@ def import_plugin(spec: str, base: Path) -> ModuleType:
             if Path(getattr(loaded, "__file__", "") or "").resolve() == path:
                 return loaded
             raise ConfigError(
-                f"{where}: the module name {name!r} is already taken by {getattr(loaded, '__file__', loaded)}; "
+                f"{where}: the module name {name!r} is already taken by "
+                f"{getattr(loaded, '__file__', loaded)}; "
                 "rename the file"
             )
         module_spec = importlib.util.spec_from_file_location(name, path)

@@ -2,9 +2,9 @@
 
 Official files: ``charades_sta_test.txt`` (lines ``<video> <start> <end>##<sentence>``), or lmms-lab's
 release as downloaded, ``data/test-00000-of-00001.parquet`` (or ``charades_sta*.parquet``/``.jsonl``/
-``.json``: ``video``, ``caption``, ``timestamp`` [start, end]); videos ``Charades_v1_480/<video>.mp4`` (or directly under the data root).
-EasyVideoR1's ``charades_sta.json`` (its answer JSON sits inside ``<think>``) is read when neither
-exists.
+``.json``: ``video``, ``caption``, ``timestamp`` [start, end]); videos ``Charades_v1_480/<video>.mp4`` (or
+directly under the data root). EasyVideoR1's ``charades_sta.json`` (its answer JSON sits inside ``<think>``)
+is read when neither exists.
 
 The answer is read from ``{"time": [s, e]}`` JSON or from text ("12.3 - 25.7 seconds", "from 0:12 to
 0:25"); a reversed pair is swapped. Per-row score = temporal IoU; overall = mIoU; ``metrics`` hold R@θ,

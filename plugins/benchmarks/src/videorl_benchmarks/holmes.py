@@ -22,7 +22,8 @@ class VideoHolmes(BaseBenchmark):
     unified_file = "holmes.json"
     question_label = "Question: "
     instructions: ClassVar[dict[str, str]] = {
-        "multiple_choice": "Select the best answer to the following multiple-choice question based on the video. "
+        "multiple_choice": "Select the best answer to the following multiple-choice question based on the "
+        "video. "
         "Respond with only the letter (A, B, C, D, E, or F) of the correct option."
     }
 

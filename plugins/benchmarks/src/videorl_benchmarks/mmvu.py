@@ -56,9 +56,11 @@ class MMVU(BaseBenchmark):
     question_label = "Question:"
     option_format = "{letter}: {text}"
     instructions: ClassVar[dict[str, str]] = {
-        "multiple_choice": f"{_VISUAL}\nDo not generate any intermediate reasoning process. Answer directly with "
+        "multiple_choice": f"{_VISUAL}\nDo not generate any intermediate reasoning process. Answer directly "
+        "with "
         "the option letter from the given choices.",
-        "open_ended": f"{_VISUAL}\nDo not generate any intermediate reasoning process. Directly output the final "
+        "open_ended": f"{_VISUAL}\nDo not generate any intermediate reasoning process. Directly output the "
+        "final "
         "answer.",
     }
     thinking_instructions: ClassVar[dict[str, str]] = {
@@ -66,7 +68,8 @@ class MMVU(BaseBenchmark):
         "explaining your reasoning process clearly. Conclude by stating the final answer using the following "
         'format: "Therefore, the final answer is: $LETTER" (without quotes), where $LETTER is one of the '
         "options. Think step by step before answering.",
-        "open_ended": f"{_VISUAL}\nAnswer the given question step by step. Begin by explaining your reasoning "
+        "open_ended": f"{_VISUAL}\nAnswer the given question step by step. Begin by explaining your "
+        "reasoning "
         'process clearly. Conclude by stating the final answer using the following format: "Therefore, the '
         'final answer is: "Answer: $ANSWER" (without quotes), where $ANSWER is the final answer of the '
         "question. Think step by step before answering.",

@@ -4,8 +4,8 @@ Official file: ``ovo_bench_new.json`` (a list). Backward-tracing (EPM, ASI, HLD)
 ACR, ATR, STU, FPD, OJR) items: ``id``, ``task``, ``question``, ``options`` (texts), ``gt`` (index);
 forward items (REC, SSR, CRR) have ``test_info``, one test point each, which becomes one row
 ``<id>_<i>``: REC (``activity``; ``count``), SSR (``step`` and ``type`` 1 = Yes, 0 = No; the row's
-answer is "Yes"/"No"), CRR (``question``; ``type``). Videos are the pre-cut chunks ``chunked_videos/<id>.mp4`` and
-``chunked_videos/<id>_<i>.mp4`` (the video up to the query time). EasyVideoR1's ``ovobench.json``
+answer is "Yes"/"No"), CRR (``question``; ``type``). Videos are the pre-cut chunks ``chunked_videos/<id>.mp4``
+and ``chunked_videos/<id>_<i>.mp4`` (the video up to the query time). EasyVideoR1's ``ovobench.json``
 (``ovo_task``, ``ovo_category``, ...) is read when the official file is absent.
 
 Prompts: the official templates (backward/real-time with options "A. x; B. y;", and the REC/SSR/CRR

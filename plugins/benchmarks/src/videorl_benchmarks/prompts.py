@@ -52,12 +52,15 @@ _Q25_TYPE = {
     "multiple_choice": " Please provide only the single option letter (e.g., A, B, C, D, etc.) within the "
     "<answer> </answer> tags.",
     "numerical": " Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags.",
-    "regression": " Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags.",
+    "regression": (
+        " Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags."
+    ),
     "open_ended": " Please provide your text answer within the <answer> </answer> tags.",
     "free_form": " Please provide your text answer within the <answer> </answer> tags.",
     "temporal_grounding": " Please provide the time span in seconds as JSON within the <answer>...</answer> "
     'tags. Example: <answer>{"time": [12.3, 25.7]}</answer>',
-    "spatial_temporal_grounding": " Please provide the time span in seconds and bounding boxes as JSON within "
+    "spatial_temporal_grounding": " Please provide the time span in seconds and bounding boxes as JSON "
+    "within "
     'the <answer>...</answer> tags. Example: <answer>{"time": [8.125, 13.483], "boxes": {"9": [317, 422, '
     "582, 997]}}</answer>",
 }
@@ -96,7 +99,8 @@ _STG_RULES = (
 _BEST = "\nThe best answer is: "
 _Q3_NOTHINK_TYPE = {
     "temporal_grounding": "\nPlease provide the time span in seconds " + _TG_JSON,
-    "spatial_temporal_grounding": "\nPlease provide the time span in seconds and bounding boxes as JSON within "
+    "spatial_temporal_grounding": "\nPlease provide the time span in seconds and bounding boxes as JSON "
+    "within "
     "the <answer>...</answer> tags.\n" + _STG_RULES.format(example="8.125, 13.483"),
 }
 
@@ -117,7 +121,8 @@ THINK_SUFFIX = {
     "open_ended": _conclude("ANSWER"),
     "free_form": _conclude("ANSWER"),
     "temporal_grounding": "\nConclude by providing the time span in seconds " + _TG_JSON,
-    "spatial_temporal_grounding": "\nConclude by providing the time span in seconds and bounding boxes as JSON "
+    "spatial_temporal_grounding": "\nConclude by providing the time span in seconds and bounding boxes as "
+    "JSON "
     "within the <answer>...</answer> tags.\n" + _STG_RULES.format(example="8, 13"),
 }
 

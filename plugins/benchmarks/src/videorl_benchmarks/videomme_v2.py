@@ -63,11 +63,13 @@ class VideoMMEv2(BaseBenchmark):
     preamble = "These are the frames of a video."
     question_label = "Question: "
     instructions: ClassVar[dict[str, str]] = {
-        "multiple_choice": "Select the best answer to the following multiple-choice question based on the video. "
+        "multiple_choice": "Select the best answer to the following multiple-choice question based on the "
+        "video. "
         "Respond with only the letter (A, B, C, D, E, F, G, or H) of the correct option."
     }
     thinking_instructions: ClassVar[dict[str, str]] = {
-        "multiple_choice": "Please perform a detailed reasoning based on the provided video frames to answer the "
+        "multiple_choice": "Please perform a detailed reasoning based on the provided video frames to answer "
+        "the "
         "following multiple-choice question selecting the best option from A through H and providing your "
         "final response strictly in the format: 'Final Answer: <letter>."
     }

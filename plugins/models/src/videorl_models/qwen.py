@@ -366,7 +366,8 @@ class QwenVLBackend:
                 raise AlignmentError(
                     f"sample {prompt.sample_id!r}: the processor produced {name} grid(s) {got} but the "
                     f"prompt was expanded for {want} (from the frame shapes). Likely cause: the processor "
-                    "resized or resampled the frames; it must run with do_resize=False, do_sample_frames=False."
+                    "resized or resampled the frames; it must run with do_resize=False, "
+                    "do_sample_frames=False."
                 )
             check_alignment(
                 prompt.sample_id,

@@ -2,10 +2,10 @@
 
 Started by :mod:`videorl_rewards.sandbox` (inside bubblewrap when isolated). Reads
 ``{"code", "tests", "mode", "audit_hook", "limits"}`` as JSON on stdin, points stdin, stdout and (once it
-is set up) stderr at ``/dev/null``, lowers its own resource limits, installs (with ``audit_hook``, the unisolated fallback
-only) an audit hook that refuses processes, signals, sockets, native-code loading and writes outside the
-working directory, then runs the code and reports one JSON line per test on ``RESULT_FD``, then
-``{"done": true}``:
+is set up) stderr at ``/dev/null``, lowers its own resource limits, installs (with ``audit_hook``, the
+unisolated fallback only) an audit hook that refuses processes, signals, sockets, native-code loading and
+writes outside the working directory, then runs the code and reports one JSON line per test on ``RESULT_FD``,
+then ``{"done": true}``:
 
 - ``mode="assert"``: the code runs once, then each test (Python statements, e.g. ``assert f(2) == 4``)
   runs in its namespace: ``{"test": i, "ok": bool}``;
