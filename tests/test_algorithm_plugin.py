@@ -71,14 +71,16 @@ def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(
         "output_dir": str(tmp_path / "run"),
         "model": {"path": str(work / "model"), "dtype": "float32"},
         "data": {
-            "train_files": [str(train)], "source_mode": "realtime_only", "video_fps": 2.0, "video_max_frames": 4,
+            "train_files": [str(train)], "source_mode": "realtime_only", "video_fps": 2.0,
+            "video_max_frames": 4,
             "video_min_pixels": side * side, "video_max_pixels": side * side, "max_prompt_length": 512,
             "rollout_batch_size": 2, "thinking": False,
         },
         "rollout": {"engine": "hf", "n": 2, "max_response_length": 4},
         "actor": {"global_batch_size": 2, "gradient_checkpointing": False},
         "algorithm": {"preset": "gmpo", "loss_options": {"log_clip_high": 0.3}},
-        "trainer": {"max_steps": 2, "save_every": 0, "val_every": 0, "loggers": ["jsonl"], "progress_bar": False},
+        "trainer": {"max_steps": 2, "save_every": 0, "val_every": 0, "loggers": ["jsonl"],
+                    "progress_bar": False},
     }  # fmt: skip
     path = tmp_path / "train.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML

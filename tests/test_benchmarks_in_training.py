@@ -192,7 +192,8 @@ def test_a_pass_writes_eval_files_and_logs_bench_metrics(
     assert results["settings"]["video"]["fps"] == 2.0  # the run's budget (data.video_fps)
     predictions = read_predictions(directory / "mvbench" / "predictions.jsonl")
     assert {i: p.record["prediction"] for i, p in predictions.items()} == {
-        "object_existence/0": "A", "object_existence/1": "B", "object_existence/2": "A", "object_existence/3": "A"
+        "object_existence/0": "A", "object_existence/1": "B", "object_existence/2": "A",
+        "object_existence/3": "A"
     }  # fmt: skip
     assert sorted(engine.asked) == sorted(RIGHT_3_OF_4)
 
@@ -518,8 +519,10 @@ def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
               f"--max-pixels={demo.SIDE**2}"]  # fmt: skip
     separate = tmp_path / "eval"
     evaluated = subprocess.run(
-        [sys.executable, "-m", "videorl.cli", "eval", "run", "--model", str(run / "checkpoints" / "step_000004"),
-         "--benchmark", f"mvbench={mvbench}", "--out", str(separate), "--max-tokens", "8", "--quiet", *budget],
+        [sys.executable, "-m", "videorl.cli", "eval", "run", "--model",
+         str(run / "checkpoints" / "step_000004"),
+         "--benchmark", f"mvbench={mvbench}", "--out", str(separate), "--max-tokens", "8", "--quiet",
+         *budget],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]

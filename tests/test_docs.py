@@ -31,7 +31,8 @@ def test_plugin_author_guides_exist_and_are_linked() -> None:
 
 
 def _resolves(dotted: str) -> bool:
-    """Whether ``dotted`` (``videorl.a.b`` or ``videorl.a.b.Name.attr``) is a module or an attribute of one."""
+    """Whether ``dotted`` (``videorl.a.b`` or ``videorl.a.b.Name.attr``) is a module or an attribute
+    of one."""
     import importlib
 
     parts = dotted.split(".")

@@ -1,4 +1,5 @@
-"""``model.path`` and ``videorl eval run --model`` as Hub ids, resolved from a hub cache built in a temp HF_HOME."""
+"""``model.path`` and ``videorl eval run --model`` as Hub ids, resolved from a hub cache built in a temp
+HF_HOME."""
 
 from __future__ import annotations
 
@@ -107,9 +108,11 @@ def test_eval_run_logs_its_summary_to_a_tracker(
         json.dumps([row, {**row, "question": "Again?"}], indent=2)
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = run_cli("eval", "run", "--model", "tiny-org/tiny-vl", "--benchmark", "mvbench", "--data-root", str(root),
+    result = run_cli("eval", "run", "--model", "tiny-org/tiny-vl", "--benchmark", "mvbench", "--data-root",
+                     str(root),
                      "--out", str(tmp_path / "run"), "--max-tokens", "2", "--quiet", "--logger", "mlflow",
-                     "--logger-option", f"mlflow.tracking_uri={uri}", "--logger-option", "mlflow.experiment=evals",
+                     "--logger-option", f"mlflow.tracking_uri={uri}", "--logger-option",
+                     "mlflow.experiment=evals",
                      "--logger-option", f"mlflow.artifact_location={tmp_path / 'artifacts'}")  # fmt: skip
     result.assert_success()
     summary = json.loads((tmp_path / "run" / "results.json").read_text())["benchmarks"]["mvbench"]

@@ -103,7 +103,8 @@ def test_image_bytes_from_save_to_disk_and_parquet_train_two_steps_through_the_c
         overrides = [*demo.demo_overrides(tmp_path, model, train, val, steps=2, seed=3, engine="hf"),
                      f"output_dir={run}", f"data.train_files=[{data}]", "data.val_files=[]",
                      "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=2",
-                     "trainer.progress_bar=false", "trainer.val_every=0", "trainer.loggers=[jsonl]"]  # fmt: skip
+                     "trainer.progress_bar=false", "trainer.val_every=0",
+                     "trainer.loggers=[jsonl]"]  # fmt: skip
         done = subprocess.run(
             [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
             env=env, capture_output=True, text=True, timeout=600,
@@ -148,7 +149,8 @@ def test_a_path_only_image_struct_names_a_file_and_video_bytes_are_refused(
     datasets.Dataset.from_list([row]).to_parquet(str(tmp_path / "rows.parquet"))
     (sample,) = load_samples(tmp_path / "rows.parquet")
     assert sample.images == [str(tmp_path / "a.png")] and sample.data_type == "image"
-    # a row that is only scored (videorl reward) reads no media: its image bytes are neither checked nor written
+    # a row that is only scored (videorl reward) reads no media: its image bytes are neither checked nor
+    # written
     scored = {"problem_type": "multiple choice", "answer": "A", "images": [{"bytes": b"junk", "path": None}]}
     reward = RewardInput.from_sample(scored, "<answer>A</answer>")
     assert reward.data_type == "image" and not (tmp_path / "images").exists()

@@ -511,7 +511,8 @@ def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(tmp_path:
     run = tmp_path / "run"
     overrides = [
         o for o in _overrides(tmp_path, model, train, val, run) if not o.startswith("rollout.engine=")
-    ] + ["rollout.engine=vllm", "rollout.engine_options={max_model_len: 1024}", "data.shuffle=false"]  # fmt: skip
+    ] + ["rollout.engine=vllm", "rollout.engine_options={max_model_len: 1024}",
+         "data.shuffle=false"]  # fmt: skip
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",

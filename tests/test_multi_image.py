@@ -40,8 +40,10 @@ def _images(out: Path) -> list[str]:
 
 def _dataset(out: Path, rows: int = 2) -> Path:
     images = _images(out)
-    row = {"problem_type": "multiple choice", "problem": "<image><image>Which colour is in the first picture?",
-           "options": demo.OPTIONS, "answer": "A", "offline_output": "<answer>A</answer>", "data_type": "image",
+    row = {"problem_type": "multiple choice",
+           "problem": "<image><image>Which colour is in the first picture?",
+           "options": demo.OPTIONS, "answer": "A", "offline_output": "<answer>A</answer>",
+           "data_type": "image",
            "images": images}  # fmt: skip
     table = [{**row, "problem_id": f"two-images-{i}"} for i in range(rows)]
     path = out / "train.parquet"
@@ -66,7 +68,8 @@ def test_a_two_image_row_encodes_one_aligned_run_per_image(
     grids = encoded.image_grid_thw
     assert len(grids) == 2 and grids[0][1:] == grids[1][1:][::-1] and grids[0][1] != grids[0][2]
     image_id = backend.token_ids["image"]
-    check_alignment(sample.id, encoded.prompt_ids, token_id=image_id, grids=grids, merge_size=backend.merge_size,
+    check_alignment(sample.id, encoded.prompt_ids, token_id=image_id, grids=grids,
+                    merge_size=backend.merge_size,
                     modality="image")  # fmt: skip
     # two separate placeholder runs, in the order of the images
     runs, previous = [], None

@@ -24,7 +24,8 @@ def test_resume_auto_falls_back_past_a_same_size_corrupt_checkpoint(
     def overrides(steps: int, *extra: str) -> list[str]:
         return [*demo.demo_overrides(tmp_path, model, train, val, steps=steps, seed=3, engine="hf"),
                 f"output_dir={run}", "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4",
-                "trainer.progress_bar=false", "trainer.val_every=0", "trainer.save_every=1", *extra]  # fmt: skip
+                "trainer.progress_bar=false", "trainer.val_every=0", "trainer.save_every=1",
+                *extra]  # fmt: skip
 
     build_training(load_config(None, overrides(2)), load_plugins()).run()
     damaged = run / "checkpoints" / "step_000002" / "tensors" / "__0_0.distcp"

@@ -84,7 +84,8 @@ def test_a_rendered_benchmark_evaluates_a_fixture_with_a_tiny_model(
     assert listed["videorl-toy-bench"]["components"] == {"benchmarks": ["toy_bench"]}
 
     videorl(env, work, "models", "tiny", "qwen2_5_vl", "model")
-    out = videorl(env, work, "eval", "run", "--model", "model", "--benchmark", "toy_bench", "--data-root", str(data),
+    out = videorl(env, work, "eval", "run", "--model", "model", "--benchmark", "toy_bench", "--data-root",
+                  str(data),
                   "--out", "run", "--cache-dir", "cache", "--max-tokens", "4", "--quiet")  # fmt: skip
     assert "toy_bench" in out.stdout
     summary = json.loads((work / "run" / "results.json").read_text())["benchmarks"]["toy_bench"]
@@ -103,13 +104,15 @@ def _train_config(tmp: Path, model: Path, train: Path) -> Path:
         "output_dir": str(tmp / "run"),
         "model": {"path": str(model), "dtype": "float32"},
         "data": {
-            "train_files": [str(train)], "source_mode": "realtime_only", "video_fps": 2.0, "video_max_frames": 4,
+            "train_files": [str(train)], "source_mode": "realtime_only", "video_fps": 2.0,
+            "video_max_frames": 4,
             "video_min_pixels": side * side, "video_max_pixels": side * side, "max_prompt_length": 512,
             "rollout_batch_size": 2, "thinking": False,
         },
         "rollout": {"engine": "hf", "n": 2, "max_response_length": 4},
         "actor": {"global_batch_size": 2, "gradient_checkpointing": False},
-        "trainer": {"max_steps": 2, "save_every": 2, "val_every": 0, "loggers": ["jsonl"], "progress_bar": False},
+        "trainer": {"max_steps": 2, "save_every": 2, "val_every": 0, "loggers": ["jsonl"],
+                    "progress_bar": False},
     }  # fmt: skip
     path = tmp / "train.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
@@ -319,7 +322,8 @@ def test_a_tracker_installed_as_a_package_logs_an_evaluation(tmp_path: Path, ins
     row = {"video": "absent.mp4", "question": "Is it there?", "candidates": ["yes", "no"], "answer": "yes"}
     (data / "json" / "object_existence.json").write_text(json.dumps([row]))
     videorl(env, work, "eval", "run", "--model", "model", "--benchmark", "mvbench", "--data-root", str(data),
-            "--out", "run", "--max-tokens", "2", "--quiet", "--logger", "lite", "--logger-option", "lite.tag=t1")  # fmt: skip
+            "--out", "run", "--max-tokens", "2", "--quiet", "--logger", "lite", "--logger-option",
+            "lite.tag=t1")  # fmt: skip
     lines = [json.loads(line) for line in (work / "run" / "lite.jsonl").read_text().splitlines()]
     assert [next(iter(item)) for item in lines] == ["open", "summary", "close"]
     assert lines[0]["open"] == "eval" and lines[0]["tag"] == "t1"

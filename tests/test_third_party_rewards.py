@@ -60,7 +60,8 @@ def _train(
     target: Path | None = None,
     *extra: str,
 ) -> subprocess.CompletedProcess[str]:
-    """``videorl train CONFIG`` for 2 steps in a subprocess with an empty HOME (and ``target`` on its path)."""
+    """``videorl train CONFIG`` for 2 steps in a subprocess with an empty HOME (and ``target`` on
+    its path)."""
     out, model, train, val = task
     overrides = [
         *demo.demo_overrides(out, model, train, val, steps=2, seed=3, engine="hf"),

@@ -69,7 +69,8 @@ def test_training_logs_to_wandb_and_mlflow_and_survives_a_failing_tracker(
                 f"output_dir={run}", "data.rollout_batch_size=2", "actor.global_batch_size=2", "rollout.n=4",
                 "trainer.progress_bar=false", "trainer.val_every=0", "trainer.save_every=1",
                 "trainer.loggers=[jsonl, wandb, mlflow, flaky]",
-                f"trainer.logger_options={{wandb: {{mode: offline, project: demo}}, mlflow: {{tracking_uri: '{uri}', "
+                f"trainer.logger_options={{wandb: {{mode: offline, project: demo}}, mlflow: {{tracking_uri: "
+                f"'{uri}', "
                 f"artifact_location: '{tmp_path / 'artifacts'}'}}}}", *extra]  # fmt: skip
 
     Flaky.steps = []

@@ -190,7 +190,9 @@ def max_diff(groups, model):
         with torch.no_grad():
             logits = model(**inputs.model_kwargs()).logits
         ours = response_logprobs(logits, inputs, forbidden=forbidden)
-        diffs += [abs(float(ours[row, j]) - lp) for row, c in enumerate(group) for j, lp in enumerate(c.logprobs)]
+        diffs += [
+            abs(float(ours[row, j]) - lp) for row, c in enumerate(group) for j, lp in enumerate(c.logprobs)
+        ]
     return max(diffs), len(diffs)
 
 

@@ -45,7 +45,8 @@ def test_grpo_advantages_by_hand() -> None:
     adv = grpo_advantages(rewards, eps=1e-6)
     # group 0: mean 0.5, unbiased var (4 * 0.25) / 3 = 1/3, std 0.577350 -> ±0.5 / 0.577351 = ±0.866024
     assert adv[0].tolist() == pytest.approx([0.866024, -0.866024, -0.866024, 0.866024], abs=1e-5)
-    # group 1: mean 0.25, var (0.5625 + 3 * 0.0625) / 3 = 0.25, std 0.5 -> 0.75 / 0.5 = 1.5, -0.25 / 0.5 = -0.5
+    # group 1: mean 0.25, var (0.5625 + 3 * 0.0625) / 3 = 0.25, std 0.5
+    # -> 0.75 / 0.5 = 1.5, -0.25 / 0.5 = -0.5
     assert adv[1].tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
     # group 2: all equal -> exactly 0 (not a rounding residue of the mean divided by eps)
     assert adv[2].tolist() == [0.0, 0.0, 0.0, 0.0]
@@ -155,7 +156,8 @@ def test_entropy_by_hand_with_masked_entries_and_finite_gradients() -> None:
     assert entropy.item() == pytest.approx(0.562335, abs=1e-6)
     assert masked._version == version  # nothing was modified in place
     entropy.sum().backward()
-    # dH/dz_i = -p_i (ln p_i + H): -0.25 (-1.386294 + 0.562335) = 0.205990, -0.75 (-0.287682 + 0.562335) = -0.205990
+    # dH/dz_i = -p_i (ln p_i + H):
+    # -0.25 (-1.386294 + 0.562335) = 0.205990, -0.75 (-0.287682 + 0.562335) = -0.205990
     assert leaf.grad is not None
     assert leaf.grad[0].tolist() == pytest.approx([0.205990, -0.205990, 0.0], abs=1e-6)
 

@@ -50,7 +50,8 @@ def test_a_preset_sets_what_the_config_leaves_at_its_default() -> None:
     assert gspo.preset == "gspo_token"  # the registered spelling
     assert gspo.loss_options == {"clip_low": 3e-4, "clip_high": 0.001, "token_level": True}  # yours win
     assert algorithms.build(gspo, PLUGINS).loss == GSPOLoss(3e-4, 0.001, True)
-    # a changed section key wins over the preset (dynamic_sampling false is the default: the preset's true stays)
+    # a changed section key wins over the preset
+    # (dynamic_sampling false is the default: the preset's true stays)
     assert resolve("algorithm.preset=dapo", "algorithm.overlong_buffer=64").overlong_buffer == 64
 
 

@@ -51,7 +51,9 @@ def test_check_alignment_names_sample_counts_and_cause() -> None:
     check_alignment("s", ids, token_id=VID, grids=[(2, 4, 6)], merge_size=2, modality="video")
     with pytest.raises(
         AlignmentError,
-        match=r"sample 's': 12 video placeholder tokens \(id 8\) but 16 video features.*cut by a length limit",
+        match=(
+            r"sample 's': 12 video placeholder tokens \(id 8\) but 16 video features.*cut by a length limit"
+        ),
     ):
         check_alignment("s", ids, token_id=VID, grids=[(2, 4, 8)], merge_size=2, modality="video")
     with pytest.raises(AlignmentError, match="13 video placeholder.*a sampled <|video_pad|> in a response"):
@@ -115,7 +117,10 @@ def test_responses_and_engine_prompts() -> None:
     check_same_prompt("s", [1, 2, 3], [1, 2, 3], where="vLLM")
     with pytest.raises(
         AlignmentError,
-        match=r"vLLM used prompt ids .*\(4 vs 3 tokens, first difference at position 1: \[9, 9, 3\] vs \[2, 3\]\)",
+        match=(
+            r"vLLM used prompt ids .*\(4 vs 3 tokens, first difference at position 1: \[9, 9, 3\] vs \[2, "
+            r"3\]\)"
+        ),
     ):
         check_same_prompt("s", [1, 2, 3], [1, 9, 9, 3], where="vLLM")
 

@@ -80,7 +80,9 @@ def test_backend_lookup_by_model_type(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(
         UnknownComponentError,
-        match=r"config.json: model_type 'llama' is served by no installed model backend .*Registered: fake_vl",
+        match=(
+            r"config.json: model_type 'llama' is served by no installed model backend .*Registered: fake_vl"
+        ),
     ):
         backend_for_model(tmp_path, registry)
     (tmp_path / "config.json").write_text("{not json")

@@ -147,7 +147,8 @@ _WRITER = textwrap.dedent(
     root, mode = sys.argv[1], sys.argv[2]
     manager = ck.CheckpointManager(root)
     state = {"w": torch.arange(1000.0)}
-    manager.save(1, model_state=state, optimizer_state={"state": {}, "param_groups": []}, data_state={"index": 1})
+    manager.save(1, model_state=state, optimizer_state={"state": {}, "param_groups": []},
+                 data_state={"index": 1})
 
     def hang(message):
         print(message, flush=True)
@@ -161,8 +162,8 @@ _WRITER = textwrap.dedent(
         torch.save = partial_save
     else:  # stop after the rename, before `latest` is updated
         ck.CheckpointManager._write_pointer = lambda self, name: hang("RENAMED")
-    manager.save(2, model_state={"w": torch.arange(1000.0) * 2}, optimizer_state={"state": {}, "param_groups": []},
-                 data_state={"index": 2})
+    manager.save(2, model_state={"w": torch.arange(1000.0) * 2},
+                 optimizer_state={"state": {}, "param_groups": []}, data_state={"index": 2})
     """
 )
 
@@ -489,8 +490,8 @@ def test_resuming_other_keys_or_shapes_names_them_and_the_lora_settings(tmp_path
         ckpt.load_into(_Tensors(**{k: torch.zeros_like(v) for k, v in saved.items()}, **extra), Dist())
     text = str(missing.value)
     assert (
-        "5 key(s) of this run are not in it (model.layer0.lora, model.layer1.lora, model.layer2.lora, and 2 more)"
-        in text
+        "5 key(s) of this run are not in it (model.layer0.lora, model.layer1.lora, model.layer2.lora, and 2 "
+        "more)" in text
     )
     assert "actor.lora" in text and str(run / "config.yaml") in text and "corrupt" not in text
     with pytest.raises(

@@ -183,7 +183,9 @@ def test_value_checks_name_the_key(tmp_path: Path) -> None:
         load_config(path)
     cases = {
         "rollout.mix_policy_accuracy_threshold=0.5": "is set but rollout.enable_mix_policy is false",
-        "data.source_mode=preprocessed_only": "data.cache_dir is required when data.source_mode is preprocessed_only",
+        "data.source_mode=preprocessed_only": (
+            "data.cache_dir is required when data.source_mode is preprocessed_only"
+        ),
         "actor.global_batch_size=100": "actor.global_batch_size must divide data.rollout_batch_size (256)",
         "rollout.n=1": "rollout.n must be >= 2",
         "optim.grad_clip=0": "optim.grad_clip must be > 0 (or null",

@@ -22,7 +22,8 @@ ROWS: list[dict[str, Any]] = [
      "data_type": "video", "problem_type": "numerical", "data_source": "X"},
     {"problem_id": "b", "problem": "Which?", "answer": "B", "options": ["A. one", "B. two"],
      "problem_type": "multiple choice"},
-    {"problem_id": "c", "problem": "<image>What colour?", "answer": "red", "images": ["img/c.png", "img/d.png"],
+    {"problem_id": "c", "problem": "<image>What colour?", "answer": "red",
+     "images": ["img/c.png", "img/d.png"],
      "data_type": "image", "problem_type": "free-form"},
 ]  # fmt: skip
 
@@ -117,7 +118,8 @@ def test_save_to_disk_folders(tmp_path: Path) -> None:
 
 
 def _hub_repo(hf_home: Path, rows: list[dict[str, Any]], test_rows: list[dict[str, Any]]) -> Path:
-    """``datasets--org--name`` as the hub cache keeps it: refs/main → snapshots/<rev>/data/<split>-*.parquet."""
+    """``datasets--org--name`` as the hub cache keeps it: refs/main →
+    snapshots/<rev>/data/<split>-*.parquet."""
     repo = hf_home / "hub" / "datasets--org--vqa"
     snapshot = repo / "snapshots" / "0123abcd"
     table = pa.table(_columns(rows))  # shards of one split share its schema

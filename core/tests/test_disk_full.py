@@ -35,7 +35,8 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
         )
         if result.returncode != 0:
             pytest.skip(
-                f"cannot mount a small tmpfs here ({result.stderr.decode().strip()}); the injected tests cover it"
+                f"cannot mount a small tmpfs here ({result.stderr.decode().strip()}); the injected tests "
+                "cover it"
             )
         mounted.append(where)
         return where

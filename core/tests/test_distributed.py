@@ -148,7 +148,11 @@ def test_the_cuda_cache_is_returned_before_the_engine_wakes(monkeypatch: Any) ->
             events.append(name)
 
         def reset_prefix_cache(self) -> None:
-            pass
+            events.append("reset prefix cache")
+
+        @property
+        def llm_engine(self) -> Any:
+            return type("Engine", (), {"reset_encoder_cache": lambda _: events.append("reset encoder cache")})()
 
     class Folder:
         def write(self, state: Any) -> str:
@@ -156,9 +160,13 @@ def test_the_cuda_cache_is_returned_before_the_engine_wakes(monkeypatch: Any) ->
 
     engine = VLLMEngine.__new__(VLLMEngine)
     engine.llm, engine._weights, engine.sleep_mode, engine.asleep = LLM(), Folder(), True, False
+    engine.weight_sync = "folder"
     engine.sleep()
     engine.update_weights({})
-    assert events == ["sleep 2", "empty_cache", "wake weights", "reload_weights", "wake kv_cache"]
+    assert events == [
+        "sleep 2", "empty_cache", "wake weights", "reload_weights", "empty_cache", "wake kv_cache",
+        "reset prefix cache", "reset encoder cache",
+    ]  # fmt: skip
 
 
 def test_flash_attention_where_it_runs(monkeypatch: Any) -> None:

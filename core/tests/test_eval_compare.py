@@ -19,7 +19,9 @@ PLUGIN = textwrap.dedent(
     import json
     from pathlib import Path
 
-    from videorl.api import BenchmarkRow, benchmark_summary, breakdown, group_means, hookimpl, macro_mean, mean
+    from videorl.api import (
+        BenchmarkRow, benchmark_summary, breakdown, group_means, hookimpl, macro_mean, mean,
+    )
 
 
     class Quiz:
@@ -29,7 +31,9 @@ PLUGIN = textwrap.dedent(
 
         def load(self, data_root):
             questions = json.loads((Path(data_root) / "questions.json").read_text())
-            return [BenchmarkRow(q["id"], "?", q["answer"], categories={"task": q["task"]}) for q in questions]
+            return [
+                BenchmarkRow(q["id"], "?", q["answer"], categories={"task": q["task"]}) for q in questions
+            ]
 
         def build_prompt(self, row, *, family, thinking):
             return row.problem
@@ -88,7 +92,8 @@ def _score(
     right_set = set(right)
     lines = [json.dumps({"id": f"r{i}", "response": "A" if i in right_set else "B"}) for i in range(n)]
     (run / "quiz" / "predictions.jsonl").write_text("\n".join(lines) + "\n")
-    result = run_cli("--plugin", "quiz_plugin", "eval", "score", "--benchmark", "quiz", "--data-root", str(data),
+    result = run_cli("--plugin", "quiz_plugin", "eval", "score", "--benchmark", "quiz", "--data-root",
+                     str(data),
                      "--run", str(run), *extra)  # fmt: skip
     result.assert_success()
     return result
@@ -105,7 +110,8 @@ def test_score_prints_and_records_intervals(
 
     The bootstrap of the macro mean is [0, 50] exactly: a resample without a task-a row (P = 0.8^10 =
     0.107 > 0.025) scores 0, one with rows of both tasks 50 (only task a: P = 0.2^10). The pooled accuracy
-    and the task accuracies are proportions: Wilson 2/10 = [5.67, 50.98], 2/2 = [34.24, 100], 0/8 = [0, 32.44].
+    and the task accuracies are proportions: Wilson 2/10 = [5.67, 50.98], 2/2 = [34.24, 100], 0/8 = [0,
+    32.44].
     """
     data = _data(tmp_path / "data", ["a"] * 2 + ["b"] * 8)
     result = _score(run_cli, tmp_path / "run", data, [0, 1], 10, "--resamples", "500", "--seed", "7")
@@ -120,7 +126,8 @@ def test_score_prints_and_records_intervals(
     assert intervals["lines"]["overall (accuracy)"] == {"low": 0.0, "high": 0.5, "method": "bootstrap"}
     assert intervals["lines"]["pooled"]["low"] == pytest.approx(0.0567, abs=1e-4)
 
-    plain = run_cli("--plugin", "quiz_plugin", "eval", "score", "--benchmark", "quiz", "--data-root", str(data),
+    plain = run_cli("--plugin", "quiz_plugin", "eval", "score", "--benchmark", "quiz", "--data-root",
+                    str(data),
                     "--run", str(tmp_path / "run"), "--resamples", "0")  # fmt: skip
     plain.assert_success()
     assert plain.output.splitlines()[0] == "quiz: accuracy 50.00 (n=10, failed=0)"
@@ -146,12 +153,14 @@ def test_compare_two_gains_of_two_points(
     _score(run_cli, tmp_path / "ckpt-clean", data, [*range(10, 500), *range(500, 530)], 1000, *no_ci)
     md, png, js = tmp_path / "cmp.md", tmp_path / "cmp.png", tmp_path / "cmp.json"
     result = run_cli("--plugin", "quiz_plugin", "eval", "compare", *(str(tmp_path / n) for n in
-                     ("base", "ckpt-noisy", "ckpt-clean")), "--data-root", f"quiz={data}", "--resamples", "1000",
-                     "--markdown", str(md), "--png", str(png), "--json", str(js))  # fmt: skip
+                     ("base", "ckpt-noisy", "ckpt-clean")), "--data-root", f"quiz={data}",
+                     "--resamples", "1000", "--markdown", str(md), "--png", str(png),
+                     "--json", str(js))  # fmt: skip
     result.assert_success()
     lines = result.output.splitlines()
-    assert lines[0].split() == ["benchmark", "line", "base", "95%", "CI", "ckpt-noisy", "95%", "CI", "ckpt-clean",
-                                "95%", "CI", "delta", "ckpt-noisy", "95%", "CI", "delta", "ckpt-clean", "95%", "CI"]  # fmt: skip
+    assert lines[0].split() == ["benchmark", "line", "base", "95%", "CI", "ckpt-noisy", "95%", "CI",
+                                "ckpt-clean", "95%", "CI", "delta", "ckpt-noisy", "95%", "CI", "delta",
+                                "ckpt-clean", "95%", "CI"]  # fmt: skip
     overall = next(line for line in lines if line.startswith("quiz") and "overall (accuracy)" in line)
     values = _numbers(overall)
     assert values[:9] == [50.0, 46.91, 53.09, 52.0, 48.90, 55.08, 52.0, 48.90, 55.08]
@@ -163,12 +172,12 @@ def test_compare_two_gains_of_two_points(
     assert overall.index("+2.00 ") < overall.index("+2.00*")
     out = result.output
     assert (
-        "quiz, ckpt-noisy vs base: paired on 1000 rows; McNemar on row accuracy: 90 rows right in base only, 110 in ckpt-noisy only, chi-square p=0.1791"
-        in out
+        "quiz, ckpt-noisy vs base: paired on 1000 rows; McNemar on row accuracy: 90 rows right in base only, "
+        "110 in ckpt-noisy only, chi-square p=0.1791" in out
     )
     assert (
-        "quiz, ckpt-clean vs base: paired on 1000 rows; McNemar on row accuracy: 10 rows right in base only, 30 in ckpt-clean only, chi-square p=0.002663"
-        in out
+        "quiz, ckpt-clean vs base: paired on 1000 rows; McNemar on row accuracy: 10 rows right in base only, "
+        "30 in ckpt-clean only, chi-square p=0.002663" in out
     )
     assert "  40 rows disagree: r0 (100 -> 0), r1 (100 -> 0)" in out and "... and 20 more" in out
     assert "quiz, base: 1000 rows, 1000 bootstrap resamples (seed 0)" in out
@@ -197,13 +206,14 @@ def test_rows_scored_by_one_run_are_counted_and_named(
     (other / "questions.json").write_text(json.dumps(questions))
     _score(run_cli, tmp_path / "base", data, range(10), 10)
     _score(run_cli, tmp_path / "rl", other, [0, 1, 2, 3, 4, 5, 10], 11)
-    result = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "base"), str(tmp_path / "rl"),
+    result = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "base"),
+                     str(tmp_path / "rl"),
                      "--data-root", f"quiz={data}", "--resamples", "200")  # fmt: skip
     result.assert_success()
     out = result.output
     assert (
-        "quiz, rl vs base: paired on 8 rows; McNemar on row accuracy: 2 rows right in base only, 0 in rl only, exact binomial p=0.5"
-        in out
+        "quiz, rl vs base: paired on 8 rows; McNemar on row accuracy: 2 rows right in base only, 0 in rl "
+        "only, exact binomial p=0.5" in out
     )
     assert "2 rows only in base, left out of the pairing: r8, r9" in out
     assert "quiz, rl: 1 scored rows are not in the benchmark's data and are left out" in out and "r10" in out
@@ -233,8 +243,8 @@ def test_compare_without_what_intervals_need_says_why(
     result = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"))
     result.assert_success()
     assert (
-        "quiz, b vs a: paired on 4 rows; McNemar on row accuracy: 0 rows right in a only, 1 in b only, exact binomial p=1"
-        in result.output
+        "quiz, b vs a: paired on 4 rows; McNemar on row accuracy: 0 rows right in a only, 1 in b only, exact "
+        "binomial p=1" in result.output
     )
     unknown = run_cli("eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"))  # no --plugin: no adapter
     unknown.assert_success()

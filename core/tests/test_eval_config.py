@@ -104,7 +104,8 @@ def test_flags_config_and_overrides_resolve_to_one_config(
     )
     result = run_cli("eval", "run", str(tmp_path / "e.yaml"), "data.video_fps=1", "sampling.max_tokens=8",
                      "--max-tokens", "9", "--benchmark", "a=A", "--benchmark", "b", "--thinking",
-                     "--logger", "wandb", "--logger-option", "wandb.mode=offline", "--print-config")  # fmt: skip
+                     "--logger", "wandb", "--logger-option", "wandb.mode=offline",
+                     "--print-config")  # fmt: skip
     result.assert_success()
     printed = yaml.safe_load(result.output)
     assert printed["model"]["path"] == str(tmp_path / "m") and printed["output_dir"] == str(tmp_path / "run")

@@ -103,7 +103,8 @@ def test_compare_several_runs_against_the_base() -> None:
     assert (rows[0].values, rows[0].deltas) == ((0.5, 0.6, 0.45), (pytest.approx(0.1), pytest.approx(-0.05)))
     assert rows[-1].label == "overall (1 benchmark in all runs)"
     text = format_table(rows, ["base", "rl-100", "rl-200"])
-    assert text.splitlines()[0].split() == ["benchmark", "line", "base", "rl-100", "rl-200", "delta", "rl-100",
+    assert text.splitlines()[0].split() == ["benchmark", "line", "base", "rl-100", "rl-200", "delta",
+                                            "rl-100",
                                             "delta", "rl-200"]  # fmt: skip
     assert text.splitlines()[2].split()[-5:] == ["50.00", "60.00", "45.00", "+10.00", "-5.00"]
 

@@ -61,7 +61,8 @@ def test_mcnemar_exact_and_chi_square() -> None:
 
 
 def _two_runs(n: int, base_right: int, wins: int, losses: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Run A right on the first ``base_right`` rows; run B loses ``losses`` of them and wins ``wins`` others."""
+    """Run A right on the first ``base_right`` rows; run B loses ``losses`` of them and wins ``wins``
+    others."""
     a = {f"r{i}": float(i < base_right) for i in range(n)}
     b = dict(a)
     for i in range(losses):

@@ -72,7 +72,8 @@ def test_tracker_libraries_are_imported_only_when_enabled(tmp_path: Path) -> Non
         "from videorl.config import load_config\n"
         "from videorl.plugins import load_plugins\n"
         "from videorl.train.metrics import MetricsWriter\n"
-        f"config = load_config(None, ['model.path=/m', 'data.train_files=[a.jsonl]', 'trainer.loggers=[jsonl]'])\n"
+        "config = load_config(None, ['model.path=/m', 'data.train_files=[a.jsonl]', "
+        "'trainer.loggers=[jsonl]'])\n"
         f"with MetricsWriter.for_run({str(tmp_path)!r}, config, load_plugins()) as w:\n"
         "    w.log(1, {'x': 1.0})\n"
         "print(sorted(m for m in ('wandb', 'mlflow', 'tensorboard', 'torch') if m in sys.modules))\n"
@@ -252,7 +253,8 @@ def test_a_failing_tracker_is_reported_and_the_run_goes_on(tmp_path: Path) -> No
     ]
     with _writer(tmp_path, plugins, *options) as writer:
         writer.log(1, {"reward/overall": 0.1})
-        with pytest.warns(RuntimeWarning, match=r"logger 'recorder' failed \(step 2\): ConnectionError: tracker "
+        with pytest.warns(RuntimeWarning, match=r"logger 'recorder' failed \(step 2\): ConnectionError: "
+        r"tracker "
                           r"unreachable; it is off for the rest of the run"):  # fmt: skip
             writer.log(2, {"reward/overall": 0.2})
         writer.log(3, {"reward/overall": 0.3})

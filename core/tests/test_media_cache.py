@@ -190,7 +190,8 @@ def test_other_time_ranges_of_the_same_budget_are_not_a_mismatch(make_clip: Make
     MediaCache(tmp_path / "cache").get_or_build(clip, P)
     strict = MediaCache(tmp_path / "cache")
     _, meta = strict.load_numpy(str(clip), dataclasses.replace(P, start=0.5, end=1.5))
-    # frames 15..44 shown during [0.5, 1.5) s; 1 s at 2 fps -> min_frames 4 at linspace(0, 29, 4) = 0, 9.67, 19.33, 29
+    # frames 15..44 shown during [0.5, 1.5) s;
+    # 1 s at 2 fps -> min_frames 4 at linspace(0, 29, 4) = 0, 9.67, 19.33, 29
     assert meta.frame_indices == (15, 25, 34, 44) and len(list(strict.entry_paths())) == 2
     with pytest.raises(ParamsMismatchError) as info:  # another budget still is, named without the range
         strict.load_numpy(str(clip), dataclasses.replace(P, fps=1.0, start=0.0, end=1.0))

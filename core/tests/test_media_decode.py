@@ -67,7 +67,8 @@ def test_time_range_samples_the_clip_as_a_video_of_its_length(make_clip: MakeCli
     )
     assert (meta.total_frames, meta.source_fps) == (300, pytest.approx(30.0))  # the source's, as the indices
 
-    # the end is capped at the video's: 1.5 s -> min_frames 4, at 255 + linspace(0, 44, 4) = 255, 269.67, 284.33, 299
+    # the end is capped at the video's:
+    # 1.5 s -> min_frames 4, at 255 + linspace(0, 44, 4) = 255, 269.67, 284.33, 299
     _, meta = decode_video(clip, dataclasses.replace(P, start=8.5, end=20.0))
     assert meta.frame_indices == (255, 270, 284, 299) and meta.duration == pytest.approx(1.5)
     assert meta.extra["clip"] == [8.5, pytest.approx(10.0)]

@@ -1,4 +1,5 @@
-"""The one media loader (training's encoder and evaluation's inputs) and the one VideoMetadata -> MediaInfo mapping."""
+"""The one media loader (training's encoder and evaluation's inputs) and the one VideoMetadata -> MediaInfo
+mapping."""
 
 from __future__ import annotations
 

@@ -138,7 +138,10 @@ def test_run_metadata_records_plugin_modules_with_their_file_and_digest(tmp_path
 
     from videorl.train.run_plugins import load_run_plugins
 
-    source = "from videorl.api import hookimpl\n\n@hookimpl\ndef register_rewards(register):\n    register('one', lambda inp: 1.0)\n"
+    source = (
+        "from videorl.api import hookimpl\n\n@hookimpl\ndef register_rewards(register):\n    register('one', "
+        "lambda inp: 1.0)\n"
+    )
     (tmp_path / "quick_metadata_reward.py").write_text(source)
     plugins = load_run_plugins(["quick_metadata_reward.py"], base=tmp_path)
     assert "one" in plugins.rewards
@@ -173,7 +176,8 @@ def test_completion_log_takes_one_response_per_prompt_first_and_resumes(tmp_path
     assert [(r["sample_id"], r["response"], r["offline"]) for r in rows] == [
         ("s0", "a", False), ("s1", "c", False), ("s0", "b", False)
     ]  # fmt: skip
-    assert rows[0] == {"step": 1, "sample_id": "s0", "problem_type": "mc", "problem": "Q", "ground_truth": "A",
+    assert rows[0] == {"step": 1, "sample_id": "s0", "problem_type": "mc", "problem": "Q",
+                       "ground_truth": "A",
                        "response": "a", "reward": 0.5, "parts": {"format": 1.0}, "offline": False,
                        "finish_reason": "stop"}  # fmt: skip
     log.log(2, batch, decode)

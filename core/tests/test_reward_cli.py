@@ -60,7 +60,8 @@ def test_scores_and_parts(cli: Any, tmp_path: Path) -> None:
         [
             {"id": "a", "problem_type": "Exact Match", "answer": "<answer>cat</answer>",
              "responses": ["<answer>cat</answer>", "<answer>dog</answer>", "cat"]},
-            {"sample": {"id": "b", "problem_type": "exact", "solution": "x"}, "response": "<think>t</think><answer>x</answer>"},
+            {"sample": {"id": "b", "problem_type": "exact", "solution": "x"},
+             "response": "<think>t</think><answer>x</answer>"},
             {"id": "c", "problem_type": "abstain", "answer": 1, "response": "r"},
         ],
     )  # fmt: skip

@@ -25,10 +25,13 @@ def test_motionbench(tmp_path: Path, files: Files) -> None:
     files.jsonl(
         tmp_path / "video_info.meta.jsonl",
         [
-            {"key": "k1", "video_path": "self-collected/a.mp4", "video_type": "self", "question_type": "Camera Motion",
-             "qa": [{"uid": "u1", "question": "How does the camera move?\nA. pans left\nB. pans right", "answer": "B"},
+            {"key": "k1", "video_path": "self-collected/a.mp4", "video_type": "self",
+             "question_type": "Camera Motion",
+             "qa": [{"uid": "u1", "question": "How does the camera move?\nA. pans left\nB. pans right",
+                     "answer": "B"},
                     {"uid": "u2", "question": "Hidden?\nA. x\nB. y", "answer": "NA"}]},
-            {"key": "k2", "video_path": "public-dataset/b.mp4", "video_type": "public", "question_type": "Repetition Count",
+            {"key": "k2", "video_path": "public-dataset/b.mp4", "video_type": "public",
+             "question_type": "Repetition Count",
              "qa": [{"uid": "u3", "question": "How many jumps?\nA. 1\nB. 2\nC. 3", "answer": "C"},
                     {"uid": "u4", "question": "How many claps?\nA. 4\nB. 5", "answer": "A"}]},
         ],
@@ -92,7 +95,8 @@ def test_longvideobench(tmp_path: Path, files: Files) -> None:
     files.json(
         tmp_path / "lvb_val.json",
         [
-            {"id": "q1", "video_path": "a.mp4", "question": "What is shown?", "candidates": ["cat", "dog", "N/A"],
+            {"id": "q1", "video_path": "a.mp4", "question": "What is shown?",
+             "candidates": ["cat", "dog", "N/A"],
              "correct_choice": 1, "duration_group": 15, "question_category": "S2E"},
             {"id": "q2", "video_path": "b.mp4", "question": "When?", "candidates": ["early", "late", "never"],
              "correct_choice": 2, "duration_group": 3600, "question_category": "T3O"},
@@ -147,14 +151,16 @@ def test_longvideobench_parquet_release(
              "option0": "cat", "option1": "dog", "option2": "bird", "option3": "N/A", "option4": "N/A",
              "correct_choice": 2, "duration_group": 600, "duration": 431.2, "question_category": "E2O"},
             {**common, "id": "p2", "video_id": "b", "video_path": "b.mp4", "question": "Who speaks first?",
-             "option0": "the host", "option1": "the guest", "option2": "N/A", "option3": "N/A", "option4": "N/A",
+             "option0": "the host", "option1": "the guest", "option2": "N/A", "option3": "N/A",
+             "option4": "N/A",
              "correct_choice": 0, "duration_group": 600, "duration": 512.0, "question_category": "SOS"},
             {**common, "id": "p3", "video_id": "c", "video_path": "c.mp4", "question": "Which comes last?",
              "option0": "w", "option1": "x", "option2": "y", "option3": "z", "option4": "v",
              "correct_choice": 4, "duration_group": 15, "duration": 12.5, "question_category": "E2O"},
         ],
     )  # fmt: skip
-    json_row = {"id": "j1", "video_path": "a.mp4", "question": "?", "candidates": ["x", "y"], "correct_choice": 1,
+    json_row = {"id": "j1", "video_path": "a.mp4", "question": "?", "candidates": ["x", "y"],
+                "correct_choice": 1,
                 "duration_group": 15, "question_category": "S2E"}  # fmt: skip
     files.json(tmp_path / "lvb_val.json", [json_row])  # read only without pyarrow
     files.touch(tmp_path / "videos" / "a.mp4")
@@ -229,11 +235,13 @@ def test_video_holmes(tmp_path: Path, files: Files) -> None:
     files.json(
         tmp_path / "test_Video-Holmes.json",
         [
-            {"video ID": "film1", "Question ID": "1", "Question Type": "SR", "Question": "Why?", "Options": options,
+            {"video ID": "film1", "Question ID": "1", "Question Type": "SR", "Question": "Why?",
+             "Options": options,
              "Answer": "F", "Explanation": "..."},
             {"video ID": "film1", "Question ID": "2", "Question Type": "TCI", "Question": "What caused it?",
              "Options": options, "Answer": "C", "Explanation": "..."},
-            {"video ID": "film2", "Question ID": "1", "Question Type": "SR", "Question": "Who?", "Options": options,
+            {"video ID": "film2", "Question ID": "1", "Question Type": "SR", "Question": "Who?",
+             "Options": options,
              "Answer": "A", "Explanation": "..."},
         ],
     )  # fmt: skip

@@ -20,7 +20,8 @@ def test_mvbench_tasks_clips_and_macro_average(tmp_path: Path, files: Files) -> 
     files.json(
         tmp_path / "json" / "action_sequence.json",
         [
-            {"video": "AJTDO.mp4", "question": "What did the person do first?", "candidates": ["sat", "ran", "ate"],
+            {"video": "AJTDO.mp4", "question": "What did the person do first?",
+             "candidates": ["sat", "ran", "ate"],
              "answer": "ran", "start": 2.5, "end": 9.0},
             {"video": "XYZ01.mp4", "question": "Then?", "candidates": ["sat", "ran"], "answer": "sat",
              "start": 0, "end": 4},
@@ -29,9 +30,12 @@ def test_mvbench_tasks_clips_and_macro_average(tmp_path: Path, files: Files) -> 
     files.json(
         tmp_path / "json" / "object_existence.json",
         [
-            {"video": "video_10000.mp4", "question": "Is there a cube?", "candidates": ["yes", "no"], "answer": "no"},
-            {"video": "video_10001.mp4", "question": "Is there a ball?", "candidates": ["yes", "no"], "answer": "yes"},
-            {"video": "video_10002.mp4", "question": "Is there a cone?", "candidates": ["yes", "no"], "answer": "yes"},
+            {"video": "video_10000.mp4", "question": "Is there a cube?", "candidates": ["yes", "no"],
+             "answer": "no"},
+            {"video": "video_10001.mp4", "question": "Is there a ball?", "candidates": ["yes", "no"],
+             "answer": "yes"},
+            {"video": "video_10002.mp4", "question": "Is there a cone?", "candidates": ["yes", "no"],
+             "answer": "yes"},
         ],
     )  # fmt: skip
     responses = {
@@ -58,7 +62,8 @@ def test_mvbench_tasks_clips_and_macro_average(tmp_path: Path, files: Files) -> 
     assert rows[2].clip is None and rows[2].video.endswith("clevrer/video_validation/video_10000.mp4")
     prompt = MVBench().build_prompt(rows[0], family=None, thinking=False)
     assert prompt.endswith(
-        "Question: What did the person do first?\nOptions:\n(A) sat\n(B) ran\n(C) ate\nOnly give the best option."
+        "Question: What did the person do first?\nOptions:\n(A) sat\n(B) ran\n(C) ate\nOnly give the best "
+        "option."
     )
     assert len(TASKS) == 20
 

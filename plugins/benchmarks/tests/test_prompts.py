@@ -34,7 +34,8 @@ def test_qwen3_multiple_choice_templates() -> None:
     thinking = family_prompt(QWEN3, question, "multiple_choice", thinking=True, image_hint="HINT\n")
     assert thinking.startswith("HINT\nYou should watch and learn the video content.")
     assert thinking.endswith(
-        '"Therefore, the final answer is: $LETTER" (without quotes), where $LETTER must be one of the options.\n'
+        '"Therefore, the final answer is: $LETTER" (without quotes), where $LETTER must be one of the '
+        "options.\n"
         "Question: What colour? Possible answer choices:\nA. red\nB. blue\n"
     )
 
@@ -49,7 +50,8 @@ def test_qwen3_open_and_grounding_templates() -> None:
     )
     grounding = family_prompt(QWEN3, "a man sits.", "temporal_grounding", thinking=False)
     assert grounding.endswith(
-        "Question: a man sits.\nPlease provide the time span in seconds as JSON within the <answer>...</answer> "
+        "Question: a man sits.\nPlease provide the time span in seconds as JSON within the "
+        "<answer>...</answer> "
         'tags.\nExample:\n<answer>{"time": [12.3, 25.7]}</answer>\n'
     )
     stvg = family_prompt(QWEN3, "Where?", "spatial_temporal_grounding", thinking=True)

@@ -50,7 +50,8 @@ def test_videoreasonbench_final_answer_and_families(tmp_path: Path, files: Files
         [
             {"problem_id": "c1", "problem": problem, "options": [], "path": "cup/1.mp4", "data_type": "video",
              "problem_type": "open-ended", "solution": "<answer>The ball is under cup 2.</answer>"},
-            {"problem_id": "g1", "problem": problem, "options": [], "path": "grid/7.mp4", "data_type": "video",
+            {"problem_id": "g1", "problem": problem, "options": [], "path": "grid/7.mp4",
+             "data_type": "video",
              "problem_type": "open-ended", "solution": "<answer>Row 1: X O\nRow 2: O X</answer>"},
         ],
     )  # fmt: skip

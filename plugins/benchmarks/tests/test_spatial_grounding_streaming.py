@@ -142,7 +142,8 @@ def test_stvg(tmp_path: Path, files: Files) -> None:
     def item(pid: int, truth: str) -> dict[str, object]:
         return {"problem_id": pid, "problem": "When is the dog running? Please describe its location.",
                 "options": [], "path": f"{pid}.mp4", "data_type": "video", "data_source": "stvg",
-                "problem_type": "spatial-temporal grounding", "solution": f"<answer>{truth}</answer>"}  # fmt: skip
+                "problem_type": "spatial-temporal grounding",
+                "solution": f"<answer>{truth}</answer>"}  # fmt: skip
 
     files.json(
         tmp_path / "stvg.json",
@@ -151,7 +152,10 @@ def test_stvg(tmp_path: Path, files: Files) -> None:
     )  # fmt: skip
     responses = {
         # tIoU [2,10] vs [2,6] = 0.5; boxes: 3 → 0.5, 4 → 1 → 0.75; score 0.625
-        "1": '<answer>{"time": [2, 10], "boxes": {"3": [0, 0, 10, 10], "4": [0, 0, 10, 10], "8": [1, 1, 2, 2]}}</answer>',
+        "1": (
+            '<answer>{"time": [2, 10], "boxes": {"3": [0, 0, 10, 10], "4": [0, 0, 10, 10], "8": [1, 1, 2, '
+            "2]}}</answer>"
+        ),
         "2": 'I think {"time": [1, 4]} is right',  # no truth boxes: tIoU 3/4
     }
     assert_benchmark_contract(STVG(), tmp_path, responses=responses, expected={"overall": (0.625 + 0.75) / 2})
@@ -161,7 +165,8 @@ def test_ovobench_official_rules_and_macro_average(tmp_path: Path, files: Files)
     files.json(
         tmp_path / "ovo_bench_new.json",
         [
-            {"id": 0, "task": "EPM", "video": "Ego4D/a.mp4", "realtime": 215, "question": "Who did I talk to?",
+            {"id": 0, "task": "EPM", "video": "Ego4D/a.mp4", "realtime": 215,
+             "question": "Who did I talk to?",
              "options": ["a man", "a woman", "a child"], "gt": 1},
             {"id": 1, "task": "HLD", "video": "Ego4D/b.mp4", "realtime": 20, "question": "What was odd?",
              "options": ["x", "y"], "gt": 0},
@@ -226,7 +231,8 @@ def test_ovobench_unified(tmp_path: Path, files: Files) -> None:
              "ovo_category": "backward", "ovo_id": 0, "data_type": "video"},
             {"problem_type": "SSR", "problem": "paint on the paper", "options": [], "path": "1527_9.mp4",
              "solution": "<answer>No</answer>", "problem_id": "ovo_1527_9", "ovo_task": "SSR",
-             "ovo_category": "forward", "ovo_id": 1527, "ovo_test_idx": 9, "ovo_type": 0, "data_type": "video"},
+             "ovo_category": "forward", "ovo_id": 1527, "ovo_test_idx": 9, "ovo_type": 0,
+             "data_type": "video"},
         ],
     )  # fmt: skip
     rows = assert_benchmark_contract(

@@ -80,7 +80,10 @@ def test_a_processor_that_resizes_is_caught(
     monkeypatch.setattr(backend, "_pixels", resized)
     with pytest.raises(
         AlignmentError,
-        match=r"processor produced video grid\(s\) \[\(2, 2, 4\)\] but the prompt was expanded for \[\(2, 4, 6\)\]",
+        match=(
+            r"processor produced video grid\(s\) \[\(2, 2, 4\)\] but the prompt was expanded for \[\(2, 4, "
+            r"6\)\]"
+        ),
     ):
         backend.encode(PromptInput("clip-5", "What colour?", videos=[media.video(28)]))
 

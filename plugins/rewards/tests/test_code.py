@@ -22,7 +22,9 @@ from videorl_rewards.sandbox import Limits, isolation, run_python
 
 pytestmark = pytest.mark.skipif(
     not isolation().available,
-    reason=f"no isolated sandbox on this machine ({isolation().reason}); test_sandbox_escapes checks the refusal",
+    reason=(
+        f"no isolated sandbox on this machine ({isolation().reason}); test_sandbox_escapes checks the refusal"
+    ),
 )
 
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4", "assert add(0, 0) == 0"]
@@ -84,7 +86,10 @@ def test_unisolated_fallback_keeps_the_audit_hook() -> None:
         "posixsubprocess": "import _posixsubprocess",
     }
     for name, code in probes.items():
-        test = f"try:\n    exec({code!r})\n    raise SystemExit('allowed')\nexcept (PermissionError, ImportError):\n    pass"
+        test = (
+            f"try:\n    exec({code!r})\n    raise SystemExit('allowed')\nexcept (PermissionError, "
+            "ImportError):\n    pass"
+        )
         run = run_python("", [test], mode="assert", limits=limits, isolated=False)
         assert run.reports[0]["ok"] is True, f"{name} was not refused"
     assert not os.path.exists("/etc/videorl-sandbox-test")

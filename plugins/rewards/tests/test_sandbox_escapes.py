@@ -44,8 +44,12 @@ ATTACKS: dict[str, str] = {
         "os.path.realpath = lambda p, *a, **k: os.getcwd()\n"
         "open('{victim}/file.txt', 'w').write('owned')\nESCAPED = True"
     ),
-    "hard_link_then_append": "os.link('{victim}/file.txt', 'h')\nopen('h', 'a').write('owned')\nESCAPED = True",
-    "sqlite_outside": "import sqlite3\nsqlite3.connect('{victim}/x.db').execute('create table t(x)')\nESCAPED = True",
+    "hard_link_then_append": (
+        "os.link('{victim}/file.txt', 'h')\nopen('h', 'a').write('owned')\nESCAPED = True"
+    ),
+    "sqlite_outside": (
+        "import sqlite3\nsqlite3.connect('{victim}/x.db').execute('create table t(x)')\nESCAPED = True"
+    ),
     "chmod_through_fd": "os.chmod(os.open('{victim}/file.txt', os.O_RDONLY), 0)\nESCAPED = True",
     "utime_through_fd": "os.utime(os.open('{victim}/file.txt', os.O_RDONLY), (0, 0))\nESCAPED = True",
     "posix_shm": (
@@ -59,7 +63,9 @@ ATTACKS: dict[str, str] = {
     ),
     # signals
     "kill_scorer_by_pid": "os.kill({scorer}, signal.SIGKILL)\nESCAPED = True",
-    "sigstop_parent": "os.kill({scorer}, signal.SIGSTOP)\nos.kill(os.getppid(), signal.SIGSTOP)\nESCAPED = True",
+    "sigstop_parent": (
+        "os.kill({scorer}, signal.SIGSTOP)\nos.kill(os.getppid(), signal.SIGSTOP)\nESCAPED = True"
+    ),
     "kill_everything": "os.kill(-1, signal.SIGKILL)\nESCAPED = False  # success would show outside",
     "kill_sibling": "os.kill({sibling}, signal.SIGSTOP)\nESCAPED = True",
     # other processes' memory and /proc
@@ -94,7 +100,8 @@ ATTACKS: dict[str, str] = {
     "symlink_swap_race": (
         "os.mkdir('d')\nopen('d/f', 'w').write('x')\n"
         "for _ in range(2000):\n"
-        "    os.rename('d', 'old')\n    os.symlink('{victim}', 'd')\n    os.remove('d')\n    os.rename('old', 'd')\n"
+        "    os.rename('d', 'old')\n    os.symlink('{victim}', 'd')\n    os.remove('d')\n    "
+        "os.rename('old', 'd')\n"
         "os.symlink('{victim}', 'last')\nESCAPED = os.path.exists('last/file.txt')"
     ),
     "hard_link_race_to_host_files": (
@@ -110,7 +117,9 @@ ATTACKS: dict[str, str] = {
         "            ESCAPED = True\n"
         "    except OSError:\n        pass"
     ),
-    "environment_secrets": "ESCAPED = SECRET in repr(dict(os.environ)) or SECRET in open('/proc/1/environ').read()",
+    "environment_secrets": (
+        "ESCAPED = SECRET in repr(dict(os.environ)) or SECRET in open('/proc/1/environ').read()"
+    ),
     "home_directory": (
         "def holds_secret(folder):\n"
         "    for base, _, files in os.walk(folder):\n"
@@ -120,11 +129,14 @@ ATTACKS: dict[str, str] = {
         "                    return True\n"
         "            except OSError:\n                pass\n"
         "    return False\n"
-        "ESCAPED = any(holds_secret(d) for d in ('{home}', '{fresh_home}', os.path.expanduser('~'), '/root', '/home'))"
+        "ESCAPED = any(holds_secret(d) for d in ('{home}', '{fresh_home}', os.path.expanduser('~'), '/root', "
+        "'/home'))"
     ),
     "write_run_directory": (
-        "ESCAPED = False\nfor p in ('{run}/checkpoints/owned', '../../../{run}/owned', '/work/owned', '/owned'):\n"
-        "    try:\n        open(p, 'w').write('owned')\n        ESCAPED = True\n    except OSError:\n        pass"
+        "ESCAPED = False\nfor p in ('{run}/checkpoints/owned', '../../../{run}/owned', '/work/owned', "
+        "'/owned'):\n"
+        "    try:\n        open(p, 'w').write('owned')\n        ESCAPED = True\n    except OSError:\n        "
+        "pass"
     ),
     # resources
     "fork_bomb": (
@@ -133,7 +145,8 @@ ATTACKS: dict[str, str] = {
     ),
     "fill_the_disk": (
         "written = 0\ntry:\n    for i in range(10**6):\n"
-        "        with open(f'fill{{i}}', 'wb') as f:\n            f.write(b'x' * 2**20)\n        written += 2**20\n"
+        "        with open(f'fill{{i}}', 'wb') as f:\n            f.write(b'x' * 2**20)\n        written += "
+        "2**20\n"
         "except OSError:\n    pass\nESCAPED = written > 200 * 2**20"
     ),
     "huge_stdout": (
@@ -176,7 +189,8 @@ ATTACKS: dict[str, str] = {
     "new_user_namespace": (
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "ESCAPED = libc.unshare(0x10000000) == 0 or libc.unshare(0x00020000) == 0\n"
-        "if os.uname().machine == 'x86_64':  # a raw clone(CLONE_NEWUSER | SIGCHLD): the child leaves at once\n"
+        "if os.uname().machine == 'x86_64':  # a raw clone(CLONE_NEWUSER | SIGCHLD): the child leaves at "
+        "once\n"
         "    pid = libc.syscall(56, 0x10000011, 0, 0, 0, 0)\n"
         "    if pid == 0:\n        os._exit(0)\n"
         "    ESCAPED = ESCAPED or pid > 0"
@@ -390,7 +404,8 @@ def test_the_sandbox_dies_with_the_scorer(tmp_path: Path) -> None:
         "import os, signal, threading, time\nfrom videorl_rewards.sandbox import Limits, run_python\n"
         f"threading.Thread(target=run_python, args=({program!r}, ['pass']), "
         "kwargs=dict(mode='assert', limits=Limits(seconds=30)), daemon=True).start()\n"
-        f"while len([p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{{p}}/comm').read().strip() == {mark!r}]) < 2:\n"
+        "while len([p for p in os.listdir('/proc') if p.isdigit() and "
+        f"open(f'/proc/{{p}}/comm').read().strip() == {mark!r}]) < 2:\n"
         "    time.sleep(0.05)\n"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
