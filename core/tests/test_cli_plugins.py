@@ -151,7 +151,7 @@ def test_a_name_collision_is_listed_and_fatal_only_with_strict_plugins(
 
 
 class SkeletonBackend:
-    """An InternVL-like skeleton: the geometry and two methods, eight members short."""
+    """An InternVL-like skeleton: the geometry and two methods, nine members short."""
 
     family = "internvl"
     model_types = ("internvl_chat",)
@@ -192,7 +192,8 @@ def test_a_backend_lacking_protocol_members_is_failed_with_their_names(
     entry = data["videorl-internvl"]
     assert entry["status"] == "failed"
     assert entry["error"].endswith(
-        "lacks ModelBackend members: check_inputs, collate, forbidden_token_ids, install_vision_sync, "
+        "lacks ModelBackend members: check_inputs, collate, end_of_turn_id, forbidden_token_ids, "
+        "install_vision_sync, "
         "prepare_model, prompt_length, rollout_request, tokenizer (see docs/plugin-authors/model-backends.md)"
     )
     assert data["videorl-models"]["status"] == "ok"  # the first-party backends conform

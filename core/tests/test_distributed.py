@@ -152,7 +152,9 @@ def test_the_cuda_cache_is_returned_before_the_engine_wakes(monkeypatch: Any) ->
 
         @property
         def llm_engine(self) -> Any:
-            return type("Engine", (), {"reset_encoder_cache": lambda _: events.append("reset encoder cache")})()
+            return type(
+                "Engine", (), {"reset_encoder_cache": lambda _: events.append("reset encoder cache")}
+            )()
 
     class Folder:
         def write(self, state: Any) -> str:
