@@ -197,8 +197,15 @@ def _vllm_check(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model_type", "dtype"),
-    [("qwen2_vl", "float32"), ("qwen2_5_vl", "float32"), ("qwen3_vl", "float32"), ("qwen3_5", "bfloat16")],
-)  # qwen3_5: vLLM's CPU gated-delta kernel runs in bf16 only
+    [
+        ("qwen2_vl", "float32"),
+        ("qwen2_5_vl", "float32"),
+        ("qwen3_vl", "float32"),
+        ("qwen3_vl_moe", "float32"),
+        ("qwen3_5", "bfloat16"),
+        ("qwen3_5_moe", "bfloat16"),
+    ],
+)  # qwen3_5*: vLLM's CPU gated-delta kernel runs in bf16 only
 def test_vllm_engine_passes(model_type: str, dtype: str, tiny_model_dir: Callable[[str], Path]) -> None:
     pytest.importorskip("vllm")
     code, report = _vllm_check(tiny_model_dir(model_type), "--dtype", dtype)
@@ -315,10 +322,14 @@ def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
 
 
 @pytest.mark.slow
-def test_the_contrib_llava_onevision_backend_passes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_the_contrib_llava_onevision_backend_passes(engine: str, tmp_path: Path) -> None:
     """Installed with ``pip --target`` (as tests/test_contrib.py does): videos and text pass, images
     (not supported by the backend) are n/a, and its 1-D positions are not compared."""
     import shutil
+
+    if engine == "vllm":
+        pytest.importorskip("vllm")
 
     root = Path(__file__).resolve().parents[1]
     package = tmp_path / "videorl-models-llava-onevision"
@@ -349,6 +360,7 @@ def test_the_contrib_llava_onevision_backend_passes(tmp_path: Path) -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])),
         "PYTHONDONTWRITEBYTECODE": "1",
+        **VLLM_ENV,
     }
     env.pop("VIDEORL_DISABLE_PLUGINS", None)
     cli = [sys.executable, "-m", "videorl.cli", "models"]
@@ -356,10 +368,10 @@ def test_the_contrib_llava_onevision_backend_passes(tmp_path: Path) -> None:
         [*cli, "tiny", "llava_onevision", str(tmp_path / "model")], check=True, capture_output=True, env=env
     )
     done = subprocess.run(
-        [*cli, "check", str(tmp_path / "model"), "--engine", "hf", "--json"],
+        [*cli, "check", str(tmp_path / "model"), "--engine", engine, "--json"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         env=env,
     )
     report = json.loads(done.stdout)

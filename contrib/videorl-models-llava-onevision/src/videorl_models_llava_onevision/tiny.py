@@ -20,6 +20,24 @@ _CORPUS = (
 )
 
 
+def _write_hub_key_names(weights: Path) -> None:
+    """Name the SigLIP tower's weights as the Hub checkpoints do (``vision_tower.vision_model.*``).
+
+    transformers 5 saves them as ``vision_tower.*`` (and loads both), which vLLM's
+    ``LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper`` does not map, so it cannot start.
+    """
+    from safetensors.torch import load_file, save_file
+
+    old, new = "vision_tower.", "vision_tower.vision_model."
+    tensors = {
+        (new + name[len(old) :] if name.startswith(old) and not name.startswith(new) else name): tensor
+        for name, tensor in load_file(weights).items()
+    }
+    partial = weights.with_suffix(".partial")
+    save_file(tensors, partial, metadata={"format": "pt"})
+    partial.replace(weights)
+
+
 def build_tiny(out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
     """Write the checkpoint (model, tokenizer, image and video processors) to ``out_dir``.
 
@@ -96,6 +114,7 @@ def build_tiny(out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
     model.generation_config.pad_token_id = vocab["<|endoftext|>"]
     model.generation_config.eos_token_id = vocab["<|im_end|>"]
     model.save_pretrained(out)
+    _write_hub_key_names(out / "model.safetensors")
     size = {"height": side, "width": side}
     LlavaOnevisionProcessor(
         image_processor=LlavaOnevisionImageProcessor(size=size, image_grid_pinpoints=[[side, side]]),

@@ -176,7 +176,16 @@ def _text_config(model_type: str, vocab: int, token_ids: dict[str, int], width: 
             },
         )
     if model_type.endswith("_moe"):
-        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+        # moe_intermediate_size: 2 × it != hidden, so transformers can tell the Hub's transposed expert
+        # layout from its own; norm_topk_prob: real checkpoints carry it, vLLM reads it and transformers
+        # always renormalises.
+        text.update(
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=width // 4,
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+        )
         if model_type == "qwen3_5_moe":
             text.update(shared_expert_intermediate_size=32)
     return text
@@ -233,6 +242,24 @@ def _processor_classes(model_type: str) -> tuple[Any, Any, Any]:
     return Qwen3VLProcessor, Qwen2VLImageProcessor, Qwen3VLVideoProcessor
 
 
+def _write_hub_expert_layout(weights: Path) -> None:
+    """Store Qwen3-VL-MoE's fused experts as the Hub checkpoints do: ``gate_up_proj`` as
+    [experts, hidden, 2 × intermediate] and ``down_proj`` as [experts, intermediate, hidden].
+
+    transformers 5 transposes that layout on load but saves its own (the transpose), which vLLM
+    (``is_fused_checkpoint_transposed=True`` in its ``qwen3_vl_moe.py``) cannot load.
+    """
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(weights)
+    for name, tensor in tensors.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            tensors[name] = tensor.transpose(1, 2).contiguous()
+    partial = weights.with_suffix(".partial")
+    save_file(tensors, partial, metadata={"format": "pt"})
+    partial.replace(weights)
+
+
 def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0, width: int = 64) -> Path:
     """Write a tiny random checkpoint of ``model_type`` to ``out_dir`` and return the directory.
 
@@ -270,6 +297,8 @@ def build_tiny(model_type: str, out_dir: str | Path, *, seed: int = 0, width: in
     model.generation_config.bos_token_id = ids["<|endoftext|>"]
     model.generation_config.do_sample = False
     model.save_pretrained(out)
+    if model_type == "qwen3_vl_moe":
+        _write_hub_expert_layout(out / "model.safetensors")
 
     processor_cls, image_cls, video_cls = _processor_classes(model_type)
     vision = config.vision_config
