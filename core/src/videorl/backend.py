@@ -31,6 +31,7 @@ __all__ = [
     "VisionSync",
     "VisualBudget",
     "backend_for_model",
+    "hub_checkpoint_layout",
     "missing_backend_members",
     "read_model_type",
 ]
@@ -188,6 +189,10 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # Optional: ``pack_inputs(inputs: ModelInputs) -> PackedInputs`` puts a teacher-forced batch in one
     # padding-free row (``actor.padding_free``, :mod:`videorl.packing`); ``packing_unsupported`` (a
     # reason, or None) declines it. Without ``pack_inputs`` the micro-batches are padded.
+    # Optional: ``checkpoint_layout(state: dict[str, Tensor]) -> dict[str, Tensor]`` gives the policy's
+    # weights (transformers' names and layout) in the names and layout of the family's Hub checkpoints,
+    # which vLLM's loaders expect; a vLLM engine's weight refresh goes through it
+    # (:func:`hub_checkpoint_layout`). Without it the weights go as transformers holds them.
 
 
 #: members set on the instance (``__init__``), so absent from a backend class
@@ -210,6 +215,13 @@ def missing_backend_members(backend: object) -> list[str]:
         except AttributeError:
             missing.append(name)
     return missing
+
+
+def hub_checkpoint_layout(backend: object, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (the policy's weights) in the Hub checkpoints' names and layout: the backend's
+    optional ``checkpoint_layout``, or ``state`` itself (the family's transformers layout is the Hub's)."""
+    layout = getattr(backend, "checkpoint_layout", None)
+    return state if layout is None else dict(layout(state))
 
 
 def read_model_type(path: str | Path) -> str:

@@ -222,6 +222,12 @@ class LlavaOnevisionBackend:
     def install_vision_sync(self, model: Any) -> _VisionSync:
         return _VisionSync(model)
 
+    def checkpoint_layout(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The SigLIP tower's weights under the Hub's ``vision_tower.vision_model.*`` names."""
+        from videorl_models_llava_onevision.hub_layout import hub_key_names
+
+        return hub_key_names(state)
+
     @classmethod
     def build_tiny(
         cls, out_dir: str | Path, *, model_type: str | None = None, seed: int = 0, width: int = 64

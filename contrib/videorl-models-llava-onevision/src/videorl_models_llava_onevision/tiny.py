@@ -21,20 +21,14 @@ _CORPUS = (
 
 
 def _write_hub_key_names(weights: Path) -> None:
-    """Name the SigLIP tower's weights as the Hub checkpoints do (``vision_tower.vision_model.*``).
-
-    transformers 5 saves them as ``vision_tower.*`` (and loads both), which vLLM's
-    ``LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper`` does not map, so it cannot start.
-    """
+    """Rewrite the saved weights under the Hub's names for the SigLIP tower
+    (:mod:`videorl_models_llava_onevision.hub_layout`), which vLLM loads."""
     from safetensors.torch import load_file, save_file
 
-    old, new = "vision_tower.", "vision_tower.vision_model."
-    tensors = {
-        (new + name[len(old) :] if name.startswith(old) and not name.startswith(new) else name): tensor
-        for name, tensor in load_file(weights).items()
-    }
+    from videorl_models_llava_onevision.hub_layout import hub_key_names
+
     partial = weights.with_suffix(".partial")
-    save_file(tensors, partial, metadata={"format": "pt"})
+    save_file(hub_key_names(load_file(weights)), partial, metadata={"format": "pt"})
     partial.replace(weights)
 
 

@@ -304,6 +304,7 @@ class Worker:
         rank 0 puts them in Ray's object store for the split rollout workers and returns ``[ref, bytes]``."""
         import ray
 
+        from videorl.backend import hub_checkpoint_layout
         from videorl.rollout.vllm_common import weights_dtype
 
         assert self.actor is not None, "publish_weights() on a worker without the actor role"
@@ -313,6 +314,8 @@ class Worker:
         state = self.actor.weights(None if hf else weights_dtype(engine_dtype))
         if self.rank != 0:
             return None
+        if not hf:  # vLLM's loaders expect the Hub checkpoints' names and layout
+            state = hub_checkpoint_layout(self.actor.backend, state)
         return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> float:

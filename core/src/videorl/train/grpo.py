@@ -122,8 +122,16 @@ def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str
 
 def refresh_state(actor: Actor, engine: RolloutEngine) -> dict[str, torch.Tensor]:
     """The actor's weights for ``engine``'s refresh, in the dtype it runs in when it says
-    (``weights_dtype``: a bf16 vLLM engine needs half the host memory and /dev/shm of float32)."""
-    return actor.weights(getattr(engine, "weights_dtype", None))
+    (``weights_dtype``: a bf16 vLLM engine needs half the host memory and /dev/shm of float32), and in
+    the Hub checkpoints' names and layout (:func:`~videorl.backend.hub_checkpoint_layout`), which vLLM's
+    loaders expect, except for the hf engine, which loads them into a transformers model."""
+    from videorl.backend import hub_checkpoint_layout
+    from videorl.rollout.hf import HFEngine
+
+    state = actor.weights(getattr(engine, "weights_dtype", None))
+    if isinstance(getattr(engine, "engine", engine), HFEngine):  # alone or a tensor-parallel group's
+        return state
+    return hub_checkpoint_layout(actor.backend, state)
 
 
 @dataclass

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from videorl_models.hub_layout import hub_expert_layout
 from videorl_models.qwen import QwenVLBackend
 
 if TYPE_CHECKING:
+    import torch
+
     from videorl.api import VideoMetadata
 
 __all__ = ["Qwen3VLBackend", "temporal_patch_seconds"]
@@ -33,6 +36,10 @@ class Qwen3VLBackend(QwenVLBackend):
     model_types = ("qwen3_vl", "qwen3_vl_moe")
     patch_size = 16
     timestamped_frames = True
+
+    def checkpoint_layout(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The MoE's fused experts in the Hub's (transposed) layout; a dense model has none."""
+        return hub_expert_layout(state)
 
     def _video_tokens(self, grid: tuple[int, int, int], meta: VideoMetadata) -> list[int]:
         _, h, w = grid

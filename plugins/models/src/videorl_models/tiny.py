@@ -243,20 +243,14 @@ def _processor_classes(model_type: str) -> tuple[Any, Any, Any]:
 
 
 def _write_hub_expert_layout(weights: Path) -> None:
-    """Store Qwen3-VL-MoE's fused experts as the Hub checkpoints do: ``gate_up_proj`` as
-    [experts, hidden, 2 × intermediate] and ``down_proj`` as [experts, intermediate, hidden].
-
-    transformers 5 transposes that layout on load but saves its own (the transpose), which vLLM
-    (``is_fused_checkpoint_transposed=True`` in its ``qwen3_vl_moe.py``) cannot load.
-    """
+    """Rewrite the saved Qwen3-VL-MoE weights in the Hub's expert layout (:mod:`videorl_models.hub_layout`),
+    which vLLM loads."""
     from safetensors.torch import load_file, save_file
 
-    tensors = load_file(weights)
-    for name, tensor in tensors.items():
-        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
-            tensors[name] = tensor.transpose(1, 2).contiguous()
+    from videorl_models.hub_layout import hub_expert_layout
+
     partial = weights.with_suffix(".partial")
-    save_file(tensors, partial, metadata={"format": "pt"})
+    save_file(hub_expert_layout(load_file(weights)), partial, metadata={"format": "pt"})
     partial.replace(weights)
 
 
