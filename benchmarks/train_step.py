@@ -92,6 +92,14 @@ class StageMedia:
     prompt_tokens: list[int] = field(default_factory=list)
     _memo: dict[str, EncodedPrompt] = field(default_factory=dict)
 
+    def __call__(self, sample: Sample) -> Prompt:
+        """The loop's encoder (``Training.encode``): the data stage."""
+        return self.encode(sample)
+
+    def close(self) -> None:
+        """Closed with the run, as the encoder it wraps (its prefetch thread)."""
+        self.encoder.close()
+
     def encode(self, sample: Sample) -> Prompt:
         """The data stage: the prompt the loop carries (what EasyR1's dataset tokenises)."""
         self.samples[sample.id] = sample
@@ -188,7 +196,7 @@ def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
     actor = replace(
         training.actor, backend=backend, reference=StagedReference(training.actor.reference, backend, media)
     )
-    staged = replace(training, actor=actor, engine=StagedEngine(training.engine, media), encode=media.encode)
+    staged = replace(training, actor=actor, engine=StagedEngine(training.engine, media), encode=media)
     steps: list[dict[str, float]] = []
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
