@@ -83,17 +83,7 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     backend = backend_for_model(model_dir, load_plugins().model_backends)
     model = backend.load_model(dtype=torch.float32)
     side, frames = 336, args.frames
-    meta = VideoMetadata(
-        source_fps=2.0,
-        total_frames=frames,
-        duration=frames / 2,
-        frame_indices=tuple(range(frames)),
-        timestamps=tuple(i / 2 for i in range(frames)),
-        source_width=side,
-        source_height=side,
-        width=side,
-        height=side,
-    )
+    meta = VideoMetadata.every_frame(frames, side, side)
     prompts = [
         backend.encode(
             PromptInput(

@@ -84,17 +84,7 @@ def trajectories(backend: Any, rows: int, max_frames: int, response: int) -> lis
     out = []
     for row, frames in enumerate(frame_counts(rows, max_frames)):
         video = torch.randint(0, 256, (frames, 3, SIDE, SIDE), dtype=torch.uint8, generator=gen)
-        meta = VideoMetadata(
-            source_fps=2.0,
-            total_frames=frames,
-            duration=frames / 2,
-            frame_indices=tuple(range(frames)),
-            timestamps=tuple(i / 2 for i in range(frames)),
-            source_width=SIDE,
-            source_height=SIDE,
-            width=SIDE,
-            height=SIDE,
-        )
+        meta = VideoMetadata.every_frame(frames, SIDE, SIDE)
         sid = f"row{row}"
         sample = Sample(
             id=sid, data_type="video", problem="q", problem_type="multiple choice", ground_truth="A"

@@ -71,17 +71,7 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     model = backend.load_model(dtype=torch.float32).train()
     side = 336
     video = torch.randint(0, 256, (frames, 3, side, side), dtype=torch.uint8)
-    meta = VideoMetadata(
-        source_fps=2.0,
-        total_frames=frames,
-        duration=frames / 2,
-        frame_indices=tuple(range(frames)),
-        timestamps=tuple(i / 2 for i in range(frames)),
-        source_width=side,
-        source_height=side,
-        width=side,
-        height=side,
-    )
+    meta = VideoMetadata.every_frame(frames, side, side)
     encoded = backend.encode(PromptInput("long", "Describe the video.", videos=[(video, meta)]))
     forbidden = sorted(backend.forbidden_token_ids())
     allowed = [i for i in range(len(backend.tokenizer)) if i not in set(forbidden)]

@@ -190,3 +190,12 @@ def test_params_from_a_backend_budget() -> None:
     )
     image = ImageParams.from_budget(budget, factor=32)
     assert (image.min_pixels, image.max_pixels) == (4 * 32 * 32, 1_048_576)
+
+
+def test_every_frame_metadata_keeps_each_source_frame_at_its_time() -> None:
+    from videorl.media import VideoMetadata
+
+    meta = VideoMetadata.every_frame(4, 28, 56, fps=2.0)
+    assert meta.frame_indices == (0, 1, 2, 3) and meta.timestamps == (0.0, 0.5, 1.0, 1.5)
+    assert (meta.duration, meta.total_frames, meta.sampled_fps) == (2.0, 4, 2.0)
+    assert (meta.height, meta.width, meta.source_height, meta.source_width) == (28, 56, 28, 56)

@@ -48,6 +48,22 @@ class VideoMetadata:
         return d
 
     @classmethod
+    def every_frame(cls, frames: int, height: int, width: int, fps: float = 2.0) -> VideoMetadata:
+        """All ``frames`` frames of a ``height×width`` source at ``fps``, kept at their size (synthetic
+        frames in tests and benchmarks)."""
+        return cls(
+            source_fps=fps,
+            total_frames=frames,
+            duration=frames / fps,
+            frame_indices=tuple(range(frames)),
+            timestamps=tuple(i / fps for i in range(frames)),
+            source_width=width,
+            source_height=height,
+            width=width,
+            height=height,
+        )
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VideoMetadata:
         d = dict(d)
         d["frame_indices"] = tuple(int(i) for i in d["frame_indices"])
