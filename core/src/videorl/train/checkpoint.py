@@ -85,6 +85,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "CheckpointManager",
+    "agreed_checkpoint",
     "base_model_of",
     "capture_rng_state",
     "export_hf_model",
@@ -885,7 +886,7 @@ def resume(
     """Load the checkpoint ``spec`` names (``"auto"``: the latest one every rank finds undamaged; a
     directory; ``None``/``"none"``: none) into ``state``, this rank's data position into ``data`` (when
     given) and this rank's RNG state; its step, 0 when there is none (a collective)."""
-    path = _agreed_checkpoint(checkpoints, None if spec is None else str(spec), dist)
+    path = agreed_checkpoint(checkpoints, None if spec is None else str(spec), dist)
     if path is None:
         return 0
     ckpt = checkpoints.load(path)
@@ -900,14 +901,14 @@ def resume(
     return ckpt.step
 
 
-def _agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Dist) -> Path | None:
-    """The checkpoint every rank resumes from: each rank checks the files it reads, so one rank may find
-    a damaged shard the others never read; ``auto`` then falls back, on every rank, to the newest
-    checkpoint all of them find whole."""
-    import torch
-
+def agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Dist) -> Path | None:
+    """The checkpoint every rank resumes from (a collective): each rank checks the files it reads, so one
+    rank may find a damaged shard the others never read; ``auto`` then falls back, on every rank, to the
+    newest checkpoint all of them find whole. What a run keeps of its logs is cut at this step too
+    (:func:`videorl.train.compose.open_checkpoints`)."""
     if dist.world_size == 1:
         return checkpoints.resolve_resume(spec)
+    import torch
 
     def agree(value: int) -> tuple[int, int]:
         low = -int(dist.all_reduce(torch.tensor(-value), op="max"))

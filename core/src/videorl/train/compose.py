@@ -404,14 +404,20 @@ def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
     return CheckpointManager(Path(config.output_dir) / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
 
 
-def open_checkpoints(config: TrainConfig) -> tuple[CheckpointManager, Path | None]:
+def open_checkpoints(config: TrainConfig, dist: Dist | None = None) -> tuple[CheckpointManager, Path | None]:
     """The run's checkpoints and the one to resume from; a run directory that already holds
-    checkpoints is only continued with ``trainer.resume``. Nothing is created here: ``output_dir``
-    appears with the run's first file, once the model, data and engine are ready, so a start that
-    fails leaves no empty run directory behind."""
-    out = Path(config.output_dir)
+    checkpoints is only continued with ``trainer.resume``. Under a process group ``dist`` (a collective)
+    the one every rank resumes from: a rank may find its shard of the newest checkpoint damaged, and
+    rank 0 cuts the run's logs at this step. Nothing is created here: ``output_dir`` appears with the
+    run's first file, once the model, data and engine are ready, so a start that fails leaves no empty
+    run directory behind."""
+    from videorl.train.checkpoint import agreed_checkpoint
+
+    out, spec = Path(config.output_dir), config.trainer.resume
     checkpoints = checkpoint_manager(config)
-    resume_from = checkpoints.resolve_resume(config.trainer.resume)
+    resume_from = (
+        checkpoints.resolve_resume(spec) if dist is None else agreed_checkpoint(checkpoints, spec, dist)
+    )
     if resume_from is None and checkpoints.latest() is not None:
         raise ConfigError(
             f"{out} already holds checkpoints; continue it with trainer.resume=auto (or --resume auto), "
@@ -452,16 +458,16 @@ class RunStart:
         return RunIO(self.checkpoints, metrics, progress, completions)
 
 
-def begin_run(config: TrainConfig, ranks: int, ranks_name: str) -> RunStart:
+def begin_run(config: TrainConfig, ranks: int, ranks_name: str, dist: Dist | None = None) -> RunStart:
     """The checks every launcher makes first: ``data.rollout_batch_size`` a multiple of the ``ranks``
     training ranks (``ranks_name`` says what sets them), and the checkpoint to resume from
-    (:func:`open_checkpoints`)."""
+    (:func:`open_checkpoints`; agreed over ``dist`` when this process is one of a process group)."""
     if config.data.rollout_batch_size % ranks:
         raise ConfigError(
             f"data.rollout_batch_size ({config.data.rollout_batch_size}) must be a multiple of {ranks_name} "
             f"({ranks}): each training rank takes the same share of the prompts"
         )
-    checkpoints, resume_from = open_checkpoints(config)
+    checkpoints, resume_from = open_checkpoints(config, dist)
     return RunStart(checkpoints, None if resume_from is None else checkpoints.load(resume_from))
 
 
@@ -518,7 +524,7 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     # the preset applied (its section keys too: DAPO's dynamic_sampling, overlong_buffer), as the loop
     # reads them and the run's config.yaml records them; resolving a resolved section changes nothing
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
-    run = begin_run(config, dist.world_size, "the number of training processes")
+    run = begin_run(config, dist.world_size, "the number of training processes", dist)
     seed_everything(config.seed + dist.rank)
 
     backend = make_backend(config, plugins)
