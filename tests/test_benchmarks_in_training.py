@@ -384,7 +384,7 @@ def test_on_ray_the_rows_are_shared_among_the_workers_hosting_an_engine(
 
     class Controller:
         rollout_worker_count = workers
-        cluster = SimpleNamespace(colocated=colocated)
+        cluster = SimpleNamespace(colocated=colocated, benchmarkers=[])
 
         def call_rollouts(self, stage: str, method: str, requests: Sequence[Any]) -> list[Any]:
             assert (stage, method, len(requests)) == ("benchmark mvbench", "generate_benchmark", workers)
@@ -398,6 +398,199 @@ def test_on_ray_the_rows_are_shared_among_the_workers_hosting_an_engine(
     (ids,) = calls
     assert [i for i, share in enumerate(ids) if share] == hosts
     assert sorted(i for share in ids for i in share) == [f"object_existence/{n}" for n in range(4)]
+
+
+class BenchmarkWorkers:
+    """The benchmark workers of a Ray run without Ray: one worker answering with a scripted engine,
+    each pass's rows held until the test opens its step's gate; records what the worker was sent."""
+
+    def __init__(self, c: Any, plugins: Any, backend: Any) -> None:
+        import threading
+
+        from videorl.cluster.runtime import WorkerHandle
+
+        self.benchmarkers = [WorkerHandle("benchmark-0", ["rollout"], None)]
+        self.worker = WorkerBenchmarks(c, plugins, backend)
+        self.engine = ScriptedEngine(backend.processor.tokenizer, RIGHT_3_OF_4)
+        self.gates: dict[int, threading.Event] = {}
+        self.sent: list[tuple[str, Any]] = []
+
+    def gate(self, step: int) -> Any:
+        import threading
+
+        return self.gates.setdefault(step, threading.Event())
+
+    def call(self, stage: str, step: int, calls: list[tuple[Any, str, tuple[Any, ...]]]) -> list[Any]:
+        from videorl.cluster import wire
+
+        out: list[Any] = []
+        for _, method, args in calls:
+            self.sent.append((method, args[0] if method != "generate_benchmark" else step))
+            if method == "keep_weights":
+                state, path, version = args
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).write_text(f"{state} as version {version}")
+                out.append(None)
+            elif method in ("load_weights", "load_weights_file"):
+                out.append(0.0)
+            else:
+                assert method == "generate_benchmark"
+                assert self.gate(step).wait(30), f"the pass of step {step} was never let through"
+                request = wire.loads(args[0])
+                out.append(wire.dumps(self.worker.generate(self.engine, request)))
+        return out
+
+
+class PublishingController:
+    """What the group asks of the Ray controller: the current step's weights, published."""
+
+    def __init__(self, cluster: BenchmarkWorkers) -> None:
+        self.cluster, self.step = cluster, 0
+
+    def current_weights(self) -> Any:
+        from videorl.cluster.weights import Published
+
+        return Published(self.step, f"weights of step {self.step}", 100.0)
+
+
+def _group(run: Path, model: Path, plugins: Any, backend: Any, spec: str, *, start: int = 0,
+           extra: Sequence[str] = ()) -> tuple[Any, BenchmarkWorkers, PublishingController]:  # fmt: skip
+    from videorl.cluster.benchmark_group import BenchmarkGroup
+
+    c = config(run, model, spec, steps=6, extra=["ray.benchmark_workers=1", *extra])
+    workers = BenchmarkWorkers(c, plugins, backend)
+    controller = PublishingController(workers)
+    passes = BenchmarkPasses(c, plugins, backend, resumed_from=start)
+    return BenchmarkGroup(passes, controller), workers, controller  # type: ignore[arg-type]
+
+
+def _wait_done(group: Any) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not group._job.future.done():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_benchmark_workers_score_beside_training_and_report_each_pass_once(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path
+) -> None:
+    """every 2 of 6 steps: the pass of step 2 runs while steps 3 and 4 train and is logged at step 4;
+    step 4's is waited for at step 5 (before the last pass, which step 6 waits for); each row holds one."""
+    run = tmp_path / "run"
+    group, workers, controller = _group(
+        run, model, plugins, backend, f"{{name: mvbench, data_root: {mvbench}, every: 2}}"
+    )
+    rows: dict[int, dict[str, float]] = {}
+
+    def step(s: int) -> None:
+        controller.step = s
+        if group.due(s, 6):
+            rows[s] = group(s)
+
+    step(1)
+    step(2)  # starts step 2's pass and returns at once: its rows wait at the gate
+    assert rows == {2: {}}
+    weights = run / "benchmarks" / "step_000002" / "weights.safetensors"
+    assert group._job.kept.wait(10)
+    assert weights.read_text() == "weights of step 2 as version 2"  # kept before any row is asked
+    step(3)
+    assert 3 not in rows  # nothing arrived, nothing due: the loop does not stop here
+    workers.gate(2).set()
+    _wait_done(group)
+    assert not weights.exists()  # removed with its job
+    step(4)  # step 2's results arrive; step 4's pass starts
+    assert rows[4]["bench/mvbench/step"] == 2 and rows[4]["bench/mvbench/overall"] == pytest.approx(0.75)
+    assert rows[4]["bench/mvbench/seconds"] > 0
+    import threading
+
+    threading.Timer(0.3, workers.gate(4).set).start()
+    step(5)  # drained before the last pass: step 4's results, waited for
+    assert rows[5]["bench/mvbench/step"] == 4
+    workers.gate(6).set()
+    step(6)  # the last pass: waited for at its step
+    assert rows[6]["bench/mvbench/step"] == 6
+    assert sorted(rows) == [2, 4, 5, 6]
+    assert [m for m, _ in workers.sent if m != "generate_benchmark"] == ["keep_weights", "load_weights"] * 3
+    assert [a for m, a in workers.sent if m == "load_weights"] == [f"weights of step {s}" for s in (2, 4, 6)]
+    for s in (2, 4, 6):  # each an evaluation run directory, as between steps
+        assert read_results(pass_dir(run, s, "mvbench"))["benchmarks"]["mvbench"]["overall"] == 0.75
+
+
+def test_every_step_passes_are_waited_for_and_a_save_waits_for_the_kept_weights(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path
+) -> None:
+    """every 1: every pass is in the last run of due steps, so each is waited for at its step (one
+    result a row); with every 3 and a checkpoint each step, the step after a pass starts waits only
+    for its weights to be on disk."""
+    group, workers, controller = _group(
+        tmp_path / "a", model, plugins, backend, f"{{name: mvbench, data_root: {mvbench}, every: 1}}"
+    )
+    for s in range(1, 7):
+        workers.gate(s).set()
+        controller.step = s
+        assert group.due(s, 6)
+        assert group(s)["bench/mvbench/step"] == s
+
+    group, workers, controller = _group(
+        tmp_path / "b", model, plugins, backend, f"{{name: mvbench, data_root: {mvbench}, every: 3}}",
+        extra=["trainer.save_every=1"],
+    )  # fmt: skip
+    controller.step = 3
+    assert group(3) == {}
+    assert group._job.kept.is_set()  # waited for before the step's checkpoint
+    assert not group._job.future.done()  # but not for the pass
+    workers.gate(3).set()
+    workers.gate(6).set()
+
+
+def test_a_resumed_run_finishes_an_interrupted_pass_with_its_kept_weights(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path
+) -> None:
+    """Killed while step 2's pass ran (two rows answered, its weights kept), resumed from step 2's
+    checkpoint: the pass is finished with the kept weights, only the other rows asked, logged once."""
+    run = tmp_path / "run"
+    spec = f"{{name: mvbench, data_root: {mvbench}, every: 2}}"
+    group, workers, controller = _group(run, model, plugins, backend, spec)
+    controller.step = 2
+    workers.gate(2).set()
+    group(2)
+    _wait_done(group)
+    directory = pass_dir(run, 2, "mvbench")
+    done = _records(directory)
+    # as it was while the pass ran: two rows answered, no summary, the weights kept
+    predictions = directory / "mvbench" / "predictions.jsonl"
+    predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))
+    results = json.loads((directory / "results.json").read_text())
+    del results["benchmarks"]["mvbench"]
+    (directory / "results.json").write_text(json.dumps(results))
+    kept = directory.parent / "weights.safetensors"
+    kept.write_text("weights of step 2")
+    stale = run / "benchmarks" / "step_000003" / "weights.safetensors"  # a step the run trains again
+    stale.parent.mkdir()
+    stale.write_text("weights of step 3")
+
+    group, workers, controller = _group(run, model, plugins, backend, spec, start=2)
+    workers.gate(2).set()
+    _wait_done(group)
+    assert ("load_weights_file", str(kept)) in workers.sent and not kept.exists() and not stale.exists()
+    assert len(workers.engine.asked) == 2  # the two rows not answered before
+    assert _records(directory) == done
+    controller.step = 3
+    assert group.due(3, 6)
+    row = group(3)
+    assert row["bench/mvbench/step"] == 2 and row["bench/mvbench/overall"] == pytest.approx(0.75)
+    assert group._queued == [] and group._job is None and not group.due(5, 6)
+
+    # resumed again from step 2 with metrics.jsonl holding rows 1-2 only: step 2's results were logged
+    # in row 3, which the resumed run drops, so they are logged again; with row 3 kept, they are not
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    group, workers, _ = _group(run, model, plugins, backend, spec, start=2)
+    assert [(name, m["bench/mvbench/step"]) for name, m in group._queued] == [("mvbench", 2.0)]
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "bench/mvbench/step": 2}\n')
+    group, workers, _ = _group(run, model, plugins, backend, spec, start=3)
+    assert group._queued == [] and group._job is None and workers.engine.asked == []
 
 
 def test_videorl_plot_draws_each_benchmarks_overall() -> None:

@@ -127,7 +127,7 @@ class AsyncController(Controller):
 
     def _sync_weights(self) -> float:
         """Publish the current step's version; the producer delivers it when a step ahead may use it."""
-        published = self.transport.publish(self.step)
+        published = self.latest = self.transport.publish(self.step)
         with self._cond:
             self._published[published.version] = published
             self._cond.notify_all()

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
 from videorl.cluster.runtime import Cluster, WorkerFailure, WorkerHandle, cpus_needed, start_ray
-from videorl.cluster.weights import ObjectStoreTransport, WeightTransport
+from videorl.cluster.weights import ObjectStoreTransport, Published, WeightTransport
 from videorl.errors import VideorlError
 from videorl.train.distributed import mean_over_ranks
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from videorl.train.checkpoint import Checkpoint
     from videorl.train.data import TrainData
     from videorl.train.grpo import Scorer, StageTimer, Trajectory
-    from videorl.train.loop import OnStep
+    from videorl.train.loop import OnStep, PeriodicEvaluation
     from videorl.train.metrics import CompletionLog
 
 WORKERS_FILE = "ray-workers.json"
@@ -84,6 +84,7 @@ class Controller:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(data)), thread_name_prefix="videorl-rank")
         self._parity_due = config.rollout.parity_check != "off"  # on the first step after a (re)start
         self.transport: WeightTransport = ObjectStoreTransport(cluster)  # split placement's weight sync
+        self.latest: Published | None = None  # the version published last, until the next step begins
 
     def close(self) -> None:
         """Stop the rank threads (after a failure the workers are ended next)."""
@@ -243,9 +244,17 @@ class Controller:
     def _sync_weights(self) -> float:
         """Split placement: publish the actor's weights (version: the current step), load them into
         every rollout engine; their bytes."""
-        published = self.transport.publish(self.step)
+        published = self.latest = self.transport.publish(self.step)
         self.transport.deliver(published)
         return published.size
+
+    def current_weights(self) -> Published:
+        """The weights of the step just trained as a published version, for workers beside the
+        rollout ones (the benchmark workers): with split placement the version the step's weight sync
+        published, otherwise gathered now (a collective over the actor ranks)."""
+        if self.latest is None or self.latest.version != self.step:
+            self.latest = self.transport.publish(self.step)
+        return self.latest
 
     def _validate(self, rank: int) -> dict[str, float]:
         from videorl.train.grpo import StageTimer, validation_metrics
@@ -287,7 +296,7 @@ class Controller:
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated
-        self.step = step
+        self.step, self.latest = step, None  # a version held for a pass is held by the pass alone now
         timers, collected = self._collected(step)
         shares = [share for share, _ in collected]
         if split and config.algorithm.use_kl_loss:
@@ -427,6 +436,7 @@ def train_on_ray(
 
     from videorl.atomic import atomic_write_text
     from videorl.cluster.async_driver import AsyncController
+    from videorl.cluster.benchmark_group import BenchmarkGroup
     from videorl.rewards.router import RewardRouter
     from videorl.train.benchmarks import BenchmarkPasses, ray_evaluations
     from videorl.train.compose import begin_run, close_io, load_datasets, make_backend, make_encoder
@@ -454,6 +464,7 @@ def train_on_ray(
     cluster = Cluster(config, plugins)
     clean = False
     io = controller = None
+    evaluations: list[PeriodicEvaluation] = []
     try:
         cluster.start()
         atomic_write_text(
@@ -483,6 +494,9 @@ def train_on_ray(
             )
         raise VideorlError(f"{exc}. {hint}") from None
     finally:
+        for evaluation in evaluations:
+            if isinstance(evaluation, BenchmarkGroup):
+                evaluation.close()  # a job in flight keeps its weights on disk for --resume
         if controller is not None:
             controller.close()  # after a failure the workers are ended next
         if io is not None:

@@ -7,7 +7,9 @@ Placement (``ray.placement``):
 - ``split``: a placement group each for the actor workers, the rollout workers and (KL on) the
   reference workers, each worker with devices of its own.
 
-Reward workers (CPU only) get a placement group of their own in both. Every call goes through
+Reward workers (CPU only) get a placement group of their own in both, and so do the benchmark
+workers (``ray.benchmark_workers``: a rollout engine each, answering ``trainer.benchmarks`` passes
+beside training, :mod:`videorl.cluster.benchmark_group`). Every call goes through
 :meth:`Cluster.call`, which turns a worker's death or error into a :class:`WorkerFailure` naming the
 worker, its process, the stage and the step.
 
@@ -272,6 +274,8 @@ def _groups(config: TrainConfig) -> list[tuple[str, list[str], int, str]]:
         ]
         if kl:
             groups.append(("reference", ["reference"], r.reference_workers or r.actor_workers, "gpus"))
+    if r.benchmark_workers and config.trainer.benchmarks:  # an engine each, as a split rollout worker
+        groups.append(("benchmark", ["rollout"], r.benchmark_workers, "benchmark_gpus"))
     groups.append(("reward", ["reward"], r.reward_workers, "none"))
     return groups
 
@@ -304,6 +308,11 @@ class Cluster:
         return self.groups.get("reference", [])
 
     @property
+    def benchmarkers(self) -> list[WorkerHandle]:
+        """The benchmark workers (``ray.benchmark_workers``): an engine each, for passes beside training."""
+        return self.groups.get("benchmark", [])
+
+    @property
     def rewards(self) -> list[WorkerHandle]:
         return self.groups["reward"]
 
@@ -324,9 +333,13 @@ class Cluster:
         r = self.config.ray
         has_gpus = ray.cluster_resources().get("GPU", 0) > 0
         gpus = r.gpus_per_worker if r.gpus_per_worker is not None else (1.0 if has_gpus else 0.0)
+        rollout_gpus = r.rollout_gpus_per_worker if r.rollout_gpus_per_worker is not None else gpus
         devices = {
             "gpus": gpus,
-            "rollout_gpus": r.rollout_gpus_per_worker if r.rollout_gpus_per_worker is not None else gpus,
+            "rollout_gpus": rollout_gpus,
+            "benchmark_gpus": (
+                r.benchmark_gpus_per_worker if r.benchmark_gpus_per_worker is not None else rollout_gpus
+            ),
             "none": 0.0,
         }
         remote = ray.remote(Worker)

@@ -327,6 +327,30 @@ class Worker:
         self.weight_version = version
         return time.perf_counter() - start
 
+    def keep_weights(self, state: dict[str, torch.Tensor], path: str, version: int) -> None:
+        """Write published weights of policy ``version`` to ``path`` (safetensors, atomically), so
+        that a run resumed while a benchmark pass scored them can finish it
+        (:mod:`videorl.cluster.benchmark_group`)."""
+        from safetensors.torch import save_file
+
+        from videorl.atomic import atomic_write
+
+        tensors = {name: t.contiguous() for name, t in state.items()}
+        metadata = {"format": "pt", "videorl_policy_version": str(version)}
+        atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+
+    def load_weights_file(self, path: str, version: int) -> float:
+        """Refresh the engine with weights :meth:`keep_weights` wrote for policy ``version``; the
+        seconds it took. A file of another version is refused."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(path, framework="pt") as f:
+            recorded = (f.metadata() or {}).get("videorl_policy_version")
+        if recorded != str(version):
+            raise ValueError(f"{path} holds the weights of policy version {recorded}, not {version}")
+        return self.load_weights(load_file(path), version)
+
     # --- checkpoints -------------------------------------------------------------------------------
 
     @cached_property

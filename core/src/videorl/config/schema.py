@@ -565,6 +565,15 @@ class RayConfig:
         None,
         "GPUs of each split rollout worker (e.g. 2 for a tensor-parallel-2 engine); null: gpus_per_worker.",
     )
+    benchmark_workers: int = option(
+        0,
+        "Workers of their own for the trainer.benchmarks passes, each with a rollout engine and a copy of "
+        "the weights of the pass's step, so the update goes on while a pass runs; 0: the rollout workers "
+        "answer the passes between two steps (docs/training.md, Benchmarks during training).",
+    )
+    benchmark_gpus_per_worker: float | None = option(
+        None, "GPUs of each benchmark worker; null: as a rollout worker of placement split."
+    )
     cpus_per_worker: float = option(1.0, "CPUs reserved for each worker in its placement-group bundle.")
     address: str | None = option(
         None, "Ray cluster to join (HOST:PORT, or auto); null: start a local Ray runtime on this machine."
@@ -589,7 +598,9 @@ class RayConfig:
         for key in ("rollout_workers", "reference_workers"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 problems.append((key, "must be >= 1 (or null)"))
-        for key in ("gpus_per_worker", "rollout_gpus_per_worker"):
+        if self.benchmark_workers < 0:
+            problems.append(("benchmark_workers", "must be >= 0"))
+        for key in ("gpus_per_worker", "rollout_gpus_per_worker", "benchmark_gpus_per_worker"):
             if (getattr(self, key) or 0) < 0:
                 problems.append((key, "must be >= 0"))
         if self.cpus_per_worker <= 0:
@@ -668,6 +679,10 @@ class TrainConfig:
             )
         if not self.output_dir.strip():
             problems.append(("output_dir", "must not be empty"))
+        if self.ray.benchmark_workers and not self.trainer.benchmarks:
+            problems.append(
+                ("ray.benchmark_workers", "needs trainer.benchmarks (without them it has nothing to score)")
+            )
         if self.trainer.max_staleness > 0:
             if self.ray.placement != "split":
                 problems.append(

@@ -73,6 +73,7 @@ __all__ = [
     "ray_evaluations",
     "rows_request",
     "rows_runner",
+    "shared_rows",
     "summary_metrics",
 ]
 
@@ -93,10 +94,12 @@ def pass_dir(output_dir: Path | str, step: int, name: str) -> Path:
     return Path(output_dir) / PASSES_DIR / f"step_{step:06d}" / name
 
 
-def summary_metrics(name: str, summary: Mapping[str, Any]) -> dict[str, float]:
-    """A benchmark summary (``results.json``) as ``bench/NAME/...`` metrics."""
+def summary_metrics(name: str, summary: Mapping[str, Any], step: int) -> dict[str, float]:
+    """A benchmark summary (``results.json``) of the pass at ``step`` as ``bench/NAME/...`` metrics,
+    with ``bench/NAME/step``: the step whose weights it scored (on Ray with benchmark workers, a pass's
+    metrics arrive in the row of a later step)."""
     prefix = f"bench/{name}"
-    out = {f"{prefix}/overall": float(summary["overall"])}
+    out = {f"{prefix}/overall": float(summary["overall"]), f"{prefix}/step": float(step)}
     for metric, value in (summary.get("metrics") or {}).items():
         out[f"{prefix}/{metric}"] = float(value)
     for kind, values in (summary.get("categories") or {}).items():
@@ -217,18 +220,47 @@ class BenchmarkPasses:
     def run(self, step: int, runner: RowRunner) -> dict[str, float]:
         """The passes due at ``step``: their ``bench/*`` metrics. ``runner`` answers and scores one
         benchmark (:func:`evaluator_runner`, :func:`rows_runner`)."""
-        names = set(self.due(step, self.config.trainer.max_steps))
         metrics: dict[str, float] = {}
-        for bench in self.benchmarks:
-            if bench.spec.name in names:
-                metrics.update(self._pass(step, bench, runner))
+        for each in self.run_each(step, runner).values():
+            metrics.update(each)
         return metrics
+
+    def run_each(
+        self, step: int, runner: RowRunner, names: Sequence[str] | None = None, *, same_weights: bool = False
+    ) -> dict[str, dict[str, float]]:
+        """The passes of ``names`` (default: those due) at ``step``: each benchmark's ``bench/*``
+        metrics, by name (none for one that was skipped or failed). ``same_weights``: the weights are
+        those the recorded pass scored (kept with it, :mod:`videorl.cluster.benchmark_group`), so a
+        pass an earlier run began is finished whatever checkpoint this run resumed from."""
+        wanted = set(self.due(step, self.config.trainer.max_steps) if names is None else names)
+        out: dict[str, dict[str, float]] = {}
+        for bench in self.benchmarks:
+            if bench.spec.name in wanted:
+                metrics = self._pass(step, bench, runner, same_weights)
+                if metrics:
+                    out[bench.spec.name] = metrics
+        return out
+
+    def directory(self, step: int, name: str) -> Path | None:
+        """The evaluation run directory of benchmark ``name``'s pass at ``step`` (None: its rows could
+        not be loaded)."""
+        bench = next(b for b in self.benchmarks if b.spec.name == name)
+        return None if bench.task is None else pass_dir(self.config.output_dir, step, bench.task.name)
+
+    def recorded(self, step: int, name: str) -> Mapping[str, Any] | None:
+        """The summary an earlier run recorded for benchmark ``name``'s pass at ``step`` (all its rows,
+        this run's sampling), if any."""
+        bench = next(b for b in self.benchmarks if b.spec.name == name)
+        directory = self.directory(step, name)
+        if bench.task is None or directory is None:
+            return None
+        return self._finished(directory, bench.task, sampling_of(bench.spec))
 
     def evaluation(self, runner: RowRunner) -> BenchmarkEvaluation:
         """These passes as the loop's periodic evaluation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
         return BenchmarkEvaluation(self, runner)
 
-    def _pass(self, step: int, bench: _Benchmark, runner: RowRunner) -> dict[str, float]:
+    def _pass(self, step: int, bench: _Benchmark, runner: RowRunner, same_weights: bool) -> dict[str, float]:
         name = bench.spec.name
         if bench.task is None:
             self._load(bench)  # a data root mounted meanwhile, a file fixed
@@ -236,12 +268,13 @@ class BenchmarkPasses:
             log.error("step %d: benchmark %s skipped: %s", step, name, bench.error)
             return {}
         run_dir = pass_dir(self.config.output_dir, step, bench.task.name)
-        self._set_aside_other_weights(step, run_dir)
+        if not same_weights:
+            self._set_aside_other_weights(step, run_dir)
         done = self._finished(run_dir, bench.task, sampling_of(bench.spec))
         if done is not None:
-            return summary_metrics(name, done)
+            return summary_metrics(name, done, step)
         try:
-            summary = self._evaluate(step, bench.task, bench.spec, run_dir, runner)
+            summary = self._evaluate(step, bench.task, bench.spec, run_dir, runner, same_weights)
         except Exception as exc:
             if self.strict:
                 raise VideorlError(
@@ -260,7 +293,7 @@ class BenchmarkPasses:
             if self.strict:
                 raise VideorlError(f"{message}; trainer.benchmarks_strict stops the run")
             log.error(message)
-        return summary_metrics(name, summary)
+        return summary_metrics(name, summary, step)
 
     def policy(self, step: int) -> dict[str, Any]:
         """The weights a pass at ``step`` scores, as its ``results.json`` records them (``"training"``):
@@ -324,9 +357,15 @@ class BenchmarkPasses:
         return result
 
     def _evaluate(
-        self, step: int, task: EvalTask, spec: BenchmarkConfig, run_dir: Path, runner: RowRunner
+        self,
+        step: int,
+        task: EvalTask,
+        spec: BenchmarkConfig,
+        run_dir: Path,
+        runner: RowRunner,
+        same_weights: bool,
     ) -> dict[str, Any]:
-        from videorl.eval.results import begin_run, run_settings
+        from videorl.eval.results import RESULTS_FILE, begin_run, read_results, run_settings
 
         inputs, sampling = self.inputs(spec), sampling_of(spec)
         c = self.config
@@ -336,7 +375,9 @@ class BenchmarkPasses:
                     "options": dict(c.rollout.engine_options)},
             requirements=self.requirements, tasks=[task], limit=spec.limit,
         )  # fmt: skip
-        settings["training"] = self.policy(step)
+        recorded = read_results(run_dir)["settings"] if (run_dir / RESULTS_FILE).is_file() else {}
+        # the weights of the pass an earlier run began, when they are the ones scored now
+        settings["training"] = recorded.get("training") if same_weights and recorded else self.policy(step)
         begin_run(run_dir, settings)  # a pass resumed with other settings is refused, naming them
         return runner(task, inputs, run_dir, sampling).summary
 
@@ -458,15 +499,14 @@ def rows_request(
     }
 
 
-def ray_evaluations(passes: BenchmarkPasses, controller: Controller) -> list[PeriodicEvaluation]:
-    """The evaluations of a Ray run: each pass's rows shared among the rollout workers (those hosting an
-    engine: one per tensor-parallel group when colocated), which encode and answer them with the
-    engines' current weights (``Worker.generate_benchmark``)."""
-    if not passes:
-        return []
-    count = controller.rollout_worker_count
-    tp = int(passes.config.rollout.engine_options.get("tensor_parallel_size", 1))
-    hosts = list(range(0, count, tp if controller.cluster.colocated else 1))
+AskWorkers = Callable[[str, list[dict[str, Any]]], list[Any]]
+"""``ask(stage, requests)``: send ``requests[i]`` (:func:`rows_request`, or ``{}``) to worker ``i`` of a
+group, each to its ``generate_benchmark``; their decoded replies in order."""
+
+
+def shared_rows(ask: AskWorkers, count: int, hosts: Sequence[int]) -> GenerateRows:
+    """A :data:`GenerateRows` that shares each call's rows among workers ``hosts`` of a group of
+    ``count`` (those hosting an engine), through ``ask``."""
 
     def generate_rows(
         task: EvalTask, rows: Sequence[BenchmarkRow], sampling: SamplingParams, thinking: bool
@@ -475,7 +515,7 @@ def ray_evaluations(passes: BenchmarkPasses, controller: Controller) -> list[Per
         requests: list[dict[str, Any]] = [{} for _ in range(count)]
         for host, share in zip(hosts, shares, strict=True):
             requests[host] = rows_request(task, share, sampling, thinking)
-        replies = controller.call_rollouts(f"benchmark {task.name}", "generate_benchmark", requests)
+        replies = ask(f"benchmark {task.name}", requests)
         answers = {}
         for host, share in zip(hosts, shares, strict=True):
             answers.update(
@@ -483,7 +523,29 @@ def ray_evaluations(passes: BenchmarkPasses, controller: Controller) -> list[Per
             )
         return [answers[row.id] for row in rows]
 
-    return [passes.evaluation(rows_runner(generate_rows, CHUNK_ROWS * len(hosts)))]
+    return generate_rows
+
+
+def ray_evaluations(passes: BenchmarkPasses, controller: Controller) -> list[PeriodicEvaluation]:
+    """The evaluations of a Ray run. With benchmark workers (``ray.benchmark_workers``), the passes run
+    on them beside training (:class:`~videorl.cluster.benchmark_group.BenchmarkGroup`). Otherwise each
+    pass's rows are shared among the rollout workers (those hosting an engine: one per tensor-parallel
+    group when colocated), which encode and answer them with the engines' current weights
+    (``Worker.generate_benchmark``) between two steps."""
+    if not passes:
+        return []
+    if controller.cluster.benchmarkers:
+        from videorl.cluster.benchmark_group import BenchmarkGroup
+
+        return [BenchmarkGroup(passes, controller)]
+    count = controller.rollout_worker_count
+    tp = int(passes.config.rollout.engine_options.get("tensor_parallel_size", 1))
+    hosts = list(range(0, count, tp if controller.cluster.colocated else 1))
+
+    def ask(stage: str, requests: list[dict[str, Any]]) -> list[Any]:
+        return controller.call_rollouts(stage, "generate_benchmark", requests)
+
+    return [passes.evaluation(rows_runner(shared_rows(ask, count, hosts), CHUNK_ROWS * len(hosts)))]
 
 
 class WorkerBenchmarks:
