@@ -324,6 +324,61 @@ def test_export_adapter_loads_with_peft_and_gives_the_trained_logprobs(run: Path
     torch.testing.assert_close(_answer_logprobs(training, model), trained, atol=1e-5, rtol=0)
 
 
+def test_exports_of_a_bfloat16_run_are_bfloat16(run: Path, tmp_path: Path) -> None:
+    """The run's checkpoints with model.dtype bfloat16 in its config.yaml: the merged export is the base
+    in bfloat16 plus the float32 update, rounded once to bfloat16 (as the engine's refresh), and
+    config.json says bfloat16; the adapter export holds the adapters in bfloat16; --dtype float32 keeps
+    the float32 merge."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText
+
+    from videorl.backend import backend_for_model
+    from videorl.config import dump_config, load_config
+    from videorl.plugins import load_plugins
+    from videorl.train.checkpoint import CheckpointManager
+
+    bf16 = tmp_path / "bf16-run"
+    shutil.copytree(run, bf16)
+    config = load_config(run / "config.yaml", ["model.dtype=bfloat16"])
+    (bf16 / "config.yaml").write_text(dump_config(config, bf16))
+    checkpoint = bf16 / "checkpoints" / "step_000002"
+    adapters = CheckpointManager(checkpoint.parent).load(checkpoint).model_state()
+    assert all(t.dtype == torch.float32 for t in adapters.values())
+    backend = backend_for_model(run.parent / "model", load_plugins().model_backends)
+    base = backend.load_model(dtype=torch.float32).state_dict()  # the base model's float32 weights
+
+    assert _cli("export", str(bf16), str(tmp_path / "merged")).exit_code == 0
+    merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    assert all(t.dtype == torch.bfloat16 for t in merged.values() if t.is_floating_point())
+    name = "model.language_model.layers.1.mlp.up_proj"
+    a, b = adapters[f"{name}.lora_A.default.weight"], adapters[f"{name}.lora_B.default.weight"]
+    scale = 32.0 / 4  # alpha / rank
+    update = b @ a * scale
+    assert update.abs().max() > 0  # trained
+    expected = (base[f"{name}.weight"].to(torch.bfloat16).float() + update).to(torch.bfloat16)
+    assert torch.equal(merged[f"{name}.weight"], expected)
+    tower = "model.visual.blocks.0.attn.qkv.weight"
+    assert torch.equal(merged[tower], base[tower].to(torch.bfloat16))
+    assert json.loads((tmp_path / "merged" / "config.json").read_text())["dtype"] == "bfloat16"
+    model = AutoModelForImageTextToText.from_pretrained(str(tmp_path / "merged"), dtype="auto")
+    assert model.dtype == torch.bfloat16
+
+    assert _cli("export", str(bf16), str(tmp_path / "merged32"), "--dtype", "float32").exit_code == 0
+    merged32 = load_file(str(tmp_path / "merged32" / "model.safetensors"))
+    expected32 = base[f"{name}.weight"].to(torch.bfloat16).float() + update
+    assert torch.equal(merged32[f"{name}.weight"], expected32)
+
+    assert _cli("export", str(bf16), str(tmp_path / "adapter"), "--adapter").exit_code == 0
+    saved = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    want = {f"base_model.model.{k}".replace(".default.", "."): v for k, v in adapters.items()}
+    assert saved.keys() == want.keys()
+    assert all(t.dtype == torch.bfloat16 for t in saved.values())
+    assert all(torch.equal(t, want[k].to(torch.bfloat16)) for k, t in saved.items())
+
+
 def test_export_adapter_of_a_full_fine_tuning_run_is_refused(task: dict[str, Path], tmp_path: Path) -> None:
     from videorl.config import load_config
     from videorl.plugins import load_plugins

@@ -33,14 +33,28 @@ from videorl.train.checkpoint import base_model_of, resolve_checkpoint
     help="A LoRA run: write its adapter in PEFT's format (PeftModel.from_pretrained loads it) instead of "
     "the base model with the adapter merged in.",
 )
+@click.option(
+    "--dtype",
+    default=None,
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    help="The weights' dtype (default: model.dtype of the run's config.yaml, the dtype it generated with; "
+    "float32 keeps a full fine-tuning run's float32 master weights).",
+)
 @click.pass_obj
 def export_command(
-    plugins: Plugins, source: Path, out_dir: Path, base_model: Path | None, overwrite: bool, adapter: bool
+    plugins: Plugins,
+    source: Path,
+    out_dir: Path,
+    base_model: Path | None,
+    overwrite: bool,
+    adapter: bool,
+    dtype: str | None,
 ) -> None:
     """Write the policy of a checkpoint (or of a run's latest undamaged checkpoint) to OUT_DIR as a plain
     HF model directory: the base model's config, tokenizer and processor with the trained weights,
-    loadable with `from_pretrained` and by vLLM (a LoRA run's adapters merged into the base weights).
-    OUT_DIR must lie outside the run and the base model.
+    loadable with `from_pretrained` and by vLLM (a LoRA run's adapters merged into the base weights),
+    in the run's model.dtype unless --dtype says otherwise. OUT_DIR must lie outside the run and the
+    base model.
 
     \b
     Examples:
@@ -56,7 +70,13 @@ def export_command(
         checkpoint = resolve_checkpoint(source)
         base = base_model if base_model is not None else base_model_of(checkpoint)
         written = export_policy(
-            checkpoint, base, out_dir, plugins.model_backends, adapter=adapter, overwrite=overwrite
+            checkpoint,
+            base,
+            out_dir,
+            plugins.model_backends,
+            adapter=adapter,
+            overwrite=overwrite,
+            dtype=dtype,
         )
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None

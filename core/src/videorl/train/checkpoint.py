@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     import torch
     from torch.distributed.checkpoint.stateful import Stateful
 
+    from videorl.config import TrainConfig
     from videorl.train.distributed import Dist
 
 log = logging.getLogger("videorl.checkpoint")
@@ -92,6 +93,7 @@ __all__ = [
     "resolve_checkpoint",
     "restore_rng_state",
     "resume",
+    "run_config",
     "save_checkpoint",
 ]
 
@@ -191,11 +193,14 @@ def _dedupe(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor],
     return {name: value.contiguous() for name, value in kept.items()}, aliases
 
 
-def _save_tensors(path: Path, state: Mapping[str, torch.Tensor]) -> None:
-    """A safetensors file of ``state``, tied tensors once under their first name (as ``save_pretrained``)."""
+def _save_tensors(path: Path, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> None:
+    """A safetensors file of ``state``, tied tensors once under their first name (as ``save_pretrained``),
+    floating tensors in ``dtype`` when given (cast after the ties are found, so they stay one tensor)."""
     from safetensors.torch import save_file
 
     tensors, _ = _dedupe(state)
+    if dtype is not None:
+        tensors = {name: t.to(dtype) if t.is_floating_point() else t for name, t in tensors.items()}
     save_file(tensors, str(path), metadata={"format": "pt"})
     fsync_file(path)
 
@@ -985,18 +990,26 @@ def resolve_checkpoint(source: Path) -> Path:
     return source
 
 
-def base_model_of(checkpoint: Path) -> Path:
-    """The base model directory the run of ``checkpoint`` trained from (``model.path`` of its config.yaml)."""
+def run_config(checkpoint: Path) -> TrainConfig | None:
+    """The ``config.yaml`` of the run that wrote ``checkpoint``; None for a checkpoint outside its run."""
     from videorl.config import load_config
     from videorl.train.metrics import CONFIG_FILE
 
     config_file = checkpoint.parent.parent / CONFIG_FILE
-    if not config_file.is_file():
+    return load_config(config_file) if config_file.is_file() else None
+
+
+def base_model_of(checkpoint: Path) -> Path:
+    """The base model directory the run of ``checkpoint`` trained from (``model.path`` of its config.yaml)."""
+    from videorl.train.metrics import CONFIG_FILE
+
+    config = run_config(checkpoint)
+    if config is None:
         raise VideorlError(
-            f"{config_file} not found: cannot tell which base model {checkpoint} was trained from; "
-            "pass --base-model DIR"
+            f"{checkpoint.parent.parent / CONFIG_FILE} not found: cannot tell which base model {checkpoint} "
+            "was trained from; pass --base-model DIR"
         )
-    return Path(load_config(config_file).model.path)
+    return Path(config.model.path)
 
 
 def export_hf_model(
@@ -1005,9 +1018,11 @@ def export_hf_model(
     out_dir: str | Path,
     *,
     overwrite: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Write a plain HF model directory: the base model's config, tokenizer and processor files with
-    the weights of ``source`` (a checkpoint, its directory, or a state dict) as ``model.safetensors``.
+    the weights of ``source`` (a checkpoint, its directory, or a state dict) as ``model.safetensors``,
+    their floating tensors in ``dtype`` (None: as ``source`` holds them; given, ``config.json`` says it).
 
     Tied tensors are written once, under their first name, as ``save_pretrained`` does. The directory
     appears atomically and carries :data:`EXPORT_MARKER`. ``out_dir`` may not be, hold or lie inside the
@@ -1040,12 +1055,14 @@ def export_hf_model(
             if item.is_file() and not is_weight and not name.startswith("."):
                 shutil.copy2(item, tmp / name)
                 fsync_file(tmp / name)
-        _save_tensors(tmp / MODEL_FILE, state)
+        _save_tensors(tmp / MODEL_FILE, state, dtype)
         what = {
             "format": FORMAT_VERSION,
             "source": str(source.path) if isinstance(source, Checkpoint) else None,
             "base_model": str(base),
         }
+        if dtype is not None:
+            what["dtype"] = _record_dtype(tmp / "config.json", dtype)
         atomic_write_text(tmp / EXPORT_MARKER, json.dumps(what) + "\n")
         fsync_dir(tmp)
         if out.exists():
@@ -1060,6 +1077,22 @@ def export_hf_model(
             raise disk_full(out.parent, f"{out} was not written (nothing of it is left)") from exc
         raise
     return out
+
+
+def _record_dtype(config_file: Path, dtype: torch.dtype) -> str:
+    """Set the weights' dtype in an HF ``config.json`` (its ``dtype``/``torch_dtype`` and those of its
+    sub-configs, ``text_config``, ``vision_config``, ...), so that ``from_pretrained(dtype="auto")`` and
+    vLLM's ``dtype="auto"`` load what the file holds; the dtype's name."""
+    name = str(dtype).removeprefix("torch.")
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    for section in [config, *(v for v in config.values() if isinstance(v, dict))]:
+        for key in ("dtype", "torch_dtype"):
+            if key in section:
+                section[key] = name
+    if "torch_dtype" not in config:
+        config["dtype"] = name
+    atomic_write_text(config_file, json.dumps(config, indent=2) + "\n")
+    return name
 
 
 def _within(inner: Path, outer: Path) -> bool:

@@ -263,45 +263,57 @@ class AdapterState:
 def run_settings(checkpoint: Path) -> LoraConfig | None:
     """``actor.lora`` of the run that wrote ``checkpoint`` (its ``config.yaml``) when it trained LoRA
     adapters; None for full fine-tuning or a checkpoint outside its run."""
-    from videorl.config import load_config
-    from videorl.train.metrics import CONFIG_FILE
+    from videorl.train.checkpoint import run_config
 
-    config_file = checkpoint.parent.parent / CONFIG_FILE
-    if not config_file.is_file():
-        return None
-    settings = load_config(config_file).actor.lora
-    return settings if settings.enabled else None
+    config = run_config(checkpoint)
+    return config.actor.lora if config is not None and config.actor.lora.enabled else None
 
 
 def export_policy(
-    checkpoint: Path, base: Path, out: Path, backends: Any, *, adapter: bool = False, overwrite: bool = False
+    checkpoint: Path,
+    base: Path,
+    out: Path,
+    backends: Any,
+    *,
+    adapter: bool = False,
+    overwrite: bool = False,
+    dtype: str | None = None,
 ) -> Path:
     """The policy of ``checkpoint`` in ``out`` (``videorl export``): a plain HF model directory, for a LoRA
-    run with its adapters merged into ``base`` (float32, as full fine-tuning exports); with ``adapter``,
-    a LoRA run's adapter in PEFT's format. ``backends``: the model backend registry."""
-    from videorl.train.checkpoint import CheckpointManager, export_hf_model
+    run with its adapters merged into ``base``; with ``adapter``, a LoRA run's adapter in PEFT's format.
+    The weights are in ``dtype`` (``float32``, ``bfloat16``, ``float16``; None: the run's ``model.dtype``,
+    the dtype its engine generated with; float32 keeps a full fine-tuning run's float32 master weights;
+    a checkpoint outside its run: as stored). ``backends``: the model backend registry."""
+    import torch
 
-    settings = run_settings(checkpoint)
+    from videorl.train.checkpoint import CheckpointManager, export_hf_model, run_config
+
+    config = run_config(checkpoint)
+    name = dtype or (config.model.dtype if config is not None else None)
+    weights = None if name is None else getattr(torch, name)
+    settings = config.actor.lora if config is not None and config.actor.lora.enabled else None
     if settings is None:
         if adapter:
             raise VideorlError(
                 f"{checkpoint}: --adapter exports LoRA adapters, and the config.yaml of its run does not "
                 "say actor.lora.enabled: true (the run trained every weight): export it without --adapter"
             )
-        return export_hf_model(checkpoint, base, out, overwrite=overwrite)
+        return export_hf_model(checkpoint, base, out, overwrite=overwrite, dtype=weights)
+    assert config is not None  # a LoRA run's settings come from its config
     ckpt = CheckpointManager(checkpoint.parent).load(checkpoint)
     state = ckpt.model_state()
     if adapter:
-        return _export_adapter(checkpoint, state, settings, base, out, backends, overwrite=overwrite)
-    import torch
-
+        return _export_adapter(
+            checkpoint, state, settings, base, out, backends, overwrite=overwrite, dtype=weights
+        )
     from videorl.backend import backend_for_model
 
-    model = backend_for_model(base, backends).load_model(dtype=torch.float32)
+    # the base as the actor held it (frozen, in model.dtype), merged as the engine's refresh merges
+    model = backend_for_model(base, backends).load_model(dtype=getattr(torch, config.model.dtype))
     adapters = inject(model, settings)
     adapters.load_state_dict(state)
-    merged = _MergedCheckpoint(ckpt.path, ckpt.step, merged=adapters.merged(model.state_dict()))
-    return export_hf_model(merged, base, out, overwrite=overwrite)
+    merged = _MergedCheckpoint(ckpt.path, ckpt.step, merged=adapters.merged(model.state_dict(), weights))
+    return export_hf_model(merged, base, out, overwrite=overwrite, dtype=weights)
 
 
 @dataclass
@@ -324,10 +336,12 @@ def _export_adapter(
     backends: Any,
     *,
     overwrite: bool,
+    dtype: torch.dtype | None,
 ) -> Path:
     """``out``: the adapter as ``PeftModel.save_pretrained`` writes it (``adapter_config.json``,
-    ``adapter_model.safetensors``), by peft itself from a model built on the meta device (no base
-    weight is read); the folder appears atomically, marked as an export."""
+    ``adapter_model.safetensors``, its tensors in ``dtype``; None: float32, as trained), by peft itself
+    from a model built on the meta device (no base weight is read); the folder appears atomically,
+    marked as an export."""
     import os
     import shutil
     import uuid
@@ -349,7 +363,10 @@ def _export_adapter(
     targets = sorted({name.rsplit(".lora_", 1)[0] for name in state})  # the layers the run trained
     config = peft_config(settings, targets, base_model=str(base.resolve()))
     peft_model = peft.get_peft_model(model, config, adapter_name=ADAPTER)
-    tensors = {f"base_model.model.{name}": value for name, value in state.items()}  # PeftModel's names
+    tensors = {  # PeftModel's names
+        f"base_model.model.{name}": value if dtype is None else value.to(dtype)
+        for name, value in state.items()
+    }
     unknown = sorted(set(tensors) - set(peft_model.state_dict()))
     if unknown:
         raise VideorlError(f"{checkpoint}: tensors {unknown[:3]} are no LoRA adapter of {base}")
