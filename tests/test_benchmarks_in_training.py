@@ -572,6 +572,7 @@ def test_a_resumed_run_finishes_an_interrupted_pass_with_its_kept_weights(
     stale.write_text("weights of step 3")
 
     group, workers, controller = _group(run, model, plugins, backend, spec, start=2)
+    assert not group.due(3, 6) and group.due(5, 6)  # running: waited for before the last pass only
     workers.gate(2).set()
     _wait_done(group)
     assert ("load_weights_file", str(kept)) in workers.sent and not kept.exists() and not stale.exists()
@@ -653,10 +654,18 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Pa
 
 
 def _train(
-    task: Any, run: Path, steps: int, *extra: str, launcher: str = "one"
-) -> subprocess.CompletedProcess[str]:
-    """``videorl train`` on the demo task in one process (``one``), two torchrun ranks or two Ray actor
-    workers (colocated)."""
+    task: Any,
+    run: Path,
+    steps: int,
+    *extra: str,
+    launcher: str = "one",
+    ray_workers: int = 2,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+) -> Any:
+    """``videorl train`` on the demo task in one process (``one``), two torchrun ranks or
+    ``ray_workers`` Ray actor workers (colocated); without ``wait`` the process started, in a session
+    of its own (a local Ray runtime with it)."""
     from videorl import demo
 
     out, model, train, val = task
@@ -667,12 +676,17 @@ def _train(
     ]  # fmt: skip
     command = ["videorl.cli", "train", str(out / "empty.yaml"), *overrides]
     if launcher == "ray":
-        command += ["--ray", "ray.actor_workers=2", "ray.placement=colocated"]
+        command += ["--ray", f"ray.actor_workers={ray_workers}", "ray.placement=colocated"]
     elif launcher == "torchrun":
         command = ["torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", *command]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    if not wait:
+        return subprocess.Popen(
+            [sys.executable, "-m", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=environment, start_new_session=True,
+        )  # fmt: skip
     return subprocess.run(
-        [sys.executable, "-m", *command], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-m", *command], capture_output=True, text=True, env=environment, timeout=600
     )
 
 
@@ -784,3 +798,133 @@ def test_on_ray_the_rollout_workers_answer_the_rows_as_torchrun_ranks_do(
     assert _records(pass_dir(ray, 2, "mvbench")) == _records(pass_dir(local, 2, "mvbench"))
     mine, theirs = read_metrics(ray / "metrics.jsonl")[1], read_metrics(local / "metrics.jsonl")[1]
     assert mine["bench/mvbench/overall"] == theirs["bench/mvbench/overall"] and "time/benchmarks" in mine
+
+
+SLOW_PLUGIN = '''
+import json
+import os
+import time
+
+from videorl.api import BenchmarkRow, hookimpl
+
+ROWS = 20
+
+
+class Slow:
+    """Text rows whose prompts take SLOW_S seconds each to build; each ask is logged with its pid."""
+
+    name = "slow"
+
+    def load(self, data_root):
+        return [BenchmarkRow(id=f"q{i}", problem=f"Which letter comes {i} after A?", answer="A",
+                             options=["x", "y"]) for i in range(ROWS)]
+
+    def build_prompt(self, row, *, family, thinking):
+        time.sleep(float(os.environ.get("SLOW_S", "0")))
+        if os.environ.get("SLOW_LOG"):
+            with open(os.environ["SLOW_LOG"], "a") as f:
+                f.write(json.dumps([row.id, os.getpid()]) + "\\n")
+        return row.problem
+
+    def extract(self, row, response):
+        return response.strip()[:1] or None
+
+    def score(self, row, prediction):
+        return float(prediction == row.answer)
+
+    def aggregate(self, rows, scores):
+        return {"overall": sum(scores) / len(scores), "categories": {}}
+
+
+@hookimpl
+def register_benchmarks(register):
+    register("slow", Slow)
+'''
+
+
+@pytest.mark.slow
+def test_on_ray_benchmark_workers_score_beside_training_and_a_pass_killed_midway_resumes(
+    task: Any, tmp_path: Path
+) -> None:
+    """One actor worker trains while a benchmark worker of its own answers step 2's pass (20 rows, 0.5 s
+    each to prompt): the loop does not wait for it. Killed (controller and Ray) with 16 rows answered,
+    after step 2's checkpoint; resumed: the pass is finished with the kept weights, the 4 other rows
+    asked once, each pass logged once, and every answer is what `videorl eval run` gives on the
+    step-2 checkpoint."""
+    import signal
+    import time
+
+    from videorl.train.checkpoint import CheckpointManager
+
+    (tmp_path / "slow_bench.py").write_text(SLOW_PLUGIN)
+    asks, run = tmp_path / "asks.jsonl", tmp_path / "run"
+    bench = f"trainer.benchmarks=[{{name: slow, data_root: {tmp_path}, every: 2, max_tokens: 4}}]"
+    args = (
+        bench,
+        f"plugins=[{tmp_path / 'slow_bench.py'}]",
+        "ray.benchmark_workers=1",
+        "trainer.keep_last=0",
+    )
+    env = {"SLOW_S": "0.5", "SLOW_LOG": str(asks)}
+    proc = _train(task, run, 4, *args, launcher="ray", ray_workers=1, env=env, wait=False)
+    predictions = pass_dir(run, 2, "slow") / "slow" / "predictions.jsonl"
+    try:
+        deadline = time.monotonic() + 400
+        while not (predictions.is_file() and len(predictions.read_text().splitlines()) >= 16):
+            assert proc.poll() is None, proc.communicate()[1][-4000:]
+            assert time.monotonic() < deadline, "step 2's pass never answered 16 rows"
+            time.sleep(0.05)
+        assert CheckpointManager(run / "checkpoints").latest() is not None  # step 2's, written meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    answered = predictions.read_text().splitlines(keepends=True)
+    assert len(answered) == 16 and (run / "benchmarks" / "step_000002" / "weights.safetensors").is_file()
+    workers = {w["name"]: w["pid"] for w in json.loads((run / "ray-workers.json").read_text())}
+    _wait_gone(workers["benchmark-0"])  # Ray ends its workers once the driver is gone
+    first = [json.loads(line) for line in asks.read_text().splitlines()]
+    assert {pid for _, pid in first} == {workers["benchmark-0"]}  # the group's own worker answers
+    (row2,) = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] == 2]
+    assert "bench/slow/overall" not in row2 and row2["time/benchmarks"] < 4.0  # 16 rows took >= 8 s
+
+    done = _train(task, run, 4, *args, "--resume", "auto", launcher="ray", ray_workers=1, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    after = predictions.read_text().splitlines(keepends=True)
+    assert len(after) == 20 and after[:16] == answered
+    asked = [row for row, _ in (json.loads(line) for line in asks.read_text().splitlines())][len(first) :]
+    remaining = {f"q{i}" for i in range(20)} - {json.loads(line)["id"] for line in answered}
+    assert len(asked) == 4 + 20 and set(asked[:4]) == remaining  # then step 4's pass: all 20 rows
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r.get("bench/slow/step") for r in rows] == [None, None, 2.0, 4.0]  # each pass once
+    assert rows[2]["bench/slow/seconds"] >= 2.0  # the 4 rows it still had to ask
+    assert not (run / "benchmarks" / "step_000002" / "weights.safetensors").exists()
+
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "--plugin", "slow_bench", "eval", "run", "--model",
+         str(run / "checkpoints" / "step_000002"), "--benchmark", f"slow={tmp_path}",
+         "--out", str(tmp_path / "eval"), "--max-tokens", "4", "--quiet"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert _records(tmp_path / "eval", "slow") == _records(pass_dir(run, 2, "slow"), "slow")
+    assert (
+        read_results(pass_dir(run, 2, "slow"))["benchmarks"]["slow"]["overall"]
+        == rows[2]["bench/slow/overall"]
+    )
+
+
+def _wait_gone(pid: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} still runs 60 s after its Ray driver was killed")

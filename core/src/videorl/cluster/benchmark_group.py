@@ -143,9 +143,8 @@ class BenchmarkGroup:
     # --- jobs -------------------------------------------------------------------------------------
 
     def _start(self, work: list[_Work]) -> None:
-        kept = threading.Event()
-        future = self._pool.submit(self._run, work, kept)
-        self._job = _Job([(step, names) for step, names, _ in work], future, kept)
+        kept, plan = threading.Event(), [(step, names) for step, names, _ in work]
+        self._job = _Job(plan, self._pool.submit(self._run, list(work), kept), kept)
 
     def _run(self, work: list[_Work], kept: threading.Event) -> _Results:
         """On the group's thread: load each item's weights into every benchmark worker (the first one
