@@ -601,9 +601,11 @@ def test_videorl_plot_draws_each_benchmarks_overall() -> None:
         {"step": 1, "reward/overall": 0.1},
         {"step": 2, "reward/overall": 0.2, "bench/mvbench/overall": 0.25, "bench/mvbench/task/x": 0.5},
         {"step": 4, "bench/mvbench/overall": 0.5, "bench/videomme/overall": 0.4, "time/benchmarks": 3.0},
+        # from benchmark workers: step 5's pass, logged in row 6
+        {"step": 6, "bench/mvbench/overall": 0.75, "bench/mvbench/step": 5.0},
     ]
     data = curves(rows)
-    assert data["benchmarks"] == {"mvbench": ([2, 4], [0.25, 0.5]), "videomme": ([4], [0.4])}
+    assert data["benchmarks"] == {"mvbench": ([2, 4, 5], [0.25, 0.5, 0.75]), "videomme": ([4], [0.4])}
     assert data["reward"] == {"overall": ([1, 2], [0.1, 0.2])}
     assert render(data, "run")[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -928,3 +930,72 @@ def _wait_gone(pid: int) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"process {pid} still runs 60 s after its Ray driver was killed")
+
+
+def test_wandb_plots_a_benchmark_against_the_step_it_scored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W&B takes steps in order only, so a pass logged in a later row is plotted against its own
+    ``bench/NAME/step`` (one ``define_metric`` per benchmark, before its first row)."""
+    from types import SimpleNamespace
+
+    from videorl.train.loggers import RunContext, WandbLogger
+
+    calls: list[tuple[Any, ...]] = []
+    run = SimpleNamespace(
+        define_metric=lambda name, step_metric: calls.append(("define", name, step_metric)),
+        log=lambda values, step: calls.append(("log", step, sorted(values))),
+    )
+    monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(init=lambda **kwargs: run))
+    logger = WandbLogger(RunContext(tmp_path))
+    logger.log(1, {"step": 1, "reward/overall": 0.5})
+    logger.log(4, {"step": 4, "bench/mvbench/overall": 0.5, "bench/mvbench/step": 2.0})
+    logger.log(6, {"step": 6, "bench/mvbench/overall": 0.7, "bench/mvbench/step": 6.0})
+    assert calls == [
+        ("log", 1, ["reward/overall"]),
+        ("define", "bench/mvbench/*", "bench/mvbench/step"),
+        ("log", 4, ["bench/mvbench/overall", "bench/mvbench/step"]),
+        ("log", 6, ["bench/mvbench/overall", "bench/mvbench/step"]),
+    ]
+
+
+def test_benchmark_workers_are_a_group_of_their_own_and_need_benchmarks(tmp_path: Path, model: Path) -> None:
+    from videorl.cluster.runtime import _groups, cpus_needed
+
+    with pytest.raises(ConfigError, match=r"ray.benchmark_workers needs trainer.benchmarks"):
+        load_config(None, ["ray.benchmark_workers=1"])
+    ray = ["ray.benchmark_workers=2", "ray.placement=split", "ray.cpus_per_worker=0.5"]
+    c = config(tmp_path, model, f"{{name: mvbench, data_root: {tmp_path}}}", extra=ray)
+    assert ("benchmark", ["rollout"], 2, "benchmark_gpus") in _groups(c)
+    assert cpus_needed(c) == 0.5 * (1 + 1 + 2 + 1)  # actor, rollout, benchmark ×2, reward
+
+
+def test_the_controller_hands_out_the_step_s_published_weights_once(tmp_path: Path, model: Path) -> None:
+    """Split placement: the version the step's weight sync published (no second gather); colocated:
+    gathered when first asked, then the same version for the rest of the step."""
+    from types import SimpleNamespace
+
+    from videorl.cluster.controller import Controller
+    from videorl.cluster.weights import Published
+
+    published: list[int] = []
+
+    class Transport:
+        def publish(self, version: int) -> Published:
+            published.append(version)
+            return Published(version, f"weights {version}", 1.0)
+
+        def deliver(self, p: Published) -> float:
+            return 0.0
+
+    for colocated in (False, True):
+        published.clear()
+        cluster = SimpleNamespace(colocated=colocated)
+        controller = Controller(config(tmp_path, model), cluster, None, [None], [])  # type: ignore[arg-type, list-item]
+        controller.transport = Transport()
+        controller.step = 3
+        if not colocated:
+            controller._sync_weights()  # what step 3's weight sync does
+        first, again = controller.current_weights(), controller.current_weights()
+        assert first is again and first.version == 3 and published == [3]
+        controller.close()

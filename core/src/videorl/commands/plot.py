@@ -21,16 +21,19 @@ Curve = tuple[list[int], list[float]]
 def curves(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Curve]]:
     """``{panel: {label: (steps, values)}}`` from metrics rows; ``overall`` first, then the problem
     types in alphabetical order, then validation curves (``val/<panel>/...``); the ``benchmarks``
-    panel holds each benchmark's official overall (``bench/<name>/overall``). Missing or null values
-    are skipped."""
+    panel holds each benchmark's official overall (``bench/<name>/overall``) at the step it scored
+    (``bench/<name>/step``, else the row's). Missing or null values are skipped."""
     found: dict[str, dict[str, Curve]] = {panel: {} for panel in (*PANELS, BENCH_PANEL)}
     for row in rows:
         for key, value in row.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             if key.startswith("bench/") and key.endswith("/overall"):
-                steps, values = found[BENCH_PANEL].setdefault(key[len("bench/") : -len("/overall")], ([], []))
-                steps.append(row["step"])
+                name = key[len("bench/") : -len("/overall")]
+                steps, values = found[BENCH_PANEL].setdefault(name, ([], []))
+                # the step whose weights it scored: on benchmark workers it arrives in a later row
+                scored = row.get(f"bench/{name}/step")
+                steps.append(int(scored) if isinstance(scored, (int, float)) else row["step"])
                 values.append(float(value))
                 continue
             validation = key.startswith("val/")

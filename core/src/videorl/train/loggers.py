@@ -194,7 +194,8 @@ class WandbLogger:
     run metadata (plugin versions, git revision) as its config. Options go to ``wandb.init`` (``project``,
     ``entity``, ``mode: offline``, ``tags``, ``group``, ...); ``dir`` defaults to the run directory.
     W&B refuses steps below one it has seen, so the steps a resumed run logs again are kept only in
-    ``metrics.jsonl``."""
+    ``metrics.jsonl``. A benchmark's ``bench/NAME/*`` metrics are plotted against ``bench/NAME/step``,
+    the step whose weights they scored (benchmark workers log a pass in a later step's row)."""
 
     def __init__(self, run: RunContext, *, project: str = "videorl", **init: Any) -> None:
         try:
@@ -210,8 +211,14 @@ class WandbLogger:
             reinit="create_new", **init,
         )  # fmt: skip
         run.tracker_id("wandb", run_id)
+        self._benchmarks: set[str] = set()
 
     def log(self, step: int, row: Mapping[str, Any]) -> None:
+        for key in row:
+            name = key[len("bench/") : -len("/step")]
+            if key.startswith("bench/") and key.endswith("/step") and name not in self._benchmarks:
+                self._run.define_metric(f"bench/{name}/*", step_metric=key)
+                self._benchmarks.add(name)
         self._run.log(numbers(row), step=step)
 
     def log_summary(self, summary: Mapping[str, Any]) -> None:
