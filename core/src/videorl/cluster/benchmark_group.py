@@ -96,6 +96,7 @@ class BenchmarkGroup:
         self._runner = rows_runner(ask, CHUNK_ROWS * workers)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videorl-benchmarks")
         self._job: _Job | None = None
+        self._closed = False
         self._running_step = 0
         self._queued: _Results = []  # results waiting for a row without that benchmark's metrics
         self._tails = {b.spec.name: self._tail_start(b.spec.name) for b in passes.benchmarks}
@@ -103,6 +104,7 @@ class BenchmarkGroup:
 
     def close(self) -> None:
         """Stop waiting for a job in flight (its weights stay on disk: a resumed run finishes it)."""
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # --- the loop's evaluation --------------------------------------------------------------------
@@ -169,6 +171,8 @@ class BenchmarkGroup:
                     got = self.passes.run_each(step, self._runner, [name], same_weights=recovered)
                     seconds = time.perf_counter() - started
                     results += [(n, {**m, f"bench/{n}/seconds": seconds}) for n, m in got.items()]
+                if self._closed:  # the run stopped under the pass (its workers ended): keep the weights
+                    break
                 path.unlink(missing_ok=True)
         finally:
             kept.set()
