@@ -77,6 +77,13 @@ def test_worker_groups_per_placement() -> None:
         ("reference", ["reference"], 2),
         ("reward", ["reward"], 1),
     ]
+    # LoRA: the actor's module with its adapters off is the reference, in either placement
+    for placement in ("split", "colocated"):
+        lora = load_config(
+            None,
+            [*BASE, f"ray.placement={placement}", "algorithm.use_kl_loss=true", "actor.lora.enabled=true"],
+        )
+        assert all("reference" not in roles for _, roles, _, _ in _groups(lora))
 
 
 def test_ray_section_is_validated() -> None:

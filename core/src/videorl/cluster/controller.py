@@ -299,7 +299,7 @@ class Controller:
         self.step, self.latest = step, None  # a version held for a pass is held by the pass alone now
         timers, collected = self._collected(step)
         shares = [share for share, _ in collected]
-        if split and config.algorithm.use_kl_loss:
+        if self.cluster.references:  # split placement with the KL penalty and no LoRA
             self._reference(shares, timers)
         parity_check, self._parity_due = self._parity_due, False
         actor_metrics = self._update(step, shares, timers, parity_check)

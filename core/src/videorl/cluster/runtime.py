@@ -264,7 +264,8 @@ def cpus_needed(config: TrainConfig) -> float:
 
 def _groups(config: TrainConfig) -> list[tuple[str, list[str], int, str]]:
     """(group name, roles, worker count, device key) of each worker group of ``config``."""
-    r, kl = config.ray, config.algorithm.use_kl_loss
+    # with LoRA the actor is its own reference (adapters off): no reference copy, no reference workers
+    r, kl = config.ray, config.algorithm.use_kl_loss and not config.actor.lora.enabled
     if r.placement == "colocated":
         groups = [("actor", ["actor", "rollout", *(["reference"] if kl else [])], r.actor_workers, "gpus")]
     else:
