@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
     from videorl.train.benchmarks import WorkerBenchmarks
     from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.data import Prompt
+    from videorl.train.data import Prompt, PromptEncoder
     from videorl.train.distributed import Dist
     from videorl.train.grpo import Actor, Scorer, Trajectory
 
@@ -66,6 +66,7 @@ class Worker:
         }
         self._prompt_cache: dict[tuple[str, str], Prompt] = {}
         self._cache_step = -1
+        self.encoder: PromptEncoder | None = None  # built in setup
         self.actor: Actor | None = None
         self.engine: RolloutEngine | None = None
         self.engine_shares_actor = False
@@ -156,6 +157,8 @@ class Worker:
 
         if self.engine is not None:
             self.engine.close()
+        if self.encoder is not None:
+            self.encoder.close()
         close_distributed()
 
     # --- prompts -----------------------------------------------------------------------------------
@@ -179,6 +182,7 @@ class Worker:
         for sid in sample_ids:
             key = (split, sid)
             if key not in self._prompt_cache:
+                assert self.encoder is not None, "prompts asked of a worker before its setup"
                 self._prompt_cache[key] = self.encoder(self._sample(split, sid))
             out[sid] = self._prompt_cache[key]
         return out
