@@ -52,6 +52,28 @@ class ChosenLogprobs:
         return torch.stack(self.steps, dim=1)
 
 
+def generation_positions(model: Any, inputs: ModelInputs) -> torch.Tensor:
+    """The position ids of the left-padded prompts ``inputs`` that ``generate`` continues: each row's
+    tokens counted from its first real one (padding 0), ``B×L``. For a model with 3-D rotary positions
+    (M-RoPE: its language model's public ``get_rope_index``, which the Qwen backends' ``prepare_model``
+    set to the rule the training forward and vLLM use) those counters, then the ``3×B×L`` rotary
+    positions (the counters on every axis for a prompt without visual items): ``4×B×L``, transformers'
+    layout for these models, whose first row is what their attention masks are built from."""
+    import torch
+
+    kwargs = inputs.model_kwargs()
+    ids, mask = kwargs.pop("input_ids"), kwargs.pop("attention_mask")
+    text = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    rope = getattr(getattr(model, "model", model), "get_rope_index", None)
+    if rope is None:
+        return text
+    visual = kwargs.get("mm_token_type_ids") is not None and (
+        kwargs.get("image_grid_thw") is not None or kwargs.get("video_grid_thw") is not None
+    )
+    rotary = rope(ids, attention_mask=mask, **kwargs)[0] if visual else text.expand(3, -1, -1)
+    return torch.cat([text[None], rotary.to(text.device)], dim=0)
+
+
 class HFEngine:
     """Generates with ``model.generate`` on left-padded batches built by the backend: each prompt is
     prefilled once and its KV cache repeated for its ``n`` responses (:meth:`_prefill`).
@@ -147,10 +169,9 @@ class HFEngine:
         """One forward over each prompt but its last token, its KV cache then repeated for the ``n`` rows.
 
         Returns the ``n``-fold input ids, attention mask and position ids (rows ``p·n … p·n + n − 1``
-        continue prompt ``p``) and the cache. The positions are those ``generate`` computes itself
-        (its ``_prepare_position_ids_for_generation``, which M-RoPE models override with their 3-D
-        rule), passed explicitly so that decoding never reads positions the model kept from another
-        batch (Qwen-VL's ``rope_deltas``).
+        continue prompt ``p``) and the cache. The positions are :func:`generation_positions`, passed
+        explicitly so that decoding continues them (``generate`` adds one per token) and never reads
+        positions the model kept from another batch (Qwen-VL's ``rope_deltas``).
 
         Memory, for ``B`` prompts of ``W`` tokens (``P`` visual patches each) and ``T`` new tokens:
         the batch holds ``B·P`` patches, not ``B·n·P``, and the vision tower and the prefill run on
@@ -164,9 +185,7 @@ class HFEngine:
 
         kwargs = inputs.model_kwargs()
         ids, mask = kwargs.pop("input_ids"), kwargs.pop("attention_mask")
-        positions = self.model._prepare_position_ids_for_generation(
-            ids, {"input_ids": ids, "attention_mask": mask, **kwargs}
-        )
+        positions = generation_positions(self.model, inputs)
         if "mm_token_type_ids" in kwargs:
             kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, :-1]
         with torch.no_grad():
