@@ -24,17 +24,7 @@ def batch(tiny_model_dir: Callable[[str], Path]) -> tuple[Any, Any, Any]:
     model = backend.load_model(dtype=torch.float32).train()
     g = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (4, 3, 56, 56), dtype=torch.uint8, generator=g)
-    meta = VideoMetadata(
-        source_fps=2.0,
-        total_frames=4,
-        duration=2.0,
-        frame_indices=(0, 1, 2, 3),
-        timestamps=(0.0, 0.5, 1.0, 1.5),
-        source_width=56,
-        source_height=56,
-        width=56,
-        height=56,
-    )
+    meta = VideoMetadata.every_frame(4, 56, 56, fps=2.0)
     prompts = [
         backend.encode(PromptInput("v", "What colour?", videos=[(frames, meta)])),
         backend.encode(PromptInput("t", "Say hello.")),

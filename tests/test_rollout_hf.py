@@ -20,18 +20,7 @@ from videorl.rollout.hf import HFEngine
 def _video(t: int = 4, side: int = 56, seed: int = 0) -> tuple[torch.Tensor, VideoMetadata]:
     g = torch.Generator().manual_seed(seed)
     frames = torch.randint(0, 256, (t, 3, side, side), dtype=torch.uint8, generator=g)
-    meta = VideoMetadata(
-        source_fps=2.0,
-        total_frames=t,
-        duration=t / 2,
-        frame_indices=tuple(range(t)),
-        timestamps=tuple(i / 2 for i in range(t)),
-        source_width=side,
-        source_height=side,
-        width=side,
-        height=side,
-    )
-    return frames, meta
+    return frames, VideoMetadata.every_frame(t, side, side, fps=2.0)
 
 
 @pytest.fixture(scope="module")

@@ -26,18 +26,7 @@ def video(
 ) -> tuple[torch.Tensor, VideoMetadata]:
     gen = torch.Generator().manual_seed(seed)
     tensor = torch.randint(0, 256, (frames, 3, height, width), dtype=torch.uint8, generator=gen)
-    meta = VideoMetadata(
-        source_fps=1.0,
-        total_frames=frames,
-        duration=float(frames),
-        frame_indices=tuple(range(frames)),
-        timestamps=tuple(float(i) for i in range(frames)),
-        source_width=width,
-        source_height=height,
-        width=width,
-        height=height,
-    )
-    return tensor, meta
+    return tensor, VideoMetadata.every_frame(frames, height, width, fps=1.0)
 
 
 def test_registered_and_found_by_model_type(videorl_plugins: Any, tiny: Path) -> None:

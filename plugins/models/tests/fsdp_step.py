@@ -29,17 +29,7 @@ def samples(backend: Any) -> list[Any]:
     f = backend.factor
     gen = torch.Generator().manual_seed(0)
     frames = torch.randint(0, 256, (2, 3, f, 2 * f), dtype=torch.uint8, generator=gen)
-    meta = VideoMetadata(
-        source_fps=2.0,
-        total_frames=2,
-        duration=1.0,
-        frame_indices=(0, 1),
-        timestamps=(0.0, 0.5),
-        source_width=2 * f,
-        source_height=f,
-        width=2 * f,
-        height=f,
-    )
+    meta = VideoMetadata.every_frame(2, f, 2 * f, fps=2.0)
     video = PromptInput("video-0", "What colour is the square?", videos=[(frames, meta)])
     text = PromptInput("text-0", "Which direction does the object move?")
     answer = backend.tokenizer("<answer>A</answer><|im_end|>", add_special_tokens=False)["input_ids"]
