@@ -148,69 +148,94 @@ def test_a_chat_template_that_drops_the_video_placeholder_fails_the_placeholders
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
 
-NO_FPS = """
-import importlib, sys
-module, name = sys.argv[2].split(":")
-
-class NoFps(getattr(importlib.import_module(module), name)):
-    def rollout_request(self, encoded):
-        request = super().rollout_request(encoded)
-        for i, (frames, meta) in enumerate(request.multi_modal_data.get("video", [])):
-            request.multi_modal_data["video"][i] = (frames, {k: v for k, v in meta.items() if k != "fps"})
-        return request
+# ``python -c _CHECKS JOBS_JSON OUT_JSON``: ``videorl models check MODEL --engine vllm --json ARGS`` once
+# per job, all in this one process (vLLM's import and first start, about half of a check, are paid once);
+# a job with a ``no_fps`` backend ("module:Class") checks that backend with the fps left out of its
+# engine requests. Writes each job's exit code and report, in the jobs' order.
+_CHECKS = """
+import contextlib, importlib, io, json, sys
 
 import videorl.backend
-videorl.backend.backend_for_model = lambda path, registry, **kw: NoFps(path)
 from videorl.cli import main
-sys.exit(main(["models", "check", sys.argv[1], "--engine", "vllm", "--json"]))
+
+found_backend = videorl.backend.backend_for_model
+
+
+def no_fps_backend(spec):
+    module, name = spec.split(":")
+
+    class NoFps(getattr(importlib.import_module(module), name)):
+        def rollout_request(self, encoded):
+            request = super().rollout_request(encoded)
+            for i, (frames, meta) in enumerate(request.multi_modal_data.get("video", [])):
+                request.multi_modal_data["video"][i] = (frames, {k: v for k, v in meta.items() if k != "fps"})
+            return request
+
+    return lambda path, registry, **kw: NoFps(path)
+
+
+results = []
+for job in json.loads(sys.argv[1]):
+    videorl.backend.backend_for_model = no_fps_backend(job["no_fps"]) if job["no_fps"] else found_backend
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        try:
+            main(["models", "check", job["model"], "--engine", "vllm", "--json", *job["args"]])
+        except SystemExit as exc:
+            code = exc.code
+    try:
+        results.append([code, json.loads(report.getvalue())])
+    except json.JSONDecodeError:
+        results.append([code, report.getvalue()])
+open(sys.argv[2], "w").write(json.dumps(results))
 """
 
+PASSING = {  # qwen3_5*: vLLM's CPU gated-delta kernel runs in bf16 only
+    "qwen2_vl": "float32",
+    "qwen2_5_vl": "float32",
+    "qwen3_vl": "float32",
+    "qwen3_vl_moe": "float32",
+    "qwen3_5": "bfloat16",
+    "qwen3_5_moe": "bfloat16",
+}
+NO_FPS = {  # Qwen3-VL: vLLM fails on the request; Qwen2.5-VL: it silently assumes another rate
+    "qwen3_vl": "videorl_models.qwen3_vl:Qwen3VLBackend",
+    "qwen2_5_vl": "videorl_models.qwen2_5_vl:Qwen2_5VLBackend",
+}
 
-def _vllm_check(
-    model: Path, *args: str, script: str | None = None, backend: str = ""
-) -> tuple[int, dict[str, Any]]:
-    command = (
-        [sys.executable, "-c", script, str(model), backend]
-        if script
-        else [
-            sys.executable,
-            "-m",
-            "videorl.cli",
-            "models",
-            "check",
-            str(model),
-            "--engine",
-            "vllm",
-            "--json",
-            *args,
-        ]
-    )
+
+@pytest.fixture(scope="module")
+def vllm_reports(
+    tiny_model_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
+    """``(model_type, "pass" | "no-fps")``: the exit code and JSON report of ``videorl models check
+    --engine vllm`` on that tiny model, every check of this file run in one subprocess (vLLM changes
+    process-wide settings that must not leak into pytest)."""
+    pytest.importorskip("vllm")
+    keys = [*((m, "pass") for m in PASSING), *((m, "no-fps") for m in NO_FPS)]
+    jobs = [
+        {"model": str(tiny_model_dir(m)), "args": ["--dtype", PASSING[m]], "no_fps": ""} for m in PASSING
+    ] + [{"model": str(tiny_model_dir(m)), "args": [], "no_fps": spec} for m, spec in NO_FPS.items()]
+    out = tmp_path_factory.mktemp("vllm-checks") / "reports.json"
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=900, env={**os.environ, **VLLM_ENV}
+        [sys.executable, "-c", _CHECKS, json.dumps(jobs), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, **VLLM_ENV},
     )
-    try:
-        return done.returncode, json.loads(done.stdout)
-    except json.JSONDecodeError:
-        raise AssertionError(done.stdout[-2000:] + done.stderr[-4000:]) from None
+    assert done.returncode == 0 and out.exists(), done.stdout[-2000:] + done.stderr[-4000:]
+    results = json.loads(out.read_text())
+    assert len(results) == len(keys)
+    return {key: (code, report) for key, (code, report) in zip(keys, results, strict=True)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("model_type", "dtype"),
-    [
-        ("qwen2_vl", "float32"),
-        ("qwen2_5_vl", "float32"),
-        ("qwen3_vl", "float32"),
-        ("qwen3_vl_moe", "float32"),
-        ("qwen3_5", "bfloat16"),
-        ("qwen3_5_moe", "bfloat16"),
-    ],
-)  # qwen3_5*: vLLM's CPU gated-delta kernel runs in bf16 only
-def test_vllm_engine_passes(model_type: str, dtype: str, tiny_model_dir: Callable[[str], Path]) -> None:
-    pytest.importorskip("vllm")
-    code, report = _vllm_check(tiny_model_dir(model_type), "--dtype", dtype)
+@pytest.mark.parametrize("model_type", PASSING)
+def test_vllm_engine_passes(model_type: str, vllm_reports: dict[tuple[str, str], tuple[int, Any]]) -> None:
+    code, report = vllm_reports[model_type, "pass"]
     assert code == 0 and report["ok"], report
-    assert report["dtype"] == dtype
+    assert report["dtype"] == PASSING[model_type]
     statuses = {(r["sample"], r["check"]): r["status"] for r in report["results"]}
     assert statuses[("two-videos", "frame_metadata")] == "PASS"
     assert statuses[("video-clip-2-6s", "grids")] == "PASS"  # the processor rebuilt the engine's grids
@@ -219,14 +244,13 @@ def test_vllm_engine_passes(model_type: str, dtype: str, tiny_model_dir: Callabl
 
 
 @pytest.mark.slow
-def test_an_engine_request_without_fps_fails_with_its_cause(tiny_model_dir: Callable[[str], Path]) -> None:
+def test_an_engine_request_without_fps_fails_with_its_cause(
+    vllm_reports: dict[tuple[str, str], tuple[int, Any]],
+) -> None:
     """Qwen3-VL: vLLM fails on the request; Qwen2.5-VL: it silently assumes another rate, which the
     long and clipped videos' log-probs show."""
-    pytest.importorskip("vllm")
-    code, report = _vllm_check(
-        tiny_model_dir("qwen3_vl"), script=NO_FPS, backend="videorl_models.qwen3_vl:Qwen3VLBackend"
-    )
-    assert code == 1 and not report["ok"]
+    code, report = vllm_reports["qwen3_vl", "no-fps"]
+    assert code == 1 and not report["ok"], report
     failed = {(r["sample"], r["check"]): r for r in report["results"] if r["status"] == "FAIL"}
     meta = failed[("video-30fps-4s", "frame_metadata")]
     assert meta["trainer"] == "fps=30" and meta["engine"] == "missing"
@@ -236,10 +260,8 @@ def test_an_engine_request_without_fps_fails_with_its_cause(tiny_model_dir: Call
     )
     assert not any(sample in ("text", "image") for sample, _ in failed)
 
-    code, report = _vllm_check(
-        tiny_model_dir("qwen2_5_vl"), script=NO_FPS, backend="videorl_models.qwen2_5_vl:Qwen2_5VLBackend"
-    )
-    assert code == 1
+    code, report = vllm_reports["qwen2_5_vl", "no-fps"]
+    assert code == 1, report
     failed = {(r["sample"], r["check"]): r for r in report["results"] if r["status"] == "FAIL"}
     assert ("video-30fps-4s", "frame_metadata") in failed and ("video-30fps-4s", "engine") not in failed
     lp = failed[("video-long-lowres", "logprobs")]
@@ -321,24 +343,22 @@ def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
     assert rows[1]["rollout/logprob_diff/video"] < 1e-5  # the engine got the actor's weights after step 1
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_the_contrib_llava_onevision_backend_passes(engine: str, tmp_path: Path) -> None:
-    """Installed with ``pip --target`` (as tests/test_contrib.py does): videos and text pass, images
-    (not supported by the backend) are n/a, and its 1-D positions are not compared."""
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The contrib LLaVA-OneVision plugin installed with ``pip --target`` (as tests/test_contrib.py does)
+    and a tiny model built by its ``videorl models tiny``: the model and the environment that sees the
+    plugin (shared by both engines' checks)."""
     import shutil
 
-    if engine == "vllm":
-        pytest.importorskip("vllm")
-
+    tmp = tmp_path_factory.mktemp("llava")
     root = Path(__file__).resolve().parents[1]
-    package = tmp_path / "videorl-models-llava-onevision"
+    package = tmp / "videorl-models-llava-onevision"
     shutil.copytree(
         root / "contrib" / package.name,
         package,
         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
     )
-    target = tmp_path / "site"
+    target = tmp / "site"
     subprocess.run(
         [
             sys.executable,
@@ -363,12 +383,26 @@ def test_the_contrib_llava_onevision_backend_passes(engine: str, tmp_path: Path)
         **VLLM_ENV,
     }
     env.pop("VIDEORL_DISABLE_PLUGINS", None)
-    cli = [sys.executable, "-m", "videorl.cli", "models"]
+    model = tmp / "model"
     subprocess.run(
-        [*cli, "tiny", "llava_onevision", str(tmp_path / "model")], check=True, capture_output=True, env=env
+        [sys.executable, "-m", "videorl.cli", "models", "tiny", "llava_onevision", str(model)],
+        check=True,
+        capture_output=True,
+        env=env,
     )
+    return model, env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_the_contrib_llava_onevision_backend_passes(engine: str, llava: tuple[Path, dict[str, str]]) -> None:
+    """Videos and text pass, images (not supported by the backend) are n/a, and its 1-D positions are
+    not compared."""
+    if engine == "vllm":
+        pytest.importorskip("vllm")
+    model, env = llava
     done = subprocess.run(
-        [*cli, "check", str(tmp_path / "model"), "--engine", engine, "--json"],
+        [sys.executable, "-m", "videorl.cli", "models", "check", str(model), "--engine", engine, "--json"],
         capture_output=True,
         text=True,
         timeout=900,
