@@ -1,4 +1,4 @@
-"""``videorl train`` with the vLLM engine (CPU build): two steps, and the engine's log-probs after the
+"""``videorl train`` with the vLLM engine (CPU build): a few steps, and the engine's log-probs after the
 weight refresh agree with the actor's.
 
 Runs ``videorl train`` in a subprocess: vLLM changes process-wide settings (threads, RNG) that must not
@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("vllm")
 
 
-def _train_command(tmp_path: Path, clips: int, steps: int) -> tuple[list[str], dict[str, str]]:
+def _train_command(tmp_path: Path, clips: int, steps: int) -> list[str]:
     """``videorl train`` on ``clips`` demo training clips, two prompts (``rollout.n=4``) per step, with
-    the fp32 vLLM engine in this process; the command and its environment."""
+    the fp32 vLLM engine in this process (run it with the ``vllm_env`` environment)."""
     from videorl import demo
     from videorl.plugins import load_plugins
 
@@ -42,42 +42,37 @@ def _train_command(tmp_path: Path, clips: int, steps: int) -> tuple[list[str], d
         "trainer.progress_bar=false",
         "rollout.engine_options={max_model_len: 1024}",
     ]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    }
-    return [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides], env
+    return [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides]
 
 
 @pytest.mark.slow
-def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(tmp_path: Path) -> None:
+def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(
+    tmp_path: Path, vllm_env: dict[str, str]
+) -> None:
+    """Three steps with the default in-memory refresh. Two training clips, two prompts a step: every
+    step repeats the videos of the step before, which the engine re-encodes after each refresh (vLLM's
+    scheduler once thought their encoder outputs still cached after the workers had dropped them:
+    "Encoder cache miss" in step 2 or 3)."""
     from videorl.config import load_config
     from videorl.plugins import load_plugins
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.compose import build_training
     from videorl.train.metrics import read_metrics
 
-    command, env = _train_command(tmp_path, clips=4, steps=2)
+    command = _train_command(tmp_path, clips=2, steps=3)
     run = tmp_path / "run"
-    command += ["trainer.save_every=1", "trainer.val_every=2"]
+    command += ["trainer.save_every=1", "trainer.keep_last=0", "trainer.val_every=2"]
     shm = Path("/dev/shm")
     weight_dirs = set(shm.glob("videorl-weights-*"))
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=540,
-        env=env,
-    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=vllm_env)
     assert done.returncode == 0, done.stderr[-4000:]
     assert set(shm.glob("videorl-weights-*")) <= weight_dirs  # the refresh directory was removed
 
     rows = read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[0]["rollout/logprob_diff"] < 1e-4  # vLLM fp32 and the actor before any update
-    assert rows[1]["rollout/logprob_diff"] < 1e-4  # ... and after the refresh from the updated actor
+    # ... and after each refresh from the updated actor
+    assert all(r["rollout/logprob_diff"] < 1e-4 for r in rows[1:]), [r["rollout/logprob_diff"] for r in rows]
     assert "val/accuracy/overall" in rows[1]  # greedy validation through vLLM
 
     # The update of step 1 moved the actor's log-probs far more than that: an engine left with the
@@ -90,40 +85,18 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(t
     moved = (before - _offline_answer_logprobs(check)).abs().mean()
     assert moved > 100 * 1e-4, float(moved)
 
-    # vLLM's sleep mode (the engine freeing its memory during the update) needs a GPU: here it is refused,
-    # naming the option, before any engine starts.
-    asleep = [
-        *command,
-        f"output_dir={tmp_path / 'asleep'}",
-        "rollout.engine_options={max_model_len: 1024, enable_sleep_mode: true}",
-    ]
-    done = subprocess.run(
-        asleep,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 1
-    assert (
-        "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device"
-        in done.stderr
-    )
-
 
 @pytest.mark.slow
-@pytest.mark.parametrize("weight_sync", ["memory", "folder"])
-def test_a_video_seen_again_after_the_refresh_is_encoded_with_the_new_weights(
-    tmp_path: Path, weight_sync: str
+def test_a_video_seen_again_after_the_folder_refresh_is_encoded_with_the_new_weights(
+    tmp_path: Path, vllm_env: dict[str, str]
 ) -> None:
-    """Two training clips, two prompts a step: every step repeats the videos of the step before. The
-    engine re-encodes them after each refresh (vLLM's scheduler once thought their encoder outputs
-    still cached after the workers had dropped them: "Encoder cache miss" in step 2 or 3)."""
+    """As the test above, through the model folder (the in-memory refresh is the test above's: one
+    vLLM training job for both its checks and this one's)."""
     from videorl.train.metrics import read_metrics
 
-    command, env = _train_command(tmp_path, clips=2, steps=3)
-    command += [f"rollout.weight_sync={weight_sync}", "trainer.val_every=100"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=env)
+    command = _train_command(tmp_path, clips=2, steps=3)
+    command += ["rollout.weight_sync=folder", "trainer.val_every=100"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=vllm_env)
     assert done.returncode == 0, done.stderr[-4000:]
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -161,54 +134,34 @@ from pathlib import Path
 
 import torch
 
-from videorl.api import PromptInput, backend_for_model, response_logprobs
-from videorl.media import VideoMetadata
+from videorl.api import backend_for_model
 from videorl.plugins import load_plugins
-from videorl.rollout import SamplingParams
 from videorl.rollout.vllm_async import AsyncVLLMEngine
+from vllm_probe import PARAMS, max_logprob_diff, probe_prompts
 
 base_dir, other_dir, out = sys.argv[1:4]
 registry = load_plugins().model_backends
 backend = backend_for_model(base_dir, registry)
-f = backend.factor
-gen = torch.Generator().manual_seed(0)
-frames = torch.randint(0, 256, (4, 3, 2 * f, 2 * f), dtype=torch.uint8, generator=gen)
-meta = VideoMetadata(source_fps=4.0, total_frames=16, duration=4.0, frame_indices=(0, 5, 10, 15),
-                     timestamps=(0.0, 1.25, 2.5, 3.75), source_width=2 * f, source_height=2 * f,
-                     width=2 * f, height=2 * f)
-prompts = [backend.encode(PromptInput("video", "What colour is the square?", videos=[(frames, meta)])),
-           backend.encode(PromptInput("text", "Which direction does the object move?"))]
-forbidden = backend.forbidden_token_ids()
-params = SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=0)
+prompts = probe_prompts(backend, torch.Generator().manual_seed(0))
 
 
 def max_diff(groups, model):
-    diffs = []
-    for enc, group in zip(prompts, groups):
-        responses = [c.token_ids for c in group]
-        inputs = backend.collate([enc] * len(responses), responses)
-        with torch.no_grad():
-            logits = model(**inputs.model_kwargs()).logits
-        ours = response_logprobs(logits, inputs, forbidden=forbidden)
-        diffs += [
-            abs(float(ours[row, j]) - lp) for row, c in enumerate(group) for j, lp in enumerate(c.logprobs)
-        ]
-    return max(diffs), len(diffs)
+    return max_logprob_diff(backend, prompts, groups, model)
 
 
 base = backend.load_model(dtype=torch.float32)
 other = backend_for_model(other_dir, registry).load_model(dtype=torch.float32)
 engine = AsyncVLLMEngine(backend, base_dir, dtype="float32", max_model_len=1024, weight_bucket_mb=1)
 try:
-    before = engine.generate(prompts, params)
+    before = engine.generate(prompts, PARAMS)
     engine.update_weights(other.state_dict())
     memory_left_no_folder = engine._weights.root is None
-    after = engine.generate(prompts, params)
+    after = engine.generate(prompts, PARAMS)
     engine.weight_sync = "folder"  # the same engine, refreshed back the other way
     engine.update_weights(base.state_dict())
     folder = engine._weights.root / "model"
     files = sorted(p.name for p in folder.iterdir())
-    back = engine.generate(prompts, params)
+    back = engine.generate(prompts, PARAMS)
 finally:
     engine.close()
 result = {
@@ -228,14 +181,15 @@ Path(out).write_text(json.dumps(result))
 
 @pytest.mark.slow
 def test_async_engine_update_weights_gives_the_new_weights_logprobs(
-    tmp_path: Path, tiny_model_dir: Any
+    tmp_path: Path, tiny_model_dir: Any, vllm_env: dict[str, str]
 ) -> None:
     from videorl_models.tiny import build_tiny
 
     base = tiny_model_dir("qwen2_5_vl")
     other = build_tiny("qwen2_5_vl", tmp_path / "other", seed=1)  # same architecture, other random weights
     out = tmp_path / "result.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # the async engine runs vLLM in processes of its own
+    env = {k: v for k, v in vllm_env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     done = subprocess.run(
         [sys.executable, "-c", _ASYNC_REFRESH, str(base), str(other), str(out)],
         capture_output=True,
@@ -286,7 +240,7 @@ VLLMEngine(backend, weight_sync="folder")
 out["folder"] = dict(seen)
 errors = []
 for bad in ({"max_num_seq": 4}, {"weight_bucket": 8}, {"worker_extension_cls": "my.Ext"},
-            {"weight_sync": "shm"}, {"weight_bucket_mb": 0}, {"frobnicate": 1}):
+            {"weight_sync": "shm"}, {"weight_bucket_mb": 0}, {"frobnicate": 1}, {"enable_sleep_mode": True}):
     try:
         VLLMEngine(backend, **bad)
         errors.append(None)
@@ -322,7 +276,7 @@ def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_d
     assert options["worker_extension_cls"] == RECEIVER  # the in-memory refresh's worker methods
     assert "worker_extension_cls" not in result["folder"]
 
-    typo, own_typo, conflict, mode, bucket, unknown = result["errors"]
+    typo, own_typo, conflict, mode, bucket, unknown, asleep = result["errors"]
     assert typo.startswith("rollout.engine_options.max_num_seq: vLLM's engine takes no option")
     assert "did you mean max_num_seqs" in typo and "EngineArgs" in typo
     assert "did you mean weight_bucket_mb" in own_typo  # the engine's own options are suggested too
@@ -333,3 +287,8 @@ def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_d
     assert mode == "rollout.weight_sync must be memory or folder, got 'shm'"
     assert bucket == "rollout.weight_bucket_mb must be >= 1, got 0"
     assert "did you mean" not in unknown and "frobnicate" in unknown
+    # vLLM's sleep mode (the engine freeing its memory during the update) needs a GPU: on this CPU
+    # platform it is refused, naming the option, before any engine starts
+    assert asleep.startswith(
+        "rollout.engine_options.enable_sleep_mode: vLLM's sleep mode needs a CUDA, ROCm or XPU device"
+    ), asleep

@@ -31,13 +31,11 @@ import json, sys
 
 import torch
 
-from videorl.api import PromptInput, response_logprobs
 from videorl.backend import backend_for_model, read_model_type
-from videorl.media import VideoMetadata
 from videorl.plugins import load_plugins
-from videorl.rollout import SamplingParams
 from videorl.rollout.vllm import VLLMEngine
 from videorl.train.grpo import Actor, refresh_state
+from vllm_probe import PARAMS, max_logprob_diff, probe_prompts
 
 model_dir, out = sys.argv[1:3]
 if read_model_type(model_dir) == "llava_onevision":
@@ -46,32 +44,8 @@ if read_model_type(model_dir) == "llava_onevision":
     backend = LlavaOnevisionBackend(model_dir)
 else:
     backend = backend_for_model(model_dir, load_plugins().model_backends)
-f = backend.factor
 gen = torch.Generator().manual_seed(0)
-frames = torch.randint(0, 256, (4, 3, 2 * f, 2 * f), dtype=torch.uint8, generator=gen)
-meta = VideoMetadata(source_fps=4.0, total_frames=16, duration=4.0, frame_indices=(0, 5, 10, 15),
-                     timestamps=(0.0, 1.25, 2.5, 3.75), source_width=2 * f, source_height=2 * f,
-                     width=2 * f, height=2 * f)
-prompts = [backend.encode(PromptInput("video", "What colour is the square?", videos=[(frames, meta)])),
-           backend.encode(PromptInput("text", "Which direction does the object move?"))]
-forbidden = backend.forbidden_token_ids()
-params = SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=0)
-
-
-def max_diff(groups, model):
-    diffs = []
-    for enc, group in zip(prompts, groups):
-        responses = [c.token_ids for c in group]
-        inputs = backend.collate([enc] * len(responses), responses)
-        with torch.no_grad():
-            logits = model(**inputs.model_kwargs()).logits
-        ours = response_logprobs(logits, inputs, forbidden=forbidden)
-        diffs += [
-            abs(float(ours[row, j]) - lp) for row, c in enumerate(group) for j, lp in enumerate(c.logprobs)
-        ]
-    return max(diffs)
-
-
+prompts = probe_prompts(backend, gen)
 base = backend.load_model(dtype=torch.float32)
 model = backend.load_model(dtype=torch.float32)
 actor = Actor(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0), backend=backend)
@@ -85,8 +59,11 @@ try:
                 p.add_(0.05 * torch.randn(p.shape, generator=gen))
         engine.weight_sync = sync
         engine.update_weights(refresh_state(actor, engine))
-        groups = engine.generate(prompts, params)
-        result[sync] = {"vs_actor": max_diff(groups, model), "vs_base": max_diff(groups, base)}
+        groups = engine.generate(prompts, PARAMS)
+        result[sync] = {
+            "vs_actor": max_logprob_diff(backend, prompts, groups, model)[0],
+            "vs_base": max_logprob_diff(backend, prompts, groups, base)[0],
+        }
 finally:
     engine.close()
 open(out, "w").write(json.dumps(result))
@@ -105,7 +82,7 @@ def _llava(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen3_vl_moe", "llava_onevision"])
 def test_the_refreshed_vllm_engine_gives_the_actor_s_logprobs(
-    family: str, tmp_path: Path, tiny_model_dir: Callable[[str], Path]
+    family: str, tmp_path: Path, tiny_model_dir: Callable[[str], Path], vllm_env: dict[str, str]
 ) -> None:
     import torch
 
@@ -116,13 +93,7 @@ def test_the_refreshed_vllm_engine_gives_the_actor_s_logprobs(
         pytest.skip("vLLM's CPU MoE experts cannot be refreshed; runs on a CUDA host")
     model = _llava(tmp_path) if family == "llava_onevision" else tiny_model_dir(family)
     out = tmp_path / "result.json"
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(LLAVA_SRC), os.environ.get("PYTHONPATH")])),
-    }
+    env = {**vllm_env, "PYTHONPATH": os.pathsep.join([str(LLAVA_SRC), vllm_env["PYTHONPATH"]])}
     done = subprocess.run(
         [sys.executable, "-c", _REFRESH, str(model), str(out)],
         capture_output=True,
