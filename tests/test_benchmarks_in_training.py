@@ -400,6 +400,15 @@ def test_on_ray_the_rows_are_shared_among_the_workers_hosting_an_engine(
     assert sorted(i for share in ids for i in share) == [f"object_existence/{n}" for n in range(4)]
 
 
+def keep_weights(path: Path | str, plan: dict[str, Any]) -> None:
+    """What the first benchmark worker writes (``Worker.keep_weights``), for a one-tensor model."""
+    import torch
+
+    from videorl.cluster.worker import Worker
+
+    Worker.keep_weights(None, {"w": torch.full((2,), float(plan["version"]))}, str(path), plan)  # type: ignore[arg-type]
+
+
 class BenchmarkWorkers:
     """The benchmark workers of a Ray run without Ray: one worker answering with a scripted engine,
     each pass's rows held until the test opens its step's gate; records what the worker was sent."""
@@ -427,9 +436,8 @@ class BenchmarkWorkers:
         for _, method, args in calls:
             self.sent.append((method, args[0] if method != "generate_benchmark" else step))
             if method == "keep_weights":
-                state, path, version = args
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                Path(path).write_text(f"{state} as version {version}")
+                _, path, plan = args
+                keep_weights(path, plan)
                 out.append(None)
             elif method in ("load_weights", "load_weights_file"):
                 out.append(0.0)
@@ -494,7 +502,12 @@ def test_benchmark_workers_score_beside_training_and_report_each_pass_once(
     assert rows == {2: {}}
     weights = run / "benchmarks" / "step_000002" / "weights.safetensors"
     assert group._job.kept.wait(10)
-    assert weights.read_text() == "weights of step 2 as version 2"  # kept before any row is asked
+    from videorl.cluster.benchmark_group import read_plan
+
+    assert read_plan(weights) == {  # kept before any row is asked, with what is to be done with them
+        "version": 2, "benchmarks": ["mvbench"],
+        "training": {"output_dir": str(run.absolute()), "step": 2, "resumed_from": 0, "continues_from": 0},
+    }  # fmt: skip
     step(3)
     assert 3 not in rows  # nothing arrived, nothing due: the loop does not stop here
     workers.gate(2).set()
@@ -566,16 +579,19 @@ def test_a_resumed_run_finishes_an_interrupted_pass_with_its_kept_weights(
     del results["benchmarks"]["mvbench"]
     (directory / "results.json").write_text(json.dumps(results))
     kept = directory.parent / "weights.safetensors"
-    kept.write_text("weights of step 2")
+    training = results["settings"]["training"]
+    keep_weights(kept, {"version": 2, "benchmarks": ["mvbench"], "training": training})
+    partial = directory.parent / ".weights.safetensors.tmp-123-abc.tmp"  # a write killed midway
+    partial.write_bytes(b"\0" * 8)
     stale = run / "benchmarks" / "step_000003" / "weights.safetensors"  # a step the run trains again
-    stale.parent.mkdir()
-    stale.write_text("weights of step 3")
+    keep_weights(stale, {"version": 3, "benchmarks": ["mvbench"], "training": training})
 
     group, workers, controller = _group(run, model, plugins, backend, spec, start=2)
     assert not group.due(3, 6) and group.due(5, 6)  # running: waited for before the last pass only
     workers.gate(2).set()
     _wait_done(group)
-    assert ("load_weights_file", str(kept)) in workers.sent and not kept.exists() and not stale.exists()
+    assert ("load_weights_file", str(kept)) in workers.sent
+    assert not kept.exists() and not stale.exists() and not partial.exists()
     assert len(workers.engine.asked) == 2  # the two rows not answered before
     assert _records(directory) == done
     controller.step = 3
@@ -592,6 +608,36 @@ def test_a_resumed_run_finishes_an_interrupted_pass_with_its_kept_weights(
     (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "bench/mvbench/step": 2}\n')
     group, workers, _ = _group(run, model, plugins, backend, spec, start=3)
     assert group._queued == [] and group._job is None and workers.engine.asked == []
+    # a row written before passes carried bench/NAME/step reports the pass of its own step
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "bench/mvbench/overall": 0.75}\n')
+    group, workers, _ = _group(run, model, plugins, backend, spec, start=2)
+    assert group._queued == []
+
+
+def test_weights_kept_before_a_pass_began_are_used_for_the_passes_they_were_kept_for(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed between keeping the weights and the first row: no pass directory exists, the kept file's
+    plan says which passes to run (one no longer configured is named and left), recording the
+    weights' own provenance; a damaged file is removed, naming it."""
+    run = tmp_path / "run"
+    spec = f"{{name: mvbench, data_root: {mvbench}, every: 2}}"
+    training = {"output_dir": str(run.absolute()), "step": 2, "resumed_from": 0, "continues_from": 0}
+    kept = run / "benchmarks" / "step_000002" / "weights.safetensors"
+    keep_weights(kept, {"version": 2, "benchmarks": ["mvbench", "videomme"], "training": training})
+    damaged = run / "benchmarks" / "step_000001" / "weights.safetensors"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"not safetensors")
+    with caplog.at_level(logging.WARNING, logger="videorl.cluster.benchmark_group"):
+        group, workers, controller = _group(run, model, plugins, backend, spec, start=2)
+    assert "videomme are no longer in trainer.benchmarks" in caplog.text
+    assert f"{damaged} cannot be read" in caplog.text and not damaged.exists()
+    workers.gate(2).set()
+    _wait_done(group)
+    assert len(workers.engine.asked) == 4 and not kept.exists()
+    assert read_results(pass_dir(run, 2, "mvbench"))["settings"]["training"] == training
+    controller.step = 3
+    assert group(3)["bench/mvbench/step"] == 2
 
 
 def test_videorl_plot_draws_each_benchmarks_overall() -> None:

@@ -491,3 +491,86 @@ def test_workers_load_the_controllers_plugin_modules_from_anywhere(
     assert json.loads(done.stdout) == ["from_file", "from_package"]
     with pytest.raises(ConfigError, match=r"plugin module 'gone\.rewards': /nowhere/gone/rewards\.py, where"):
         load_worker_plugins([["gone.rewards", "/nowhere/gone/rewards.py"]], disable=[], strict=True)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_rollout_workers_are_told_the_samples_their_rank_takes_next(prefetch: bool) -> None:
+    """With ``data.prefetch`` each generate request names the samples the rank's next take returns, so
+    the worker decodes and encodes them in the background; without, it names none."""
+    from types import SimpleNamespace
+
+    from videorl.train.data import TrainData
+
+    media = {"duration": 2.0, "fps": 8.0, "num_frames": 4, "width": 64, "height": 64,
+             "resized_width": 56, "resized_height": 56}  # fmt: skip
+    replies = {
+        "generate": lambda r: {
+            "media": [media] * len(r["ids"]),
+            "completions": [[[[7, 8], [-0.5, -0.25], "stop"]] * 2] * len(r["ids"]),
+            "version": 0,
+            "seconds": {},
+        },
+        "score": lambda r: [[float(i % 2), {}] for i, _ in enumerate(r["items"])],
+    }
+    cluster = FakeCluster(replies)
+    config = load_config(None, [*BASE, "rollout.n=2", f"data.prefetch={str(prefetch).lower()}"])
+    data = TrainData([_sample(i) for i in range(6)], seed=0, shuffle=False)
+    backend = SimpleNamespace(forbidden_token_ids=set, processor=None)
+    controller = Controller(config, cluster, backend, [data], [])  # type: ignore[arg-type]
+    rollout = controller._rollout(0, StageTimer(), 1)
+    rollout(data.take(2), 11, 0)
+    (request,) = [wire.loads(m) for _, method, m in cluster.sent if method == "generate"]
+    assert request["ids"] == ["s0", "s1"]
+    assert request.get("upcoming") == (["s2", "s3"] if prefetch else None)
+    controller.close()
+
+
+def test_a_rollout_worker_prepares_the_upcoming_samples_in_the_background() -> None:
+    """``Worker.generate`` answers its samples, then queues the upcoming ones on its encoder."""
+    from types import SimpleNamespace
+
+    from videorl.cluster.worker import Worker
+
+    queued: list[list[str]] = []
+    prompt = SimpleNamespace(require_encoded=lambda: "encoded", media=None)
+    worker = Worker.__new__(Worker)  # its state as setup leaves it, without a model
+    worker.config = load_config(None, BASE)
+    worker.samples = {"train": {s.id: s for s in (_sample(i) for i in range(4))}}
+    worker._prompt_cache, worker._cache_step = {}, -1
+    worker.encoder = SimpleNamespace(  # type: ignore[assignment]
+        prefetch=lambda samples: queued.append([s.id for s in samples])
+    )
+    worker._prompts = lambda split, ids, step: {sid: prompt for sid in ids}  # type: ignore[method-assign]
+    worker.engine = SimpleNamespace(  # type: ignore[assignment]
+        generate=lambda prompts, params: [[Completion([5], [-0.1], "stop")] for _ in prompts]
+    )
+    worker.weight_version = 3
+    message = {"split": "train", "step": 1, "ids": ["s0", "s1"], "seed": 1, "greedy": False,
+               "upcoming": ["s2", "s3"]}  # fmt: skip
+    reply = wire.loads(worker.generate(wire.dumps(message)))
+    assert len(reply["completions"]) == 2 and reply["version"] == 3
+    assert queued == [["s2", "s3"]]
+
+
+def test_kept_benchmark_weights_round_trip_tied_tensors_and_refuse_another_version(tmp_path: Any) -> None:
+    """A model with tied embeddings publishes two names for one tensor, which safetensors refuses to
+    write as such: each is written, and both come back equal."""
+    from types import SimpleNamespace
+
+    from videorl.cluster.benchmark_group import read_plan
+    from videorl.cluster.worker import Worker
+
+    embedding = torch.arange(12, dtype=torch.bfloat16).reshape(4, 3)
+    state = {"embed_tokens.weight": embedding, "lm_head.weight": embedding, "norm.weight": torch.ones(3)}
+    path = tmp_path / "weights.safetensors"
+    plan = {"version": 5, "benchmarks": ["mvbench"], "training": {"step": 5}}
+    Worker.keep_weights(None, state, str(path), plan)  # type: ignore[arg-type]
+    assert read_plan(path) == plan
+    loaded: dict[str, torch.Tensor] = {}
+    worker = Worker.__new__(Worker)
+    worker.engine = SimpleNamespace(update_weights=loaded.update)  # type: ignore[assignment]
+    worker.load_weights_file(str(path), 5)
+    assert loaded.keys() == state.keys() and worker.weight_version == 5
+    assert all(torch.equal(loaded[k], v) and loaded[k].dtype == v.dtype for k, v in state.items())
+    with pytest.raises(ValueError, match="does not hold the weights of policy version 6"):
+        worker.load_weights_file(str(path), 6)

@@ -25,6 +25,7 @@ the resumed run dropped is logged again.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
+from videorl.cluster.runtime import WorkerFailure
 from videorl.cluster.weights import Published
 from videorl.errors import VideorlError
 from videorl.train.benchmarks import (
@@ -54,14 +56,37 @@ WEIGHTS_FILE = "weights.safetensors"
 
 log = logging.getLogger("videorl.cluster.benchmark_group")
 
-#: one job's work: (step, the benchmarks to score, the weights: published, or kept in a file)
-_Work = tuple[int, list[str], "Published | Path"]
 _Results = list[tuple[str, dict[str, float]]]
 
 
 def weights_path(output_dir: Path | str, step: int) -> Path:
     """Where the weights of the passes at ``step`` are kept while they run."""
     return Path(output_dir) / PASSES_DIR / f"step_{step:06d}" / WEIGHTS_FILE
+
+
+def read_plan(path: Path | str) -> dict[str, Any]:
+    """The plan a kept weights file records (``Worker.keep_weights``): the policy ``version``, the
+    ``benchmarks`` to score and the ``training`` record of the weights; ``{}`` when it has none."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            plan = json.loads((f.metadata() or {}).get("videorl_benchmark_plan", "{}"))
+    except Exception as exc:  # a damaged file: its passes cannot be finished
+        log.warning("%s cannot be read (%s): its benchmark passes cannot be finished", path, exc)
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
+@dataclass
+class _Work:
+    """One step of a job: its benchmarks, the weights (published, or kept in a file by an earlier
+    run) and, for kept ones, the record of them (:meth:`BenchmarkPasses.policy`)."""
+
+    step: int
+    names: list[str]
+    source: Published | Path
+    training: dict[str, Any] | None = None
 
 
 @dataclass
@@ -97,13 +122,15 @@ class BenchmarkGroup:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videorl-benchmarks")
         self._job: _Job | None = None
         self._closed = False
+        self._workers_lost = False  # a benchmark worker died: no further pass can run
         self._running_step = 0
         self._queued: _Results = []  # results waiting for a row without that benchmark's metrics
         self._tails = {b.spec.name: self._tail_start(b.spec.name) for b in passes.benchmarks}
         self._recover()
 
     def close(self) -> None:
-        """Stop waiting for a job in flight (its weights stay on disk: a resumed run finishes it)."""
+        """Let a job in flight end with the workers, without scoring more (its weights stay on disk: a
+        resumed run finishes its passes)."""
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -127,8 +154,14 @@ class BenchmarkGroup:
         job = self._job
         if job is not None and (names or job.future.done() or self._drains(job, step)):
             self._collect()
-        if names:
-            self._start([(step, names, self.controller.current_weights())])
+        if names and self._workers_lost:
+            log.error(
+                "step %d: benchmark pass(es) %s skipped: a benchmark worker died earlier in this run "
+                "(continue it with --resume auto from a checkpoint to have the group again)",
+                step, ", ".join(names),
+            )  # fmt: skip
+        elif names:
+            self._start([_Work(step, names, self.controller.current_weights())])
             if any(step >= self._tails[name] for name in names):
                 self._collect()
         if self._job is not None and self._save_waits(self._job, step):
@@ -145,43 +178,60 @@ class BenchmarkGroup:
     # --- jobs -------------------------------------------------------------------------------------
 
     def _start(self, work: list[_Work]) -> None:
-        kept, plan = threading.Event(), [(step, names) for step, names, _ in work]
+        kept, plan = threading.Event(), [(item.step, item.names) for item in work]
         self._job = _Job(plan, self._pool.submit(self._run, list(work), kept), kept)
 
     def _run(self, work: list[_Work], kept: threading.Event) -> _Results:
         """On the group's thread: load each item's weights into every benchmark worker (the first one
-        keeps published ones on disk first), score its benchmarks, then drop the kept file."""
+        keeps published ones on disk first, with the plan), score its benchmarks, then drop the kept
+        file; a file is left for ``--resume`` when the run stops or a worker dies under its passes."""
         workers, results = self.cluster.benchmarkers, []
         try:
             while work:
-                step, names, source = work.pop(0)  # so that nothing here holds a version once loaded
-                self._running_step, recovered = step, isinstance(source, Path)
+                item = work.pop(0)  # so that nothing here holds a published version once loaded
+                step, names, source = item.step, item.names, item.source
+                self._running_step = step
                 path = weights_path(self.output_dir, step)
                 calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]
-                if isinstance(source, Published):
-                    calls = [(workers[0], "keep_weights", (source.handle, str(path), step))]
+                kept_by_earlier_run: dict[str, Any] | None = None
+                if isinstance(source, Published):  # this run's weights after step
+                    plan = {"version": step, "benchmarks": names, "training": self.passes.policy(step)}
+                    calls = [(workers[0], "keep_weights", (source.handle, str(path), plan))]
                     calls += [(w, "load_weights", (source.handle, step)) for w in workers]
                 else:
+                    kept_by_earlier_run = item.training or self.passes.policy(step)
                     calls = [(w, "load_weights_file", (str(source), step)) for w in workers]
-                self.cluster.call("benchmark weights", step, calls)
+                self._call("benchmark weights", step, calls)
                 kept.set()
-                del source, calls  # the object store frees the version once the workers hold it
+                del source, calls, item  # the object store frees the version once the workers hold it
                 for name in names:
+                    if self._closed or self._workers_lost:
+                        break
                     started = time.perf_counter()
-                    got = self.passes.run_each(step, self._runner, [name], same_weights=recovered)
+                    got = self.passes.run_each(step, self._runner, [name], training=kept_by_earlier_run)
                     seconds = time.perf_counter() - started
                     results += [(n, {**m, f"bench/{n}/seconds": seconds}) for n, m in got.items()]
-                if self._closed:  # the run stopped under the pass (its workers ended): keep the weights
-                    break
+                if self._closed or self._workers_lost:
+                    break  # the kept weights stay: a resumed run finishes these passes
                 path.unlink(missing_ok=True)
         finally:
             kept.set()
         return results
 
+    def _call(
+        self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        """``Cluster.call``, noting a benchmark worker's death (the group cannot run passes after it)."""
+        try:
+            return self.cluster.call(stage, step, calls)
+        except WorkerFailure as exc:
+            self._workers_lost = self._workers_lost or exc.died
+            raise
+
     def _ask(self, stage: str, requests: list[dict[str, Any]]) -> list[Any]:
         workers = self.cluster.benchmarkers
         calls = [(w, "generate_benchmark", (wire.dumps(r),)) for w, r in zip(workers, requests)]
-        return [wire.loads(reply) for reply in self.cluster.call(stage, self._running_step, calls)]
+        return [wire.loads(reply) for reply in self._call(stage, self._running_step, calls)]
 
     def _collect(self) -> None:
         """Wait for the job in flight; queue its results (a failure is logged, or raised when strict)."""
@@ -192,10 +242,12 @@ class BenchmarkGroup:
         except Exception as exc:
             steps = ", ".join(str(step) for step, _ in job.work)
             reason = str(exc) if isinstance(exc, VideorlError) else f"{type(exc).__name__}: {exc}"
-            message = f"benchmark pass of step {steps} failed on the benchmark workers: {reason}"
             if self.passes.strict:
-                raise VideorlError(f"{message} (trainer.benchmarks_strict stops the run)") from exc
-            log.error("%s; training goes on", message)
+                if isinstance(exc, VideorlError):
+                    raise  # a pass's own error, or a worker's failure, named
+                stops = "trainer.benchmarks_strict stops the run"
+                raise VideorlError(f"benchmark pass of step {steps} failed: {reason} ({stops})") from exc
+            log.error("benchmark pass of step %s failed: %s; training goes on", steps, reason)
 
     def _report(self) -> dict[str, float]:
         """The queued results for this row, oldest first, at most one per benchmark."""
@@ -220,7 +272,7 @@ class BenchmarkGroup:
 
     def _drains(self, job: _Job, step: int) -> bool:
         """Whether the job must be done by ``step``: the step before a tail of one of its benchmarks."""
-        return any(step == self._tails[name] - 1 for name in job.names if name in self._tails)
+        return any(step == self._tails[name] - 1 for name in job.names)
 
     def _save_waits(self, job: _Job, step: int) -> bool:
         return not job.kept.is_set() and periodic_due(step, self.save_every, self.last, at_last=True)
@@ -229,7 +281,9 @@ class BenchmarkGroup:
 
     def _recover(self) -> None:
         """Queue the finished passes up to the resumed step whose metrics the kept rows lack, start the
-        unfinished ones whose weights were kept, and remove kept weights nothing needs."""
+        unfinished ones whose weights were kept, and remove kept weights nothing needs (and the
+        partial files of a write that was killed)."""
+        from videorl.atomic import is_temp
         from videorl.train.metrics import METRICS_FILE, read_metrics
 
         root = self.output_dir / PASSES_DIR
@@ -238,41 +292,71 @@ class BenchmarkGroup:
         metrics_file = self.output_dir / METRICS_FILE
         rows = read_metrics(metrics_file) if metrics_file.is_file() else []
         configured = [b.spec.name for b in self.passes.benchmarks]
-        reported = {
-            (name, int(row[f"bench/{name}/step"]))
-            for row in rows
-            for name in configured
-            if isinstance(row.get(f"bench/{name}/step"), (int, float))
-        }
+        reported = set()
+        for row in rows:  # a row without bench/NAME/step (an older run's) reports its own step's pass
+            for name in configured:
+                scored = row.get(
+                    f"bench/{name}/step", row["step"] if f"bench/{name}/overall" in row else None
+                )
+                if isinstance(scored, (int, float)):
+                    reported.add((name, int(scored)))
         work: list[_Work] = []
         for step_dir in sorted(root.glob("step_*")):
             try:
                 step = int(step_dir.name.removeprefix("step_"))
             except ValueError:
                 continue
+            for partial in step_dir.iterdir():
+                if is_temp(partial) and partial.name.startswith(f".{WEIGHTS_FILE}"):
+                    partial.unlink(missing_ok=True)
             weights = step_dir / WEIGHTS_FILE
             if step > self.start:  # this run trains the step again: its passes start anew
                 weights.unlink(missing_ok=True)
                 continue
-            unfinished = []
             for name in configured:
                 summary = self.passes.recorded(step, name)
-                if summary is not None:
-                    if (name, step) not in reported:
-                        self._queued.append((name, summary_metrics(name, summary, step)))
-                elif (directory := self.passes.directory(step, name)) is not None and directory.exists():
-                    unfinished.append(name)
-            if unfinished and weights.is_file():
-                work.append((step, unfinished, weights))
-            elif unfinished:
+                if summary is not None and (name, step) not in reported:
+                    self._queued.append((name, summary_metrics(name, summary, step)))
+            if weights.is_file():
+                item = self._kept(step, weights, configured)
+                if item is not None:
+                    work.append(item)
+                else:
+                    weights.unlink()
+            unfinished = [
+                name
+                for name in configured
+                if self.passes.recorded(step, name) is None
+                and (directory := self.passes.directory(step, name)) is not None
+                and directory.exists()
+                and not any(step == w.step and name in w.names for w in work)
+            ]
+            if unfinished:
                 log.warning(
                     "benchmark pass(es) %s of step %d were interrupted before their weights were kept: "
                     "they stay unfinished in %s (videorl eval run on a checkpoint of that step scores them)",
                     ", ".join(unfinished), step, step_dir,
                 )  # fmt: skip
-            else:
-                weights.unlink(missing_ok=True)
-        if work:
+        if work and self.start >= self.last:
+            log.warning("the run is complete: the kept benchmark weights in %s are not used", root)
+        elif work:
             log.info("finishing the benchmark passes of step(s) %s interrupted by the last run",
-                     ", ".join(str(step) for step, _, _ in work))  # fmt: skip
+                     ", ".join(str(w.step) for w in work))  # fmt: skip
             self._start(work)
+
+    def _kept(self, step: int, weights: Path, configured: list[str]) -> _Work | None:
+        """The passes of ``step`` an earlier run kept ``weights`` for and did not finish; None when
+        there are none left (or the file is not the weights of that step)."""
+        plan = read_plan(weights)
+        if plan.get("version") != step or not isinstance(plan.get("benchmarks"), list):
+            log.warning("%s is not the weights of step %d's benchmark passes: removed", weights, step)
+            return None
+        gone = [n for n in plan["benchmarks"] if n not in configured]
+        if gone:
+            log.warning(
+                "step %d: benchmark(s) %s are no longer in trainer.benchmarks: their passes are not finished",
+                step, ", ".join(map(str, gone)),
+            )  # fmt: skip
+        names = [n for n in plan["benchmarks"] if n in configured and self.passes.recorded(step, n) is None]
+        training = plan.get("training") if isinstance(plan.get("training"), dict) else None
+        return _Work(step, names, weights, training) if names else None

@@ -133,23 +133,26 @@ class Controller:
         seed: int | None,
         timer: StageTimer,
         step: int | None = None,
+        upcoming: Sequence[Sample] = (),
     ) -> tuple[list[Any], list[list[Any]], int]:
         """Rank ``rank``'s rollout worker generates for ``samples`` of ``split`` (greedy without a
         ``seed``) for ``step`` (default the current one): their prompts (sample and media metadata;
-        encoded on the worker), completions, and the weight version that generated them."""
+        encoded on the worker), completions, and the weight version that generated them. The worker
+        then prepares ``upcoming`` (training samples taken next, ``data.prefetch``) in the background."""
         from videorl.train.data import Prompt
 
         step = self.step if step is None else step
         worker = self.cluster.rollouts[rank % len(self.cluster.rollouts)]
-        message = wire.dumps(
-            {
-                "split": split,
-                "step": step,
-                "ids": [s.id for s in samples],
-                "seed": seed,
-                "greedy": seed is None,
-            }
-        )
+        request = {
+            "split": split,
+            "step": step,
+            "ids": [s.id for s in samples],
+            "seed": seed,
+            "greedy": seed is None,
+        }
+        if upcoming:
+            request["upcoming"] = [s.id for s in upcoming]
+        message = wire.dumps(request)
         reply = wire.loads(self._call("rollout", [(worker, "generate", message)], step)[0])
         _add_seconds(timer, reply["seconds"])
         prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
@@ -165,9 +168,14 @@ class Controller:
         from videorl.train.grpo import add_baselines, finish_groups, wants_greedy_baseline
 
         baselines = wants_greedy_baseline(self.config)
+        data = self.data[rank]
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
-            prompts, outputs, version = self._generate(rank, "train", samples, seed, timer, step)
+            # the samples the rank takes next: the worker prepares them while this step goes on
+            upcoming = data.upcoming(len(samples)) if self.config.data.prefetch else []
+            prompts, outputs, version = self._generate(
+                rank, "train", samples, seed, timer, step, upcoming=upcoming
+            )
             scorer = self.scorer("train", step)
             groups, metrics = finish_groups(
                 self.config, prompts, outputs, scorer, self.backend, first_group=first_group, timer=timer

@@ -338,8 +338,12 @@ class Cluster:
         devices = {
             "gpus": gpus,
             "rollout_gpus": rollout_gpus,
-            "benchmark_gpus": (
-                r.benchmark_gpus_per_worker if r.benchmark_gpus_per_worker is not None else rollout_gpus
+            "benchmark_gpus": (  # an engine each: as a split rollout worker's, or a whole TP group's
+                r.benchmark_gpus_per_worker
+                if r.benchmark_gpus_per_worker is not None
+                else r.rollout_gpus_per_worker
+                if r.rollout_gpus_per_worker is not None
+                else gpus * int(self.config.rollout.engine_options.get("tensor_parallel_size", 1))
             ),
             "none": 0.0,
         }

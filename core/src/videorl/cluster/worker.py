@@ -201,9 +201,10 @@ class Worker:
     # --- roles -------------------------------------------------------------------------------------
 
     def generate(self, message: bytes) -> bytes:
-        """``{split, step, ids, seed, greedy}`` -> per sample its media metadata and completions, the
-        weight ``version`` that generated them, and the seconds spent encoding (``data``) and
-        generating (``rollout``)."""
+        """``{split, step, ids, seed, greedy[, upcoming]}`` -> per sample its media metadata and
+        completions, the weight ``version`` that generated them, and the seconds spent encoding
+        (``data``) and generating (``rollout``). The ``upcoming`` training samples are then prepared in
+        the background (``data.prefetch``), for the next step's calls."""
         from videorl.train.grpo import sampling_params, validation_params
 
         assert self.engine is not None, "generate() on a worker without the rollout role"
@@ -218,6 +219,9 @@ class Worker:
         )
         ordered = [prompts[sid] for sid in request["ids"]]
         outputs = self.engine.generate([p.require_encoded() for p in ordered], params)
+        if request.get("upcoming") and self.encoder is not None:
+            # decoded and encoded in the encoder's thread while the step scores and updates
+            self.encoder.prefetch([self._sample("train", sid) for sid in request["upcoming"]])
         return wire.dumps(
             {
                 "media": [wire.media_out(p.media) for p in ordered],
@@ -331,29 +335,38 @@ class Worker:
         self.weight_version = version
         return time.perf_counter() - start
 
-    def keep_weights(self, state: dict[str, torch.Tensor], path: str, version: int) -> None:
-        """Write published weights of policy ``version`` to ``path`` (safetensors, atomically), so
-        that a run resumed while a benchmark pass scored them can finish it
+    def keep_weights(self, state: dict[str, torch.Tensor], path: str, plan: dict[str, Any]) -> None:
+        """Write published weights to ``path`` (safetensors, atomically) with ``plan`` (the policy
+        ``version``, the ``benchmarks`` to score, the ``training`` record of those weights) in its
+        metadata, so that a run resumed while benchmark passes scored them can finish them
         (:mod:`videorl.cluster.benchmark_group`)."""
+        import json
+
         from safetensors.torch import save_file
 
         from videorl.atomic import atomic_write
 
-        tensors = {name: t.contiguous() for name, t in state.items()}
-        metadata = {"format": "pt", "videorl_policy_version": str(version)}
+        seen: set[int] = set()
+        tensors = {}
+        for name, t in state.items():  # tied weights share memory, which safetensors refuses
+            storage = t.untyped_storage().data_ptr()
+            tensors[name] = t.clone() if storage in seen else t.contiguous()
+            seen.add(storage)
+        metadata = {"format": "pt", "videorl_benchmark_plan": json.dumps(plan)}
         atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
     def load_weights_file(self, path: str, version: int) -> float:
         """Refresh the engine with weights :meth:`keep_weights` wrote for policy ``version``; the
         seconds it took. A file of another version is refused."""
         from safetensors import safe_open
-        from safetensors.torch import load_file
 
+        from videorl.cluster.benchmark_group import read_plan
+
+        if read_plan(path).get("version") != version:
+            raise ValueError(f"{path} does not hold the weights of policy version {version}")
         with safe_open(path, framework="pt") as f:
-            recorded = (f.metadata() or {}).get("videorl_policy_version")
-        if recorded != str(version):
-            raise ValueError(f"{path} holds the weights of policy version {recorded}, not {version}")
-        return self.load_weights(load_file(path), version)
+            state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - not a dict
+        return self.load_weights(state, version)
 
     # --- checkpoints -------------------------------------------------------------------------------
 

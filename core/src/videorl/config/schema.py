@@ -572,7 +572,9 @@ class RayConfig:
         "answer the passes between two steps (docs/training.md, Benchmarks during training).",
     )
     benchmark_gpus_per_worker: float | None = option(
-        None, "GPUs of each benchmark worker; null: as a rollout worker of placement split."
+        None,
+        "GPUs of each benchmark worker (its engine's tensor_parallel_size); null: rollout_gpus_per_worker if "
+        "set, else gpus_per_worker times the engine's tensor_parallel_size.",
     )
     cpus_per_worker: float = option(1.0, "CPUs reserved for each worker in its placement-group bundle.")
     address: str | None = option(

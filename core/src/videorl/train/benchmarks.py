@@ -226,17 +226,23 @@ class BenchmarkPasses:
         return metrics
 
     def run_each(
-        self, step: int, runner: RowRunner, names: Sequence[str] | None = None, *, same_weights: bool = False
+        self,
+        step: int,
+        runner: RowRunner,
+        names: Sequence[str] | None = None,
+        *,
+        training: Mapping[str, Any] | None = None,
     ) -> dict[str, dict[str, float]]:
         """The passes of ``names`` (default: those due) at ``step``: each benchmark's ``bench/*``
-        metrics, by name (none for one that was skipped or failed). ``same_weights``: the weights are
-        those the recorded pass scored (kept with it, :mod:`videorl.cluster.benchmark_group`), so a
-        pass an earlier run began is finished whatever checkpoint this run resumed from."""
+        metrics, by name (none for one that was skipped or failed). ``training``: the record
+        (:meth:`policy`) of the weights being scored when they are not this run's at ``step`` (weights
+        an earlier run kept for its passes, :mod:`videorl.cluster.benchmark_group`): the passes it
+        began are then finished whatever checkpoint this run resumed from."""
         wanted = set(self.due(step, self.config.trainer.max_steps) if names is None else names)
         out: dict[str, dict[str, float]] = {}
         for bench in self.benchmarks:
             if bench.spec.name in wanted:
-                metrics = self._pass(step, bench, runner, same_weights)
+                metrics = self._pass(step, bench, runner, training)
                 if metrics:
                     out[bench.spec.name] = metrics
         return out
@@ -260,7 +266,9 @@ class BenchmarkPasses:
         """These passes as the loop's periodic evaluation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
         return BenchmarkEvaluation(self, runner)
 
-    def _pass(self, step: int, bench: _Benchmark, runner: RowRunner, same_weights: bool) -> dict[str, float]:
+    def _pass(
+        self, step: int, bench: _Benchmark, runner: RowRunner, training: Mapping[str, Any] | None
+    ) -> dict[str, float]:
         name = bench.spec.name
         if bench.task is None:
             self._load(bench)  # a data root mounted meanwhile, a file fixed
@@ -268,13 +276,13 @@ class BenchmarkPasses:
             log.error("step %d: benchmark %s skipped: %s", step, name, bench.error)
             return {}
         run_dir = pass_dir(self.config.output_dir, step, bench.task.name)
-        if not same_weights:
+        if training is None:
             self._set_aside_other_weights(step, run_dir)
         done = self._finished(run_dir, bench.task, sampling_of(bench.spec))
         if done is not None:
             return summary_metrics(name, done, step)
         try:
-            summary = self._evaluate(step, bench.task, bench.spec, run_dir, runner, same_weights)
+            summary = self._evaluate(step, bench.task, bench.spec, run_dir, runner, training)
         except Exception as exc:
             if self.strict:
                 raise VideorlError(
@@ -363,9 +371,9 @@ class BenchmarkPasses:
         spec: BenchmarkConfig,
         run_dir: Path,
         runner: RowRunner,
-        same_weights: bool,
+        training: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        from videorl.eval.results import RESULTS_FILE, begin_run, read_results, run_settings
+        from videorl.eval.results import begin_run, run_settings
 
         inputs, sampling = self.inputs(spec), sampling_of(spec)
         c = self.config
@@ -375,9 +383,7 @@ class BenchmarkPasses:
                     "options": dict(c.rollout.engine_options)},
             requirements=self.requirements, tasks=[task], limit=spec.limit,
         )  # fmt: skip
-        recorded = read_results(run_dir)["settings"] if (run_dir / RESULTS_FILE).is_file() else {}
-        # the weights of the pass an earlier run began, when they are the ones scored now
-        settings["training"] = recorded.get("training") if same_weights and recorded else self.policy(step)
+        settings["training"] = dict(training) if training is not None else self.policy(step)
         begin_run(run_dir, settings)  # a pass resumed with other settings is refused, naming them
         return runner(task, inputs, run_dir, sampling).summary
 
