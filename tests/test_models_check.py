@@ -205,29 +205,84 @@ NO_FPS = {  # Qwen3-VL: vLLM fails on the request; Qwen2.5-VL: it silently assum
 
 
 @pytest.fixture(scope="module")
+def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The contrib LLaVA-OneVision plugin installed with ``pip --target`` (as tests/test_contrib.py does)
+    and a tiny model built by its ``videorl models tiny``: the model and the environment that sees the
+    plugin (shared by both engines' checks)."""
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("llava")
+    root = Path(__file__).resolve().parents[1]
+    package = tmp / "videorl-models-llava-onevision"
+    shutil.copytree(
+        root / "contrib" / package.name,
+        package,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    target = tmp / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(package),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **VLLM_ENV,
+    }
+    env.pop("VIDEORL_DISABLE_PLUGINS", None)
+    model = tmp / "model"
+    subprocess.run(
+        [sys.executable, "-m", "videorl.cli", "models", "tiny", "llava_onevision", str(model)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    return model, env
+
+
+@pytest.fixture(scope="module")
 def vllm_reports(
-    tiny_model_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+    tiny_model_dir: Callable[[str], Path],
+    llava: tuple[Path, dict[str, str]],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
     """``(model_type, "pass" | "no-fps")``: the exit code and JSON report of ``videorl models check
-    --engine vllm`` on that tiny model, every check of this file run in one subprocess (vLLM changes
-    process-wide settings that must not leak into pytest)."""
+    --engine vllm`` on that tiny model (``llava_onevision``: the contrib plugin's), every check of this
+    file run in one subprocess with the plugin installed (vLLM changes process-wide settings that must
+    not leak into pytest). The passing checks come first: a failed request cannot leak into them."""
     pytest.importorskip("vllm")
-    keys = [*((m, "pass") for m in PASSING), *((m, "no-fps") for m in NO_FPS)]
-    jobs = [
-        {"model": str(tiny_model_dir(m)), "args": ["--dtype", PASSING[m]], "no_fps": ""} for m in PASSING
-    ] + [{"model": str(tiny_model_dir(m)), "args": [], "no_fps": spec} for m, spec in NO_FPS.items()]
+    llava_model, env = llava
+    jobs = {
+        **{(m, "pass"): (tiny_model_dir(m), ["--dtype", dtype], "") for m, dtype in PASSING.items()},
+        ("llava_onevision", "pass"): (llava_model, [], ""),
+        **{(m, "no-fps"): (tiny_model_dir(m), [], spec) for m, spec in NO_FPS.items()},
+    }
     out = tmp_path_factory.mktemp("vllm-checks") / "reports.json"
+    listed = [{"model": str(model), "args": args, "no_fps": spec} for model, args, spec in jobs.values()]
     done = subprocess.run(
-        [sys.executable, "-c", _CHECKS, json.dumps(jobs), str(out)],
+        [sys.executable, "-c", _CHECKS, json.dumps(listed), str(out)],
         capture_output=True,
         text=True,
         timeout=1200,
-        env={**os.environ, **VLLM_ENV},
+        env=env,
     )
     assert done.returncode == 0 and out.exists(), done.stdout[-2000:] + done.stderr[-4000:]
     results = json.loads(out.read_text())
-    assert len(results) == len(keys)
-    return {key: (code, report) for key, (code, report) in zip(keys, results, strict=True)}
+    return {key: (code, report) for key, (code, report) in zip(jobs, results, strict=True)}
 
 
 @pytest.mark.slow
@@ -267,6 +322,33 @@ def test_an_engine_request_without_fps_fails_with_its_cause(
     lp = failed[("video-long-lowres", "logprobs")]
     assert lp["cause"].startswith("follows from the frame_metadata failure: fps missing on the engine side")
     assert not any(sample in ("text", "image", "mixed-batch") for sample, _ in failed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_the_contrib_llava_onevision_backend_passes(
+    engine: str, llava: tuple[Path, dict[str, str]], request: pytest.FixtureRequest
+) -> None:
+    """Videos and text pass, images (not supported by the backend) are n/a, and its 1-D positions are
+    not compared."""
+    if engine == "vllm":
+        code, report = request.getfixturevalue("vllm_reports")["llava_onevision", "pass"]
+        assert code == 0 and report["ok"], report
+    else:
+        model, env = llava
+        done = subprocess.run(
+            [sys.executable, "-m", "videorl.cli", "models", "check", str(model), "--engine", "hf", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
+        report = json.loads(done.stdout)
+        assert done.returncode == 0 and report["ok"], done.stdout + done.stderr[-3000:]
+    statuses = {(r["sample"], r["check"]): r["status"] for r in report["results"]}
+    assert statuses[("image", "encode")] == "n/a"
+    assert statuses[("two-videos", "logprobs")] == "PASS" and statuses[("text", "greedy")] == "PASS"
+    assert statuses[("video-30fps-4s", "positions")] == "n/a"
 
 
 # --- the training run's first-step check --------------------------------------------------------------
@@ -341,79 +423,6 @@ def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
     )
     assert "parity/logprob_diff/video" not in rows[1]  # checked on the first step only
     assert rows[1]["rollout/logprob_diff/video"] < 1e-5  # the engine got the actor's weights after step 1
-
-
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """The contrib LLaVA-OneVision plugin installed with ``pip --target`` (as tests/test_contrib.py does)
-    and a tiny model built by its ``videorl models tiny``: the model and the environment that sees the
-    plugin (shared by both engines' checks)."""
-    import shutil
-
-    tmp = tmp_path_factory.mktemp("llava")
-    root = Path(__file__).resolve().parents[1]
-    package = tmp / "videorl-models-llava-onevision"
-    shutil.copytree(
-        root / "contrib" / package.name,
-        package,
-        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
-    )
-    target = tmp / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--disable-pip-version-check",
-            "--target",
-            str(target),
-            str(package),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        **VLLM_ENV,
-    }
-    env.pop("VIDEORL_DISABLE_PLUGINS", None)
-    model = tmp / "model"
-    subprocess.run(
-        [sys.executable, "-m", "videorl.cli", "models", "tiny", "llava_onevision", str(model)],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
-    return model, env
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_the_contrib_llava_onevision_backend_passes(engine: str, llava: tuple[Path, dict[str, str]]) -> None:
-    """Videos and text pass, images (not supported by the backend) are n/a, and its 1-D positions are
-    not compared."""
-    if engine == "vllm":
-        pytest.importorskip("vllm")
-    model, env = llava
-    done = subprocess.run(
-        [sys.executable, "-m", "videorl.cli", "models", "check", str(model), "--engine", engine, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    report = json.loads(done.stdout)
-    assert done.returncode == 0 and report["ok"], done.stdout + done.stderr[-3000:]
-    statuses = {(r["sample"], r["check"]): r["status"] for r in report["results"]}
-    assert statuses[("image", "encode")] == "n/a"
-    assert statuses[("two-videos", "logprobs")] == "PASS" and statuses[("text", "greedy")] == "PASS"
-    assert statuses[("video-30fps-4s", "positions")] == "n/a"
 
 
 def test_the_config_s_budget_dtype_and_engine_are_used(
