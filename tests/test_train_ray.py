@@ -65,26 +65,55 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def _train(
+    task: tuple[Path, list[str]],
+    run: Path,
+    *extra: str,
+    torchrun: bool = False,
+    home: Path | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """``videorl train`` of the task into ``run``, with ``extra`` overrides and flags (``--ray ...``), or
+    under torchrun with two processes; ``check``: it must succeed."""
+    out, overrides = task
+    launch = [*TORCHRUN, "-m", "videorl.cli"] if torchrun else ["-m", "videorl.cli"]
+    done = _run(
+        [*launch, "train", str(out / "empty.yaml"), *overrides, f"output_dir={run}", *extra], home=home
+    )
+    assert not check or done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def _assert_same_metrics(run: Path, reference: Path) -> list[dict[str, Any]]:
+    """Both runs logged steps 1 and 2 with the same :data:`COMPARED` metrics; ``run``'s rows."""
+    ours, theirs = _metrics(run), _metrics(reference)
+    assert [m["step"] for m in ours] == [1, 2] == [m["step"] for m in theirs]
+    for mine, ref in zip(ours, theirs):
+        for key in COMPARED:
+            assert (key in mine) == (key in ref), key
+            if key in ref:
+                assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
+    return ours
+
+
+def _assert_same_weights(run: Path, reference: Path, step: int, rtol: float, atol: float) -> None:
+    """The two runs' checkpoints of ``step`` hold the same weights (``rtol=atol=0``: bit for bit)."""
+    import torch
+
+    name = f"checkpoints/step_{step:06d}"
+    final, expected = _model_state(run / name), _model_state(reference / name)
+    assert final.keys() == expected.keys()
+    for key, tensor in expected.items():
+        torch.testing.assert_close(final[key], tensor, rtol=rtol, atol=atol, msg=key)
+
+
 @pytest.fixture(scope="module")
 def torchrun_run(task: tuple[Path, list[str]]) -> Path:
-    out, overrides = task
-    run = out / "torchrun"
-    done = _run(
-        [
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "videorl.cli",
-            "train",
-            str(out / "empty.yaml"),
-            *overrides,
-            f"output_dir={run}",
-        ]
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    run = task[0] / "torchrun"
+    _train(task, run, torchrun=True)
     return run
 
 
@@ -101,7 +130,7 @@ def test_join_a_cluster_started_with_ray_start(
     cluster behind, which the local runs after it must not join.)"""
     import socket
 
-    out, overrides = task
+    out = task[0]
     assert not (Path.home() / ".ray").exists()  # nothing left over from earlier runs
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,18 +163,7 @@ def test_join_a_cluster_started_with_ray_start(
             2 if with_token else 1
         ):  # the second run needs the CPUs the first one's placement groups held
             run = out / f"ray-joined-{with_token}-{attempt}"
-            done = _run(
-                [
-                    "-m",
-                    "videorl.cli",
-                    "train",
-                    str(out / "empty.yaml"),
-                    *overrides,
-                    f"output_dir={run}",
-                    *join,
-                ]
-            )
-            assert done.returncode == 0, done.stderr[-4000:]
+            done = _train(task, run, *join)
             assert ("without a token" in done.stderr) == (not with_token)
             assert [m["actor/loss"] for m in _metrics(run)] == pytest.approx(
                 [m["actor/loss"] for m in _metrics(torchrun_run)], rel=1e-5
@@ -153,18 +171,7 @@ def test_join_a_cluster_started_with_ray_start(
         if with_token:
             stranger = tmp_path / "home-without-the-token"
             stranger.mkdir()
-            done = _run(
-                [
-                    "-m",
-                    "videorl.cli",
-                    "train",
-                    str(out / "empty.yaml"),
-                    *overrides,
-                    f"output_dir={out / 'ray-refused'}",
-                    *join,
-                ],
-                home=stranger,
-            )
+            done = _train(task, out / "ray-refused", *join, home=stranger, check=False)
             assert done.returncode != 0
             assert f"cannot join the Ray cluster at 127.0.0.1:{port}" in done.stderr, done.stderr[-4000:]
             assert (
@@ -214,44 +221,17 @@ def test_ray_run_equals_torchrun_run(
     extra: list[str],
     roles: dict[str, list[str]],
 ) -> None:
-    import torch
-
-    out, overrides = task
-    run = out / f"ray-{placement}"
-    done = _run(
-        [
-            "-m",
-            "videorl.cli",
-            "train",
-            str(out / "empty.yaml"),
-            *overrides,
-            f"output_dir={run}",
-            "--ray",
-            "ray.actor_workers=2",
-            f"ray.placement={placement}",
-            *extra,
-        ]
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    run = task[0] / f"ray-{placement}"
+    _train(task, run, "--ray", "ray.actor_workers=2", f"ray.placement={placement}", *extra)
 
     workers = json.loads((run / "ray-workers.json").read_text())
     assert {w["name"]: w["roles"] for w in workers} == roles
     assert len({w["pid"] for w in workers}) == len(workers) and os.getpid() not in {w["pid"] for w in workers}
 
-    ours, theirs = _metrics(run), _metrics(torchrun_run)
-    assert [m["step"] for m in ours] == [1, 2] == [m["step"] for m in theirs]
-    for mine, ref in zip(ours, theirs):
-        for key in COMPARED:
-            assert (key in mine) == (key in ref), key
-            if key in ref:
-                assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
+    ours = _assert_same_metrics(run, torchrun_run)
     assert ours[1]["actor/kl"] > 0  # the reference was used (step 1's policy is the reference)
     assert "parity/logprob_diff/video" in ours[0] and "parity/logprob_diff/video" not in ours[1]
-    final = _model_state(run / "checkpoints" / "step_000002")
-    expected = _model_state(torchrun_run / "checkpoints" / "step_000002")
-    assert final.keys() == expected.keys()
-    for name, tensor in expected.items():
-        torch.testing.assert_close(final[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    _assert_same_weights(run, torchrun_run, 2, rtol=1e-5, atol=1e-6)
 
     # Sample ids, token ids and numbers cross between the processes, never frames: each sample's
     # messages (rollout request and reply, reward scoring, reference and update, 4 responses of at
@@ -266,44 +246,24 @@ def test_remax_on_ray_equals_remax_under_torchrun(task: tuple[Path, list[str]]) 
     """``algorithm.preset=remax`` with ``--ray``: the rollout workers generate each prompt's greedy
     baseline, the reward worker scores it, and the run equals a torchrun run of the same preset (whose
     baselines come from :func:`videorl.train.grpo.rollout_groups`), metric for metric."""
-    out, overrides = task
-    runs = {"torchrun": out / "remax-torchrun", "ray": out / "remax-ray"}
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    launch = {"torchrun": [*torchrun, "-m", "videorl.cli"], "ray": ["-m", "videorl.cli"]}
-    for name, run in runs.items():
-        done = _run(
-            [
-                *launch[name],
-                "train",
-                str(out / "empty.yaml"),
-                *overrides,
-                "algorithm.preset=remax",
-                "trainer.log_completions=100",
-                f"output_dir={run}",
-                *(["--ray", "ray.actor_workers=2"] if name == "ray" else []),
-            ]
-        )
-        assert done.returncode == 0, done.stderr[-4000:]
-    ours, theirs = _metrics(runs["ray"]), _metrics(runs["torchrun"])
-    assert [m["step"] for m in ours] == [1, 2] == [m["step"] for m in theirs]
-    for mine, ref in zip(ours, theirs):
-        for key in COMPARED:
-            assert (key in mine) == (key in ref), key
-            if key in ref:
-                assert mine[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (mine["step"], key)
+    out = task[0]
+    remax = ["algorithm.preset=remax", "trainer.log_completions=100"]
+    _train(task, out / "remax-torchrun", *remax, torchrun=True)
+    _train(task, out / "remax-ray", *remax, "--ray", "ray.actor_workers=2")
+    _assert_same_metrics(out / "remax-ray", out / "remax-torchrun")
     # the step's responses, all logged: 2 prompts x 4 sampled ones, the greedy baselines not among them
-    logged = [json.loads(line) for line in (runs["ray"] / "completions.jsonl").read_text().splitlines()]
+    logged = [json.loads(line) for line in (out / "remax-ray" / "completions.jsonl").read_text().splitlines()]
     assert [row["step"] for row in logged] == [1] * 8 + [2] * 8
 
 
 def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]) -> None:
-    import torch
-
     from videorl.train.checkpoint import CheckpointManager
 
     out, overrides = task
     run = out / "ray-killed"
-    steps = 8
+    # killed after step 1, resumed into the second epoch (two steps an epoch) and pruned to keep_last: 8
+    # steps ran the same paths twice as long
+    steps = 4
     command = [
         sys.executable,
         "-m",
@@ -357,9 +317,7 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
     for resumed, uninterrupted in zip(_metrics(run), _metrics(whole), strict=True):
         assert resumed["actor/loss"] == pytest.approx(uninterrupted["actor/loss"], rel=1e-6, abs=1e-9)
         assert resumed["reward/overall"] == uninterrupted["reward/overall"]
-    final = _model_state(run / "checkpoints" / f"step_{steps:06d}")
-    expected = _model_state(whole / "checkpoints" / f"step_{steps:06d}")
-    assert all(torch.equal(final[k], expected[k]) for k in expected)
+    _assert_same_weights(run, whole, steps, rtol=0, atol=0)
 
 
 def test_split_vllm_engine_gets_the_updated_weights_through_the_object_store(
@@ -368,24 +326,9 @@ def test_split_vllm_engine_gets_the_updated_weights_through_the_object_store(
     """The default engine in a rollout worker of its own: after each update actor-0 publishes the
     weights once and the worker's vLLM reloads them, so its log-probs stay those of the actor."""
     pytest.importorskip("vllm")
-    out, overrides = task
-    run = out / "ray-vllm"
-    done = _run(
-        [
-            "-m",
-            "videorl.cli",
-            "train",
-            str(out / "empty.yaml"),
-            *overrides,
-            f"output_dir={run}",
-            "rollout.engine=vllm",
-            "rollout.engine_options={max_model_len: 1024}",
-            "algorithm.use_kl_loss=false",
-            "--ray",
-            "ray.placement=split",
-        ]
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    run = task[0] / "ray-vllm"
+    vllm = ["rollout.engine=vllm", "rollout.engine_options={max_model_len: 1024}"]
+    _train(task, run, *vllm, "algorithm.use_kl_loss=false", "--ray", "ray.placement=split")
     rows = _metrics(run)
     assert [r["step"] for r in rows] == [1, 2]
     # lr 1e-3 moves the actor far more than this between the steps (tests/test_train_vllm.py measures it)
@@ -398,32 +341,12 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
 ) -> None:
     import shutil
 
-    import torch
-
-    out, overrides = task
     run = tmp_path / "from-torchrun"
     shutil.copytree(torchrun_run, run)
-    done = _run(
-        [
-            "-m",
-            "videorl.cli",
-            "train",
-            str(out / "empty.yaml"),
-            *overrides,
-            f"output_dir={run}",
-            "--resume",
-            str(run / "checkpoints" / "step_000001"),
-            "--ray",
-            "ray.actor_workers=2",
-        ]
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    _train(task, run, "--resume", str(run / "checkpoints" / "step_000001"), "--ray", "ray.actor_workers=2")
     assert [m["step"] for m in _metrics(run)] == [1, 2]
     assert _metrics(run)[1]["actor/loss"] == pytest.approx(_metrics(torchrun_run)[1]["actor/loss"], rel=1e-6)
-    final = _model_state(run / "checkpoints" / "step_000002")
-    expected = _model_state(torchrun_run / "checkpoints" / "step_000002")
-    for name, tensor in expected.items():
-        torch.testing.assert_close(final[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
+    _assert_same_weights(run, torchrun_run, 2, rtol=1e-6, atol=1e-7)
 
 
 def _model_state(checkpoint: Path) -> dict[str, Any]:
