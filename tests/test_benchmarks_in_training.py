@@ -1034,14 +1034,18 @@ def test_the_controller_hands_out_the_step_s_published_weights_once(tmp_path: Pa
         def deliver(self, p: Published) -> float:
             return 0.0
 
-    for colocated in (False, True):
+    from videorl.cluster.async_driver import AsyncController
+
+    stale = ["ray.placement=split", "trainer.max_staleness=1", "algorithm.rollout_correction=tis"]
+    for driver, colocated, extra in ((Controller, False, []), (Controller, True, []),
+                                     (AsyncController, False, stale)):  # fmt: skip
         published.clear()
         cluster = SimpleNamespace(colocated=colocated)
-        controller = Controller(config(tmp_path, model), cluster, None, [None], [])  # type: ignore[arg-type, list-item]
+        controller = driver(config(tmp_path, model, extra=extra), cluster, None, [None], [])  # type: ignore[arg-type, list-item]
         controller.transport = Transport()
         controller.step = 3
         if not colocated:
             controller._sync_weights()  # what step 3's weight sync does
         first, again = controller.current_weights(), controller.current_weights()
-        assert first is again and first.version == 3 and published == [3]
+        assert first is again and first.version == 3 and published == [3], driver
         controller.close()
