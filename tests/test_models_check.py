@@ -146,8 +146,6 @@ def test_a_chat_template_that_drops_the_video_placeholder_fails_the_placeholders
 
 # --- with vLLM (CPU build): in subprocesses, vLLM changes process-wide settings -----------------------
 
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
-
 # ``python -c _CHECKS JOBS_JSON OUT_JSON``: ``videorl models check MODEL --engine vllm --json ARGS`` once
 # per job, all in this one process (vLLM's import and first start, about half of a check, are paid once);
 # a job with a ``no_fps`` backend ("module:Class") checks that backend with the fps left out of its
@@ -205,43 +203,22 @@ NO_FPS = {  # Qwen3-VL: vLLM fails on the request; Qwen2.5-VL: it silently assum
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """The contrib LLaVA-OneVision plugin installed with ``pip --target`` (as tests/test_contrib.py does)
-    and a tiny model built by its ``videorl models tiny``: the model and the environment that sees the
-    plugin (shared by both engines' checks)."""
-    import shutil
-
+def llava(
+    tmp_path_factory: pytest.TempPathFactory,
+    vllm_env: dict[str, str],
+    install_plugin: Callable[[Path, Path], Path],
+) -> tuple[Path, dict[str, str]]:
+    """The contrib LLaVA-OneVision plugin installed as a user would (tests/conftest.py) and a tiny model
+    built by its ``videorl models tiny``: the model and the environment that sees the plugin (shared by
+    both engines' checks)."""
     tmp = tmp_path_factory.mktemp("llava")
     root = Path(__file__).resolve().parents[1]
-    package = tmp / "videorl-models-llava-onevision"
-    shutil.copytree(
-        root / "contrib" / package.name,
-        package,
-        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
-    )
-    target = tmp / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--disable-pip-version-check",
-            "--target",
-            str(target),
-            str(package),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    target = install_plugin(root / "contrib" / "videorl-models-llava-onevision", tmp)
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])),
+        **vllm_env,
+        "PYTHONPATH": os.pathsep.join([str(target), vllm_env["PYTHONPATH"]]),
         "PYTHONDONTWRITEBYTECODE": "1",
-        **VLLM_ENV,
+        "OMP_NUM_THREADS": "2",
     }
     env.pop("VIDEORL_DISABLE_PLUGINS", None)
     model = tmp / "model"
