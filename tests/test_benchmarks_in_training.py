@@ -418,7 +418,7 @@ class BenchmarkWorkers:
 
         from videorl.cluster.runtime import WorkerHandle
 
-        self.benchmarkers = [WorkerHandle("benchmark-0", ["rollout"], None)]
+        self.benchmarkers = [WorkerHandle("benchmark-0", ["benchmark"], None)]
         self.worker = WorkerBenchmarks(c, plugins, backend)
         self.engine = ScriptedEngine(backend.processor.tokenizer, RIGHT_3_OF_4)
         self.gates: dict[int, threading.Event] = {}
@@ -592,6 +592,7 @@ def test_a_resumed_run_finishes_an_interrupted_pass_with_its_kept_weights(
     _wait_done(group)
     assert ("load_weights_file", str(kept)) in workers.sent
     assert not kept.exists() and not stale.exists() and not partial.exists()
+    assert not stale.parent.exists()  # a step's folder that held nothing but its kept weights
     assert len(workers.engine.asked) == 2  # the two rows not answered before
     assert _records(directory) == done
     controller.step = 3
@@ -1012,7 +1013,7 @@ def test_benchmark_workers_are_a_group_of_their_own_and_need_benchmarks(tmp_path
         load_config(None, ["ray.benchmark_workers=1"])
     ray = ["ray.benchmark_workers=2", "ray.placement=split", "ray.cpus_per_worker=0.5"]
     c = config(tmp_path, model, f"{{name: mvbench, data_root: {tmp_path}}}", extra=ray)
-    assert ("benchmark", ["rollout"], 2, "benchmark_gpus") in _groups(c)
+    assert ("benchmark", ["benchmark"], 2, "benchmark_gpus") in _groups(c)
     assert cpus_needed(c) == 0.5 * (1 + 1 + 2 + 1)  # actor, rollout, benchmark ×2, reward
 
 
@@ -1049,3 +1050,15 @@ def test_the_controller_hands_out_the_step_s_published_weights_once(tmp_path: Pa
         first, again = controller.current_weights(), controller.current_weights()
         assert first is again and first.version == 3 and published == [3], driver
         controller.close()
+
+
+def test_benchmark_workers_without_ray_are_named_as_ignored(
+    tmp_path: Path, model: Path, plugins: Any, backend: Any, mvbench: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from videorl.train.benchmarks import local_evaluations
+
+    c = config(tmp_path, model, f"{{name: mvbench, data_root: {mvbench}}}", extra=["ray.benchmark_workers=1"])
+    with caplog.at_level(logging.WARNING, logger="videorl.train.benchmarks"):
+        evaluations = local_evaluations(BenchmarkPasses(c, plugins, backend), None, 0)
+    assert len(evaluations) == 1  # the passes run, between steps
+    assert "ray.benchmark_workers applies to runs on Ray (videorl train --ray) only" in caplog.text

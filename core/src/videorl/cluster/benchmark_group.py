@@ -25,6 +25,7 @@ the resumed run dropped is logged again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -62,6 +63,13 @@ _Results = list[tuple[str, dict[str, float]]]
 def weights_path(output_dir: Path | str, step: int) -> Path:
     """Where the weights of the passes at ``step`` are kept while they run."""
     return Path(output_dir) / PASSES_DIR / f"step_{step:06d}" / WEIGHTS_FILE
+
+
+def _remove_kept(path: Path) -> None:
+    """Remove kept weights, and their step's folder when nothing else is in it (no pass began)."""
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: the passes' own directories
+        path.parent.rmdir()
 
 
 def read_plan(path: Path | str) -> dict[str, Any]:
@@ -213,7 +221,7 @@ class BenchmarkGroup:
                     results += [(n, {**m, f"bench/{n}/seconds": seconds}) for n, m in got.items()]
                 if self._closed or self._workers_lost:
                     break  # the kept weights stay: a resumed run finishes these passes
-                path.unlink(missing_ok=True)
+                _remove_kept(path)
         finally:
             kept.set()
         return results
@@ -311,7 +319,7 @@ class BenchmarkGroup:
                     partial.unlink(missing_ok=True)
             weights = step_dir / WEIGHTS_FILE
             if step > self.start:  # this run trains the step again: its passes start anew
-                weights.unlink(missing_ok=True)
+                _remove_kept(weights)
                 continue
             for name in configured:
                 summary = self.passes.recorded(step, name)
@@ -322,7 +330,7 @@ class BenchmarkGroup:
                 if item is not None:
                     work.append(item)
                 else:
-                    weights.unlink()
+                    _remove_kept(weights)
             unfinished = [
                 name
                 for name in configured
@@ -340,8 +348,10 @@ class BenchmarkGroup:
         if work and self.start >= self.last:
             log.warning("the run is complete: the kept benchmark weights in %s are not used", root)
         elif work:
-            log.info("finishing the benchmark passes of step(s) %s interrupted by the last run",
-                     ", ".join(str(w.step) for w in work))  # fmt: skip
+            log.warning(
+                "finishing the benchmark passes of step(s) %s, interrupted by the last run, with the weights "
+                "it kept for them (%s)", ", ".join(str(w.step) for w in work), root / "step_*" / WEIGHTS_FILE,
+            )  # fmt: skip
             self._start(work)
 
     def _kept(self, step: int, weights: Path, configured: list[str]) -> _Work | None:

@@ -276,7 +276,7 @@ def _groups(config: TrainConfig) -> list[tuple[str, list[str], int, str]]:
         if kl:
             groups.append(("reference", ["reference"], r.reference_workers or r.actor_workers, "gpus"))
     if r.benchmark_workers and config.trainer.benchmarks:  # an engine each, as a split rollout worker
-        groups.append(("benchmark", ["rollout"], r.benchmark_workers, "benchmark_gpus"))
+        groups.append(("benchmark", ["benchmark"], r.benchmark_workers, "benchmark_gpus"))
     groups.append(("reward", ["reward"], r.reward_workers, "none"))
     return groups
 

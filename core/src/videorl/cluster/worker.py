@@ -5,7 +5,9 @@
 - ``rollout``: a rollout engine; with ``actor`` in the same process (colocated placement) it is
   refreshed in place after each update, otherwise from the weights the actor ranks publish;
 - ``reference``: the frozen reference model's log-probs of the responses (split placement, KL on);
-- ``reward``: the reward router, scoring decoded responses.
+- ``reward``: the reward router, scoring decoded responses;
+- ``benchmark``: a rollout engine of its own for ``trainer.benchmarks`` passes beside training
+  (``ray.benchmark_workers``), loaded with the weights of each pass's step.
 
 Every worker reads the dataset files itself and encodes a prompt from the frame cache where its
 frames are used, so its methods take and return :mod:`~videorl.cluster.wire` messages: sample ids,
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from videorl.train.distributed import Dist
     from videorl.train.grpo import Actor, Scorer, Trajectory
 
-ROLES = ("actor", "rollout", "reference", "reward")
+ROLES = ("actor", "rollout", "reference", "reward", "benchmark")
 
 
 class Worker:
@@ -131,7 +133,7 @@ class Worker:
             seed_everything(config.seed + self.rank)
             if "reference" in self.roles:
                 self.reference = load_reference(config, self.backend)
-            if "rollout" in self.roles:
+            if self.roles & {"rollout", "benchmark"}:
                 self.engine = make_engine(
                     self.plugins,
                     config.rollout.engine,
@@ -236,7 +238,7 @@ class Worker:
         or the stage where it failed, encoded from the frame cache here."""
         from videorl.train.benchmarks import WorkerBenchmarks
 
-        assert self.engine is not None, "generate_benchmark() on a worker without the rollout role"
+        assert self.engine is not None, "generate_benchmark() on a worker without an engine"
         if self.benchmarks is None:
             self.benchmarks = WorkerBenchmarks(self.config, self.plugins, self.backend)
         return wire.dumps(self.benchmarks.generate(self.engine, wire.loads(message)))

@@ -411,6 +411,11 @@ def local_evaluations(passes: BenchmarkPasses, engine: Any, rank: int) -> list[P
 
     if not passes or rank != 0:
         return []
+    if passes.config.ray.benchmark_workers:
+        log.warning(
+            "ray.benchmark_workers applies to runs on Ray (videorl train --ray) only: this run scores its "
+            "benchmarks between steps, on its own engine"
+        )
     own = engine.engine if isinstance(engine, GroupedEngine) else engine
     return [passes.evaluation(evaluator_runner(own))]
 
