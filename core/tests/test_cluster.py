@@ -159,7 +159,10 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
     controller = Controller(load_config(None, BASE), cluster, None, [], [])  # type: ignore[arg-type]
     controller.step = 3
     timer = StageTimer()
-    prompts, outputs, version = controller._generate(0, "train", [_sample(0), _sample(1)], 11, timer)
+    prompts, outputs, version, baselines = controller._generate(
+        0, "train", [_sample(0), _sample(1)], 11, timer
+    )
+    assert baselines is None  # none asked for
     request = b'{"split":"train","step":3,"ids":["s0","s1"],"seed":11,"greedy":false}'
     assert cluster.sent == [("rollout-0", "generate", request)]
     assert [p.sample.id for p in prompts] == ["s0", "s1"] and all(p.encoded is None for p in prompts)
@@ -313,12 +316,11 @@ class SplitCluster:
 
     def _reply(self, method: str, r: dict[str, Any]) -> Any:
         if method == "generate":
-            if r["greedy"]:
-                groups = [[[[10 + int(sid[1:])], [-0.1], "stop"]] for sid in r["ids"]]
-            else:
-                groups = [[[[4], [-0.5], "stop"], [[5], [-0.5], "stop"]] for _ in r["ids"]]
-            return {"media": [None] * len(r["ids"]), "completions": groups, "version": self.version,
-                    "seconds": {"rollout": 0.1}}  # fmt: skip
+            groups = [[[[4], [-0.5], "stop"], [[5], [-0.5], "stop"]] for _ in r["ids"]]
+            greedy = [[[10 + int(sid[1:])], [-0.1], "stop"] for sid in r["ids"]]
+            reply = {"media": [None] * len(r["ids"]), "completions": groups, "version": self.version,
+                     "seconds": {"rollout": 0.1}}  # fmt: skip
+            return {**reply, "baseline": greedy} if r.get("baseline") else reply
         if method == "score":
             return [[{4: 1.0, 5: 0.0}.get(ids[0], 0.25 * (ids[0] - 9)), {}] for _, _, ids in r["items"]]
         assert method == "update"
@@ -329,10 +331,11 @@ class SplitCluster:
 def test_greedy_baseline_is_generated_scored_and_left_out_of_the_update(
     tmp_path: Any, staleness: int
 ) -> None:
-    """ReMax on Ray: after each rollout the controller asks the rollout worker for one greedy response
-    per prompt (the estimator asks, the controller does not know which one runs), scores it on the
-    reward worker, and its reward is the baseline of the advantages the actor trains on; the greedy
-    responses themselves never reach the update. The asynchronous driver collects the same way."""
+    """ReMax on Ray: with each rollout the controller asks the rollout worker, in the same call, for
+    one greedy response per prompt (the estimator asks, the controller does not know which one runs),
+    scores it on the reward worker, and its reward is the baseline of the advantages the actor trains
+    on; the greedy responses themselves never reach the update. The asynchronous driver collects the
+    same way."""
     from videorl.cluster.async_driver import AsyncController
     from videorl.train.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
@@ -357,15 +360,11 @@ def test_greedy_baseline_is_generated_scored_and_left_out_of_the_update(
     finally:
         controller.close()
 
-    generated = [(r["step"], r["ids"], r["greedy"]) for m, r in cluster.calls if m == "generate"]
-    assert generated == [
-        (1, ["s0", "s1"], False),
-        (1, ["s0", "s1"], True),  # one greedy response per prompt, for the same step
-        (2, ["s2", "s3"], False),
-        (2, ["s2", "s3"], True),
+    generated = [
+        (r["step"], r["ids"], r["greedy"], r.get("baseline")) for m, r in cluster.calls if m == "generate"
     ]
-    greedy = [r for m, r in cluster.calls if m == "generate" and r["greedy"]]
-    assert all(r["seed"] is None for r in greedy)
+    # one call per rollout: sampled responses, and one greedy response per prompt with the same weights
+    assert generated == [(1, ["s0", "s1"], False, True), (2, ["s2", "s3"], False, True)]
     scored = [ids[0] for m, r in cluster.calls if m == "score" for _, _, ids in r["items"]]
     assert sorted(scored) == [4, 4, 4, 4, 5, 5, 5, 5, 10, 11, 12, 13]  # every response, greedy ones too
     updates = [r for m, r in cluster.calls if m == "update"]

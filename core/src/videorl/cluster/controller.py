@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from videorl.cluster import wire
 from videorl.cluster.runtime import Cluster, WorkerFailure, WorkerHandle, cpus_needed, start_ray
@@ -47,13 +47,23 @@ if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.plugins import Plugins
+    from videorl.rollout import Completion
     from videorl.train.checkpoint import Checkpoint
-    from videorl.train.data import TrainData
+    from videorl.train.data import Prompt, TrainData
     from videorl.train.grpo import Scorer, StageTimer, Trajectory
     from videorl.train.loop import OnStep, PeriodicEvaluation
     from videorl.train.metrics import CompletionLog
 
 WORKERS_FILE = "ray-workers.json"
+
+
+class Generated(NamedTuple):
+    """What a rollout worker generated for some samples (:meth:`Controller._generate`)."""
+
+    prompts: list[Prompt]  # sample and media metadata (the worker holds the encoded prompt)
+    completions: list[list[Completion]]  # per sample, its responses
+    version: int  # the weight version that generated them
+    baselines: list[Completion] | None = None  # per sample, a greedy response (asked for, same call)
 
 
 class Controller:
@@ -134,11 +144,13 @@ class Controller:
         timer: StageTimer,
         step: int | None = None,
         upcoming: Sequence[Sample] = (),
-    ) -> tuple[list[Any], list[list[Any]], int]:
+        baseline: bool = False,
+    ) -> Generated:
         """Rank ``rank``'s rollout worker generates for ``samples`` of ``split`` (greedy without a
         ``seed``) for ``step`` (default the current one): their prompts (sample and media metadata;
-        encoded on the worker), completions, and the weight version that generated them. The worker
-        then prepares ``upcoming`` (training samples taken next, ``data.prefetch``) in the background."""
+        encoded on the worker), completions, and the weight version that generated them; with
+        ``baseline``, in the same call, one greedy response per prompt too. The worker then prepares
+        ``upcoming`` (training samples taken next, ``data.prefetch``) in the background."""
         from videorl.train.data import Prompt
 
         step = self.step if step is None else step
@@ -152,19 +164,23 @@ class Controller:
         }
         if upcoming:
             request["upcoming"] = [s.id for s in upcoming]
+        if baseline:
+            request["baseline"] = True
         message = wire.dumps(request)
         reply = wire.loads(self._call("rollout", [(worker, "generate", message)], step)[0])
         _add_seconds(timer, reply["seconds"])
         prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
         completions = [[wire.completion_in(c) for c in group] for group in reply["completions"]]
-        return prompts, completions, int(reply["version"])
+        greedy = [wire.completion_in(c) for c in reply["baseline"]] if baseline else None
+        return Generated(prompts, completions, int(reply["version"]), greedy)
 
     def _rollout(self, rank: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
         """A :data:`~videorl.train.grpo.Rollout` for rank ``rank`` on the workers, for ``step``: each
         trajectory carries the weight version that generated it. When the estimator asks for a greedy
-        baseline (:func:`~videorl.train.grpo.wants_greedy_baseline`), the same rollout worker then
-        generates one greedy response per prompt, scored on the reward workers and appended to its
-        group as in one process (:func:`~videorl.train.grpo.add_baselines`)."""
+        baseline (:func:`~videorl.train.grpo.wants_greedy_baseline`), the same call to the rollout
+        worker also generates one greedy response per prompt (so with the same weights), scored on the
+        reward workers and appended to its group as in one process
+        (:func:`~videorl.train.grpo.add_baselines`)."""
         from videorl.train.grpo import add_baselines, finish_groups, wants_greedy_baseline
 
         baselines = wants_greedy_baseline(self.config)
@@ -173,24 +189,18 @@ class Controller:
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
             # the samples the rank takes next: the worker prepares them while this step goes on
             upcoming = data.upcoming(len(samples)) if self.config.data.prefetch else []
-            prompts, outputs, version = self._generate(
-                rank, "train", samples, seed, timer, step, upcoming=upcoming
+            got = self._generate(
+                rank, "train", samples, seed, timer, step, upcoming=upcoming, baseline=baselines
             )
             scorer = self.scorer("train", step)
             groups, metrics = finish_groups(
-                self.config, prompts, outputs, scorer, self.backend, first_group=first_group, timer=timer
-            )
-            if baselines:  # the worker reuses the prompts it encoded for this step
-                _, greedy, greedy_version = self._generate(rank, "train", samples, None, timer, step)
-                if greedy_version != version:
-                    raise VideorlError(
-                        f"step {step}: the greedy baselines were generated by weight version "
-                        f"{greedy_version}, the sampled responses by {version}; both must come from one "
-                        "policy"
-                    )
-                add_baselines(self.config, groups, [g[0] for g in greedy], scorer, self.backend, timer)
+                self.config, got.prompts, got.completions, scorer, self.backend, first_group=first_group,
+                timer=timer,
+            )  # fmt: skip
+            if got.baselines is not None:
+                add_baselines(self.config, groups, got.baselines, scorer, self.backend, timer)
             for t in (t for group in groups for t in group):
-                t.version = version
+                t.version = got.version
             return groups, metrics
 
         return rollout
@@ -270,8 +280,8 @@ class Controller:
         shard = self.validation[rank :: len(self.cluster.actors)]
         if not shard:
             return {}
-        prompts, outputs, _ = self._generate(rank, "val", shard, None, StageTimer())
-        return validation_metrics(prompts, outputs, self.scorer("val"), self.canonical)
+        got = self._generate(rank, "val", shard, None, StageTimer())
+        return validation_metrics(got.prompts, got.completions, self.scorer("val"), self.canonical)
 
     # --- the driver --------------------------------------------------------------------------------
 

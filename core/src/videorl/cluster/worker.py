@@ -203,10 +203,11 @@ class Worker:
     # --- roles -------------------------------------------------------------------------------------
 
     def generate(self, message: bytes) -> bytes:
-        """``{split, step, ids, seed, greedy[, upcoming]}`` -> per sample its media metadata and
-        completions, the weight ``version`` that generated them, and the seconds spent encoding
-        (``data``) and generating (``rollout``). The ``upcoming`` training samples are then prepared in
-        the background (``data.prefetch``), for the next step's calls."""
+        """``{split, step, ids, seed, greedy[, baseline, upcoming]}`` -> per sample its media metadata
+        and completions (with ``baseline``, also one greedy response each), the weight ``version``
+        that generated them, and the seconds spent encoding (``data``) and generating (``rollout``).
+        The ``upcoming`` training samples are then prepared in the background (``data.prefetch``),
+        for the next step's calls."""
         from videorl.train.grpo import sampling_params, validation_params
 
         assert self.engine is not None, "generate() on a worker without the rollout role"
@@ -220,7 +221,12 @@ class Worker:
             else sampling_params(self.config, seed=request["seed"])
         )
         ordered = [prompts[sid] for sid in request["ids"]]
-        outputs = self.engine.generate([p.require_encoded() for p in ordered], params)
+        encoded_prompts = [p.require_encoded() for p in ordered]
+        outputs = self.engine.generate(encoded_prompts, params)
+        baseline = None
+        if request.get("baseline"):  # greedy, with the weights that sampled
+            greedy = validation_params(self.config.rollout.max_response_length)
+            baseline = [wire.completion_out(g[0]) for g in self.engine.generate(encoded_prompts, greedy)]
         if request.get("upcoming") and self.encoder is not None:
             # decoded and encoded in the encoder's thread while the step scores and updates
             self.encoder.prefetch([self._sample("train", sid) for sid in request["upcoming"]])
@@ -228,6 +234,7 @@ class Worker:
             {
                 "media": [wire.media_out(p.media) for p in ordered],
                 "completions": [[wire.completion_out(c) for c in group] for group in outputs],
+                **({"baseline": baseline} if baseline is not None else {}),
                 "version": self.weight_version,
                 "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
             }
