@@ -261,9 +261,7 @@ def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]
 
     out, overrides = task
     run = out / "ray-killed"
-    # killed after step 1, resumed into the second epoch (two steps an epoch) and pruned to keep_last: 8
-    # steps ran the same paths twice as long
-    steps = 4
+    steps = 8
     command = [
         sys.executable,
         "-m",
