@@ -179,6 +179,7 @@ for job in json.loads(sys.argv[1]):
     with contextlib.redirect_stdout(report):
         try:
             main(["models", "check", job["model"], "--engine", "vllm", "--json", *job["args"]])
+            code = 0
         except SystemExit as exc:
             code = exc.code
     try:
