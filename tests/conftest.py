@@ -31,11 +31,11 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
 @pytest.fixture(scope="session")
 def vllm_env() -> dict[str, str]:
-    """The environment of a subprocess that runs vLLM's CPU build: the engine in that one process
+    """What a subprocess that runs vLLM's CPU build adds to ``os.environ`` (read at the subprocess's
+    start: each test has a home of its own): the engine in that one process
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: it starts in seconds), a 1 GiB KV cache, one thread, and
     tests/ on ``PYTHONPATH`` for the probe scripts' ``import vllm_probe``."""
     return {
-        **os.environ,
         "OMP_NUM_THREADS": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",

@@ -216,6 +216,7 @@ def llava(
     root = Path(__file__).resolve().parents[1]
     target = install_plugin(root / "contrib" / "videorl-models-llava-onevision", tmp)
     env = {
+        **os.environ,
         **vllm_env,
         "PYTHONPATH": os.pathsep.join([str(target), vllm_env["PYTHONPATH"]]),
         "PYTHONDONTWRITEBYTECODE": "1",

@@ -21,7 +21,7 @@ pytest.importorskip("vllm")
 
 def _train_command(tmp_path: Path, clips: int, steps: int) -> list[str]:
     """``videorl train`` on ``clips`` demo training clips, two prompts (``rollout.n=4``) per step, with
-    the fp32 vLLM engine in this process (run it with the ``vllm_env`` environment)."""
+    the fp32 vLLM engine in this process (run it with the ``vllm_env`` variables)."""
     from videorl import demo
     from videorl.plugins import load_plugins
 
@@ -64,7 +64,9 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(
     command += ["trainer.save_every=1", "trainer.keep_last=0", "trainer.val_every=2"]
     shm = Path("/dev/shm")
     weight_dirs = set(shm.glob("videorl-weights-*"))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=vllm_env)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=540, env={**os.environ, **vllm_env}
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert set(shm.glob("videorl-weights-*")) <= weight_dirs  # the refresh directory was removed
 
@@ -96,7 +98,9 @@ def test_a_video_seen_again_after_the_folder_refresh_is_encoded_with_the_new_wei
 
     command = _train_command(tmp_path, clips=2, steps=3)
     command += ["rollout.weight_sync=folder", "trainer.val_every=100"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=vllm_env)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=540, env={**os.environ, **vllm_env}
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -189,7 +193,7 @@ def test_async_engine_update_weights_gives_the_new_weights_logprobs(
     other = build_tiny("qwen2_5_vl", tmp_path / "other", seed=1)  # same architecture, other random weights
     out = tmp_path / "result.json"
     # the async engine runs vLLM in processes of its own
-    env = {k: v for k, v in vllm_env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env = {**os.environ, **{k: v for k, v in vllm_env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}}
     done = subprocess.run(
         [sys.executable, "-c", _ASYNC_REFRESH, str(base), str(other), str(out)],
         capture_output=True,

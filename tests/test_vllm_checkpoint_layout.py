@@ -93,7 +93,7 @@ def test_the_refreshed_vllm_engine_gives_the_actor_s_logprobs(
         pytest.skip("vLLM's CPU MoE experts cannot be refreshed; runs on a CUDA host")
     model = _llava(tmp_path) if family == "llava_onevision" else tiny_model_dir(family)
     out = tmp_path / "result.json"
-    env = {**vllm_env, "PYTHONPATH": os.pathsep.join([str(LLAVA_SRC), vllm_env["PYTHONPATH"]])}
+    env = {**os.environ, **vllm_env, "PYTHONPATH": os.pathsep.join([str(LLAVA_SRC), vllm_env["PYTHONPATH"]])}
     done = subprocess.run(
         [sys.executable, "-c", _REFRESH, str(model), str(out)],
         capture_output=True,
