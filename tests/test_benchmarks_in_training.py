@@ -759,8 +759,9 @@ def test_training_scores_a_benchmark_every_2_steps_as_eval_run_does_and_resumes(
     for r in rows[1::2]:
         assert {k for k in r if k.startswith("bench/")} == {
             "bench/mvbench/overall", "bench/mvbench/accuracy (pooled)", "bench/mvbench/task/object_existence",
-            "bench/mvbench/failed",
+            "bench/mvbench/failed", "bench/mvbench/step",
         }  # fmt: skip
+        assert r["bench/mvbench/step"] == r["step"]  # between steps: the row of the step it scored
     step2, step4 = pass_dir(run, 2, "mvbench"), pass_dir(run, 4, "mvbench")
     results = read_results(step4)
     assert rows[3]["bench/mvbench/overall"] == results["benchmarks"]["mvbench"]["overall"]

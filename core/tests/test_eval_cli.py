@@ -271,8 +271,9 @@ def test_run_takes_a_training_run_or_one_of_its_checkpoints(
     assert f"exported {step.resolve()} to {out / 'model'}" in result.output
     exported = load_file(str(out / "model" / "model.safetensors"))
     assert exported.keys() <= trained.keys()
-    for name, tensor in exported.items():
-        torch.testing.assert_close(tensor, trained[name], msg=name)
+    for name, tensor in exported.items():  # in the run's model.dtype (bfloat16 by default)
+        assert tensor.dtype == torch.bfloat16, name
+        torch.testing.assert_close(tensor, trained[name].to(torch.bfloat16), rtol=0, atol=0, msg=name)
     assert read_results(out)["settings"]["model"]["path"] == str((out / "model").resolve())
     again = run_cli(*args, "--model", str(step))  # the checkpoint itself: the same export, reused
     again.assert_success()

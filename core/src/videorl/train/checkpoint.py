@@ -911,7 +911,7 @@ def agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Di
     rank may find a damaged shard the others never read; ``auto`` then falls back, on every rank, to the
     newest checkpoint all of them find whole. What a run keeps of its logs is cut at this step too
     (:func:`videorl.train.compose.open_checkpoints`)."""
-    if dist.world_size == 1:
+    if dist.world_size == 1 or spec is None:  # one rank, or a new run: nothing to agree on
         return checkpoints.resolve_resume(spec)
     import torch
 
