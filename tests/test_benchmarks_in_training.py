@@ -939,7 +939,8 @@ def test_on_ray_benchmark_workers_score_beside_training_and_a_pass_killed_midway
     (row2,) = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] == 2]
     assert "bench/slow/overall" not in row2 and row2["time/benchmarks"] < 4.0  # 16 rows took >= 8 s
 
-    done = _train(task, run, 4, *args, "--resume", "auto", launcher="ray", ray_workers=1, env=env)
+    quick = {**env, "SLOW_S": "0"}  # the resumed run need not be slow
+    done = _train(task, run, 4, *args, "--resume", "auto", launcher="ray", ray_workers=1, env=quick)
     assert done.returncode == 0, done.stderr[-4000:]
     after = predictions.read_text().splitlines(keepends=True)
     assert len(after) == 20 and after[:16] == answered
@@ -949,7 +950,7 @@ def test_on_ray_benchmark_workers_score_beside_training_and_a_pass_killed_midway
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [r.get("bench/slow/step") for r in rows] == [None, None, 2.0, 4.0]  # each pass once
-    assert rows[2]["bench/slow/seconds"] >= 2.0  # the 4 rows it still had to ask
+    assert rows[2]["bench/slow/seconds"] > 0  # the part of the pass this run ran
     assert not (run / "benchmarks" / "step_000002" / "weights.safetensors").exists()
 
     evaluated = subprocess.run(
