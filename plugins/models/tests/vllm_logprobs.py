@@ -1,8 +1,9 @@
 """vLLM (CPU) vs the teacher-forced HF forward: prompt ids and per-token log-probs of sampled responses.
 
 Run by ``test_vllm.py`` in a subprocess (vLLM changes process-wide settings) as
-``python vllm_logprobs.py MODEL_DIR FAMILY DTYPE OUT_JSON``. Writes ``{"prompt_ids_equal": [...],
-"max_abs_diff": float, "tokens": int, "forbidden_emitted": int}``.
+``python vllm_logprobs.py MODEL_DIR FAMILY DTYPE OUT_JSON [MODEL_DIR FAMILY DTYPE OUT_JSON ...]``.
+Writes to each OUT_JSON ``{"prompt_ids_equal": [...], "max_abs_diff": float, "tokens": int,
+"forbidden_emitted": int}``, or ``{"error": traceback}``.
 """
 
 from __future__ import annotations
@@ -101,4 +102,14 @@ def main(model_dir: str, family: str, dtype: str, out_json: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    # MODEL_DIR FAMILY DTYPE OUT_JSON, repeated: one process pays vLLM's import and start-up once
+    import gc
+    import traceback
+
+    cases = sys.argv[1:]
+    for i in range(0, len(cases), 4):
+        try:
+            main(*cases[i : i + 4])
+        except Exception:  # this case fails, the next ones still run
+            Path(cases[i + 3]).write_text(json.dumps({"error": traceback.format_exc()}))
+        gc.collect()
