@@ -30,6 +30,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,18 +73,31 @@ def _remove_kept(path: Path) -> None:
         path.parent.rmdir()
 
 
+_PLAN_KEY = "videorl_benchmark_plan"
+
+
+def plan_metadata(plan: dict[str, Any]) -> dict[str, str]:
+    """``plan`` (the policy ``version``, the ``benchmarks`` to score, the ``training`` record of the
+    weights) as the metadata of a kept weights file (``Worker.keep_weights``)."""
+    return {_PLAN_KEY: json.dumps(plan)}
+
+
+def plan_of(metadata: Mapping[str, str]) -> dict[str, Any]:
+    """The plan in a kept weights file's metadata; ``{}`` when it has none."""
+    plan = json.loads(metadata.get(_PLAN_KEY, "{}"))
+    return plan if isinstance(plan, dict) else {}
+
+
 def read_plan(path: Path | str) -> dict[str, Any]:
-    """The plan a kept weights file records (``Worker.keep_weights``): the policy ``version``, the
-    ``benchmarks`` to score and the ``training`` record of the weights; ``{}`` when it has none."""
+    """The plan of a kept weights file (its header only); ``{}`` when it has none or is damaged."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            plan = json.loads((f.metadata() or {}).get("videorl_benchmark_plan", "{}"))
+            return plan_of(f.metadata() or {})
     except Exception as exc:  # a damaged file: its passes cannot be finished
         log.warning("%s cannot be read (%s): its benchmark passes cannot be finished", path, exc)
         return {}
-    return plan if isinstance(plan, dict) else {}
 
 
 @dataclass
@@ -321,23 +335,22 @@ class BenchmarkGroup:
             if step > self.start:  # this run trains the step again: its passes start anew
                 _remove_kept(weights)
                 continue
-            for name in configured:
-                summary = self.passes.recorded(step, name)
+            summaries = {name: self.passes.recorded(step, name) for name in configured}
+            for name, summary in summaries.items():
                 if summary is not None and (name, step) not in reported:
                     self._queued.append((name, summary_metrics(name, summary, step)))
+            unfinished = [name for name, summary in summaries.items() if summary is None]
             if weights.is_file():
-                item = self._kept(step, weights, configured)
+                item = self._kept(step, weights, configured, unfinished)
                 if item is not None:
                     work.append(item)
+                    unfinished = [name for name in unfinished if name not in item.names]
                 else:
                     _remove_kept(weights)
             unfinished = [
                 name
-                for name in configured
-                if self.passes.recorded(step, name) is None
-                and (directory := self.passes.directory(step, name)) is not None
-                and directory.exists()
-                and not any(step == w.step and name in w.names for w in work)
+                for name in unfinished
+                if (directory := self.passes.directory(step, name)) is not None and directory.exists()
             ]
             if unfinished:
                 log.warning(
@@ -354,8 +367,8 @@ class BenchmarkGroup:
             )  # fmt: skip
             self._start(work)
 
-    def _kept(self, step: int, weights: Path, configured: list[str]) -> _Work | None:
-        """The passes of ``step`` an earlier run kept ``weights`` for and did not finish; None when
+    def _kept(self, step: int, weights: Path, configured: list[str], unfinished: list[str]) -> _Work | None:
+        """The passes of ``step`` an earlier run kept ``weights`` for that are ``unfinished``; None when
         there are none left (or the file is not the weights of that step)."""
         plan = read_plan(weights)
         if plan.get("version") != step or not isinstance(plan.get("benchmarks"), list):
@@ -367,6 +380,6 @@ class BenchmarkGroup:
                 "step %d: benchmark(s) %s are no longer in trainer.benchmarks: their passes are not finished",
                 step, ", ".join(map(str, gone)),
             )  # fmt: skip
-        names = [n for n in plan["benchmarks"] if n in configured and self.passes.recorded(step, n) is None]
+        names = [n for n in plan["benchmarks"] if n in unfinished]
         training = plan.get("training") if isinstance(plan.get("training"), dict) else None
         return _Work(step, names, weights, training) if names else None

@@ -349,32 +349,20 @@ class Worker:
         ``version``, the ``benchmarks`` to score, the ``training`` record of those weights) in its
         metadata, so that a run resumed while benchmark passes scored them can finish them
         (:mod:`videorl.cluster.benchmark_group`)."""
-        import json
+        from videorl.cluster.benchmark_group import plan_metadata
+        from videorl.train.checkpoint import write_tensor_file
 
-        from safetensors.torch import save_file
-
-        from videorl.atomic import atomic_write
-
-        seen: set[int] = set()
-        tensors = {}
-        for name, t in state.items():  # tied weights share memory, which safetensors refuses
-            storage = t.untyped_storage().data_ptr()
-            tensors[name] = t.clone() if storage in seen else t.contiguous()
-            seen.add(storage)
-        metadata = {"format": "pt", "videorl_benchmark_plan": json.dumps(plan)}
-        atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+        write_tensor_file(path, state, plan_metadata(plan))  # tied weights stored once
 
     def load_weights_file(self, path: str, version: int) -> float:
         """Refresh the engine with weights :meth:`keep_weights` wrote for policy ``version``; the
         seconds it took. A file of another version is refused."""
-        from safetensors import safe_open
+        from videorl.cluster.benchmark_group import plan_of
+        from videorl.train.checkpoint import read_tensor_file
 
-        from videorl.cluster.benchmark_group import read_plan
-
-        if read_plan(path).get("version") != version:
+        state, metadata = read_tensor_file(path)
+        if plan_of(metadata).get("version") != version:
             raise ValueError(f"{path} does not hold the weights of policy version {version}")
-        with safe_open(path, framework="pt") as f:
-            state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - not a dict
         return self.load_weights(state, version)
 
     # --- checkpoints -------------------------------------------------------------------------------

@@ -90,11 +90,13 @@ __all__ = [
     "base_model_of",
     "capture_rng_state",
     "export_hf_model",
+    "read_tensor_file",
     "resolve_checkpoint",
     "restore_rng_state",
     "resume",
     "run_config",
     "save_checkpoint",
+    "write_tensor_file",
 ]
 
 
@@ -205,18 +207,38 @@ def _save_tensors(path: Path, state: Mapping[str, torch.Tensor], dtype: torch.dt
     fsync_file(path)
 
 
+def write_tensor_file(
+    path: Path | str, state: Mapping[str, torch.Tensor], metadata: Mapping[str, str]
+) -> None:
+    """Write ``state`` atomically as a safetensors file with ``metadata``, each tied tensor stored once and
+    its other names kept in the metadata (:func:`read_tensor_file` gives them back)."""
+    from safetensors.torch import save_file
+
+    from videorl.atomic import atomic_write
+
+    kept, aliases = _dedupe(state)
+    header = {"format": "pt", _ALIASES_KEY: json.dumps(aliases), **metadata}
+    atomic_write(path, lambda tmp: save_file(kept, str(tmp), metadata=header))
+
+
+def read_tensor_file(path: Path | str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A safetensors file's tensors, tied names pointing to one tensor again, and its metadata."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+        state = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - not a dict
+    for alias, name in json.loads(metadata.get(_ALIASES_KEY, "{}")).items():
+        state[alias] = state[name]
+    return state, metadata
+
+
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     """A format-1 ``model.safetensors`` (its tied names, kept in the metadata, point to one tensor)."""
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError
 
     try:
-        state = load_file(str(path))
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-        aliases = json.loads(metadata.get(_ALIASES_KEY, "{}"))
-        for alias, name in aliases.items():
-            state[alias] = state[name]
+        state, _ = read_tensor_file(path)
     except (SafetensorError, ValueError, KeyError, AttributeError) as exc:
         raise CheckpointError(f"{path} is corrupt: not a readable safetensors file ({exc})") from None
     return state
