@@ -257,10 +257,11 @@ class BenchmarkPasses:
         """The summary an earlier run recorded for benchmark ``name``'s pass at ``step`` (all its rows,
         this run's sampling), if any."""
         bench = next(b for b in self.benchmarks if b.spec.name == name)
-        directory = self.directory(step, name)
-        if bench.task is None or directory is None:
+        if bench.task is None:
             return None
-        return self._finished(directory, bench.task, sampling_of(bench.spec))
+        return self._finished(
+            pass_dir(self.config.output_dir, step, bench.task.name), bench.task, sampling_of(bench.spec)
+        )
 
     def evaluation(self, runner: RowRunner) -> BenchmarkEvaluation:
         """These passes as the loop's periodic evaluation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
