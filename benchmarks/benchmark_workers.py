@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from in_loop_eval import FAMILY, MAX_TOKENS, write_benchmark
+from in_loop_eval import FAMILY, MAX_TOKENS, records, write_benchmark
 
 
 def main() -> None:
@@ -52,12 +52,6 @@ def main() -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def _records(directory: Path) -> dict[str, Any]:
-    from videorl.eval import read_predictions
-
-    return {i: p.record for i, p in read_predictions(directory / "mvbench" / "predictions.jsonl").items()}
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:
@@ -112,7 +106,7 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     passes = [s for s in range(1, args.steps + 1) if s % args.every == 0 or s == args.steps]
     for s in passes:
         a, b = (pass_dir(runs[w], s, "mvbench") for w in (0, 1))
-        assert _records(a) == _records(b), f"the passes of step {s} disagree: {a} vs {b}"
+        assert records(a) == records(b), f"the passes of step {s} disagree: {a} vs {b}"
     out["same_scores"] = True
     print(json.dumps(out))
 

@@ -67,7 +67,8 @@ def _timed(args: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def _records(directory: Path) -> dict[str, Any]:
+def records(directory: Path) -> dict[str, Any]:
+    """A pass directory's MVBench prediction records, by row id."""
     from videorl.eval import read_predictions
 
     return {i: p.record for i, p in read_predictions(directory / "mvbench" / "predictions.jsonl").items()}
@@ -126,12 +127,12 @@ def measure(args: argparse.Namespace, work: Path) -> None:
                                 f"mvbench={bench}", "--out", str(out), *budget]))  # fmt: skip
         passed = pass_dir(run, args.steps, "mvbench")
         same = (
-            _records(passed) == _records(out)
+            records(passed) == records(out)
             and (passed / "mvbench" / "scores.jsonl").read_text()
             == (out / "mvbench" / "scores.jsonl").read_text()
         )
         assert same, f"the in-loop pass ({passed}) and videorl eval run ({out}) disagree"
-        lengths = [r["num_output_tokens"] for r in _records(passed).values()]
+        lengths = [r["num_output_tokens"] for r in records(passed).values()]
 
     added = max(min(with_pass) - min(without), 1e-9)
     print(json.dumps({
