@@ -58,8 +58,8 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     """Train both ways and print the JSON line (see the module docstring)."""
     from videorl import demo
     from videorl.plugins import load_plugins
+    from videorl.runs.records import read_metrics
     from videorl.train.benchmarks import pass_dir
-    from videorl.train.metrics import read_metrics
 
     task = work / "task"
     model, train, val = demo.prepare(task, load_plugins(), family=FAMILY, seed=0, train=8, val=4)

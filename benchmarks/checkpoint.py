@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from videorl.train.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
-from videorl.train.distributed import Dist
+from videorl.parallel import Dist
+from videorl.runs.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
 
 
 def _actor(mb: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

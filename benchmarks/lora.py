@@ -101,8 +101,8 @@ def qwen3_vl_8b() -> Any:
 
 
 def arithmetic_8b() -> dict[str, Any]:
+    from videorl.actor.lora import inject
     from videorl.config.schema import LoraConfig
-    from videorl.train.lora import inject
 
     model = qwen3_vl_8b()
     total = sum(p.numel() for p in model.parameters())

@@ -4,7 +4,7 @@ A random Qwen2.5-VL (``--layers`` text layers of width ``--width``, a vision tow
 runs alike in both),
 ``--rows`` video prompts whose frame counts rise evenly from a quarter of ``--max-frames`` to it at
 224×224 (64 visual tokens per temporal patch), each with a ``--response``-token response: one
-micro-batch, one optimizer step of ``grpo.update`` (the run's code path: vision sync, packing or
+micro-batch, one optimizer step of ``update`` (the run's code path: vision sync, packing or
 padding, chunked log-softmax, backward, step). Padded, every row is as long as the longest;
 packed, the row is exactly the sum of the lengths.
 
@@ -73,10 +73,10 @@ def trajectories(backend: Any, rows: int, max_frames: int, response: int) -> lis
 
     from videorl.backend import PromptInput
     from videorl.data import Sample
+    from videorl.encoding import Prompt
+    from videorl.episode import Trajectory
     from videorl.media.metadata import VideoMetadata
     from videorl.rollout import Completion
-    from videorl.train.data import Prompt
-    from videorl.train.grpo import Trajectory
 
     gen = torch.Generator().manual_seed(0)
     forbidden = backend.forbidden_token_ids()
@@ -109,12 +109,14 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     memory growth, the first update's results."""
     import torch
 
+    from videorl.actor.policy import Actor
+    from videorl.actor.update import update
     from videorl.backend import backend_for_model
     from videorl.config import load_config
     from videorl.packed_attention import PACKED_SDPA
+    from videorl.parallel import Dist
     from videorl.plugins import load_plugins
-    from videorl.train import grpo
-    from videorl.train.distributed import Dist
+    from videorl.timing import StageTimer
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
@@ -126,7 +128,7 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
                 module.config._attn_implementation = "sdpa"
     backend.install_vision_sync(model)
     padding_free = variant != "padded"
-    actor = grpo.Actor(model, torch.optim.AdamW(model.parameters(), lr=1e-3), backend)
+    actor = Actor(model, torch.optim.AdamW(model.parameters(), lr=1e-3), backend)
     batch = trajectories(backend, args.rows, args.max_frames, args.response)
     config = load_config(
         None,
@@ -144,7 +146,7 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     seconds, cpu, first = [], [], {}
     for i in range(1 + args.repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
-        metrics = grpo.update(config, actor, batch, Dist(), grpo.StageTimer())
+        metrics = update(config, actor, batch, Dist(), StageTimer())
         seconds.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         if i == 0:

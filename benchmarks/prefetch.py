@@ -43,10 +43,10 @@ def make_clips(folder: Path, count: int, seconds: float) -> list[Path]:
 
 def make_encoder(model: Path, io_delay: float) -> Any:
     from videorl.backend import backend_for_model
+    from videorl.encoding import PromptEncoder
     from videorl.media import MediaCache
     from videorl.media.loader import MediaLoader
     from videorl.plugins import load_plugins
-    from videorl.train.data import PromptEncoder
 
     plugins = load_plugins()
     backend = backend_for_model(model, plugins.model_backends)

@@ -60,10 +60,10 @@ import torch
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.data import Sample
+    from videorl.encoding import Prompt, PromptEncoder
     from videorl.model_inputs import EncodedPrompt, ModelInputs
     from videorl.plugins import Plugins
     from videorl.rollout import Completion, RolloutEngine, SamplingParams
-    from videorl.train.data import Prompt, PromptEncoder
 
 MODES = ("realtime_only", "preprocessed_only")
 STAGES = ("data", "rollout", "reference", "actor_update", "step")

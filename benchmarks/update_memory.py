@@ -57,14 +57,15 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     """One micro-batch's forward and backward; the peak memory growth and the results."""
     import torch
 
+    from videorl.actor.update import forward_responses
+    from videorl.algorithms import formulas as algo
     from videorl.backend import PromptInput, backend_for_model
+    from videorl.encoding import Prompt
+    from videorl.episode import Trajectory
     from videorl.media.metadata import VideoMetadata
     from videorl.model_inputs import response_logprobs
     from videorl.plugins import load_plugins
     from videorl.rollout import Completion
-    from videorl.train import algo
-    from videorl.train.data import Prompt
-    from videorl.train.grpo import Trajectory, forward_responses
 
     torch.manual_seed(0)
     backend = backend_for_model(model_dir, load_plugins().model_backends)

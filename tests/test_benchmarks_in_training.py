@@ -25,6 +25,7 @@ from videorl.eval import read_predictions, read_results
 from videorl.media.synthetic import textured_frames, write_video
 from videorl.plugins import load_plugins
 from videorl.rollout import Completion, SamplingParams
+from videorl.runs.records import read_metrics
 from videorl.train.benchmarks import (
     BenchmarkPasses,
     RowOutcome,
@@ -34,7 +35,6 @@ from videorl.train.benchmarks import (
     rows_request,
     rows_runner,
 )
-from videorl.train.metrics import read_metrics
 
 FAMILY = "qwen2_5_vl"
 CANDIDATES = ["red", "green", "blue"]
@@ -904,7 +904,7 @@ def test_on_ray_benchmark_workers_score_beside_training_and_a_pass_killed_midway
     import signal
     import time
 
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     (tmp_path / "slow_bench.py").write_text(SLOW_PLUGIN)
     asks, run = tmp_path / "asks.jsonl", tmp_path / "run"
@@ -988,7 +988,7 @@ def test_wandb_plots_a_benchmark_against_the_step_it_scored(
     ``bench/NAME/step`` (one ``define_metric`` per benchmark, before its first row)."""
     from types import SimpleNamespace
 
-    from videorl.train.loggers import RunContext, WandbLogger
+    from videorl.runs.trackers import RunContext, WandbLogger
 
     calls: list[tuple[Any, ...]] = []
     run = SimpleNamespace(

@@ -28,7 +28,7 @@ def test_each_rank_writes_and_reads_its_own_shards_and_resumes_bit_identically(t
     import torch
     from safetensors.torch import load_file
 
-    from videorl.train.checkpoint import CheckpointManager, export_hf_model
+    from videorl.runs.checkpoint import CheckpointManager, export_hf_model
 
     root = tmp_path / "run" / "checkpoints"
     done = subprocess.run(
@@ -129,8 +129,8 @@ def _rank_main(root: Path, out: Path) -> None:
     from safetensors.torch import save_file
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-    from videorl.train.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
-    from videorl.train.distributed import init_distributed
+    from videorl.parallel import init_distributed
+    from videorl.runs.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
 
     dist = init_distributed()
     model, optimizer = _sharded(0)

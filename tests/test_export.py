@@ -46,7 +46,7 @@ def test_export_of_a_run_loads_with_from_pretrained_and_holds_the_latest_weights
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     result = _export(str(run), str(tmp_path / "hf"))
     assert result.exit_code == 0, result.output
@@ -66,7 +66,7 @@ def test_export_of_a_run_loads_with_from_pretrained_and_holds_the_latest_weights
 def test_export_of_one_checkpoint_and_refusals(run: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     first = run / "checkpoints" / "step_000001"
     assert _export(str(first), str(tmp_path / "hf1")).exit_code == 0

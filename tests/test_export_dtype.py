@@ -42,7 +42,7 @@ def run(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     (run / "config.yaml").write_text(
         f"model:\n  path: {base}\n  dtype: bfloat16\ndata:\n  train_files: [{tmp_path / 'train.jsonl'}]\n"
     )
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     CheckpointManager(run / "checkpoints").save(3, model_state=model.state_dict())
     return run, {k: v.detach().clone() for k, v in model.state_dict().items()}

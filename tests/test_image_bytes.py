@@ -22,8 +22,8 @@ from videorl.data.images import MAX_IMAGE_PIXELS
 from videorl.errors import DataError
 from videorl.plugins import load_plugins
 from videorl.rewards.types import RewardInput
+from videorl.runs.records import read_metrics
 from videorl.testing import CliResult
-from videorl.train.metrics import read_metrics
 
 RunCli = Callable[..., CliResult]
 datasets = pytest.importorskip("datasets")

@@ -77,7 +77,7 @@ def _trained(run: Path, step: int, out: Path) -> Any:
     """A training built from ``run``'s config (into ``out``) holding the adapters of checkpoint ``step``."""
     from videorl.config import load_config
     from videorl.plugins import load_plugins
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.compose import build_training
 
     training = build_training(load_config(run / "config.yaml", [f"output_dir={out}"]), load_plugins())
@@ -174,10 +174,10 @@ def test_the_merged_weight_is_the_base_plus_scaled_b_times_a(task: dict[str, Pat
     """``Adapters.merged`` by hand: ``W + (alpha / r) · B @ A`` under the base model's names."""
     import torch
 
+    from videorl.actor.lora import inject
     from videorl.backend import backend_for_model
     from videorl.config.schema import LoraConfig
     from videorl.plugins import load_plugins
-    from videorl.train.lora import inject
 
     model = backend_for_model(task["model"], load_plugins().model_backends).load_model()
     base = {k: v.clone() for k, v in model.state_dict().items()}
@@ -204,8 +204,8 @@ def test_the_merged_weight_is_the_base_plus_scaled_b_times_a(task: dict[str, Pat
 
 
 def test_cli_train_checkpoints_hold_the_adapters_and_their_optimizer_states_only(run: Path) -> None:
-    from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.metrics import read_metrics
+    from videorl.runs.checkpoint import CheckpointManager
+    from videorl.runs.records import read_metrics
 
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
@@ -242,7 +242,7 @@ def test_resume_auto_continues_bit_for_bit(run: Path, task: dict[str, Path], tmp
 
     import torch
 
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     again = tmp_path / "again"
     shutil.copytree(run, again)
@@ -276,7 +276,7 @@ def test_resuming_with_other_lora_settings_says_so_not_corrupt(
     keys or shapes and actor.lora, and the checkpoint is not called corrupt."""
     from videorl.config import load_config
     from videorl.plugins import load_plugins
-    from videorl.train.checkpoint import CheckpointError, CheckpointManager
+    from videorl.runs.checkpoint import CheckpointError, CheckpointManager
     from videorl.train.compose import build_training
 
     config = load_config(run / "config.yaml", [f"output_dir={tmp_path / 'other'}", change])
@@ -338,7 +338,7 @@ def test_exports_of_a_bfloat16_run_are_bfloat16(run: Path, tmp_path: Path) -> No
     from videorl.backend import backend_for_model
     from videorl.config import dump_config, load_config
     from videorl.plugins import load_plugins
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     bf16 = tmp_path / "bf16-run"
     shutil.copytree(run, bf16)
@@ -489,7 +489,7 @@ def test_two_fsdp_ranks_train_the_adapters_and_their_engines_get_the_merged_weig
     import torch
     from safetensors.torch import load_file
 
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     run, dumps = tmp_path / "run", tmp_path / "dumps"
     dumps.mkdir()
@@ -533,9 +533,9 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     from safetensors.torch import save_file
 
     from videorl.config import load_config
+    from videorl.parallel import init_distributed
     from videorl.plugins import load_plugins
     from videorl.train.compose import build_training
-    from videorl.train.distributed import init_distributed
 
     dist = init_distributed()
     training = build_training(load_config(None, overrides), load_plugins(), dist=dist)
@@ -560,7 +560,7 @@ def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(tmp_path:
     pytest.importorskip("vllm")
     from videorl import demo
     from videorl.plugins import load_plugins
-    from videorl.train.metrics import read_metrics
+    from videorl.runs.records import read_metrics
 
     model, train, val = demo.prepare(tmp_path, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
     run = tmp_path / "run"
@@ -594,8 +594,8 @@ def test_ray_workers_train_the_adapters(task: dict[str, Path], tmp_path: Path) -
     same ``make_actor``, so they train adapters, take the reference with the adapters off and write
     adapter-only checkpoints."""
     pytest.importorskip("ray")
-    from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.metrics import read_metrics
+    from videorl.runs.checkpoint import CheckpointManager
+    from videorl.runs.records import read_metrics
 
     run = tmp_path / "run"
     config = tmp_path / "train.yaml"

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from videorl.actor.parity import ParityError, tolerance_for
 from videorl.commands.models import models_group
-from videorl.parity import ParityError, probe_prompts, run_check, tolerance_for
+from videorl.diagnostics.models_check import probe_prompts, run_check
 from videorl.plugins import load_plugins
-from videorl.train.compose import make_engine
+from videorl.rollout.factory import make_engine
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 
@@ -389,7 +390,7 @@ def test_training_with_a_mismatched_engine_stops_at_step_1_with_the_table(task: 
 def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
     task: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from videorl.train.metrics import read_metrics
+    from videorl.runs.records import read_metrics
 
     training = _mismatched_training(task, tmp_path / "run", "rollout.parity_check=warn")
     with caplog.at_level(logging.WARNING, logger="videorl.parity"):

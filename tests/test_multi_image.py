@@ -16,8 +16,8 @@ from videorl.alignment import check_alignment, visual_token_count
 from videorl.config import TrainConfig, load_config
 from videorl.data import load_samples
 from videorl.plugins import load_plugins
+from videorl.runs.records import read_metrics
 from videorl.train.compose import build_training, make_backend, make_encoder
-from videorl.train.metrics import read_metrics
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

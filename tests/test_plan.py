@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from videorl.config import load_config
-from videorl.plan import ModelShape, Placement, plan, sequence_tokens
+from videorl.diagnostics.plan import ModelShape, Placement, plan, sequence_tokens
 from videorl.plugins import load_plugins
 
 #: the published shapes (config.json), applied to a tiny checkpoint of the family (its tokenizer)

@@ -55,7 +55,7 @@ def test_a_prompt_over_the_limit_is_a_load_time_error_with_its_row_and_tokens(ta
 
 
 def test_the_engine_is_given_room_for_the_longest_prompt_and_response(task: Any) -> None:
-    from videorl.train.compose import make_engine, max_model_len
+    from videorl.rollout.factory import make_engine, max_model_len
 
     config, _, _ = _pieces(task, "data.max_prompt_length=700", "rollout.max_response_length=300")
     assert max_model_len(config) == 1000
@@ -104,8 +104,8 @@ def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any,
     """A group generates together (its leader gathers the prompts), so a rank without validation
     prompts would leave the others waiting."""
     from videorl.errors import ConfigError
+    from videorl.parallel import Dist
     from videorl.train.compose import build_training
-    from videorl.train.distributed import Dist
 
     out, model, train, val = task  # one validation sample
     config = load_config(

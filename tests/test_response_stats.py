@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 
+from videorl.algorithms import formulas as algo
 from videorl.backend import PromptInput, backend_for_model
 from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import response_logprobs, response_stats
 from videorl.plugins import load_plugins
-from videorl.train import algo
 
 
 @pytest.fixture(scope="module")

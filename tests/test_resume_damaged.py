@@ -11,8 +11,8 @@ import pytest
 from videorl import demo
 from videorl.config import load_config
 from videorl.plugins import load_plugins
+from videorl.runs.records import read_metrics
 from videorl.train.compose import build_training
-from videorl.train.metrics import read_metrics
 
 
 def test_resume_auto_falls_back_past_a_same_size_corrupt_checkpoint(

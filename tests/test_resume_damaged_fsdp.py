@@ -21,7 +21,7 @@ import pytest
 def test_a_damaged_shard_of_rank_1_resumes_both_ranks_and_logs_every_step_once(tmp_path: Path) -> None:
     from videorl import demo
     from videorl.plugins import load_plugins
-    from videorl.train.metrics import read_metrics
+    from videorl.runs.records import read_metrics
 
     task = tmp_path / "task"
     model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)
@@ -66,9 +66,9 @@ def _torchrun(overrides: list[str]) -> subprocess.CompletedProcess[str]:
 
 def _rank_main(overrides: list[str]) -> None:
     from videorl.config import load_config
+    from videorl.parallel import init_distributed
     from videorl.plugins import load_plugins
     from videorl.train.compose import build_training
-    from videorl.train.distributed import init_distributed
 
     dist = init_distributed()
     build_training(load_config(None, overrides), load_plugins(), dist=dist).run()

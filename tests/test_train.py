@@ -18,8 +18,8 @@ from videorl.api import hookimpl
 from videorl.config import load_config
 from videorl.errors import ConfigError, DataError
 from videorl.plugins import load_plugins
+from videorl.runs.records import read_metrics
 from videorl.train.compose import build_training
-from videorl.train.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -498,7 +498,7 @@ def test_learning_rate_warms_up_linearly_then_stays(task: Any, tmp_path: Path) -
 
 
 def test_engine_options_and_process_count_are_checked_before_training(task: Any, tmp_path: Path) -> None:
-    from videorl.train.distributed import Dist
+    from videorl.parallel import Dist
 
     config = load_config(
         None, _overrides(task, tmp_path / "r", 1, "rollout.engine_options={max_model_len: 64}")
@@ -539,7 +539,7 @@ def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weig
 ) -> None:
     """The loop frees a sleeping-capable engine's memory before every update of its own copy and
     refreshes it after (vLLM's sleep mode on GPUs; here a recording stand-in around the hf engine)."""
-    from videorl.train.grpo import train
+    from videorl.train.local import train
 
     run = tmp_path / "run"
     training = build_training(

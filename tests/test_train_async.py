@@ -35,9 +35,9 @@ PROMPTS = 3  # per step: one video, one image, one text prompt in the mixed task
 
 def _trajectory(sample_id: str, data_type: str, version: int) -> Any:
     from videorl.data.sample import Sample
+    from videorl.encoding import Prompt
+    from videorl.episode import Trajectory
     from videorl.rollout import Completion
-    from videorl.train.data import Prompt
-    from videorl.train.grpo import Trajectory
 
     sample = Sample(id=sample_id, data_type=data_type, problem="?")
     return Trajectory(Prompt(sample, None, None), 0, Completion([1], [0.0], "stop"), version=version)
@@ -167,10 +167,9 @@ def test_the_schedule_versions_and_data_positions_of_the_asynchronous_controller
     checkpoint's data position counts the samples of the steps trained, not those generated ahead."""
     from videorl.cluster.async_driver import AsyncController
     from videorl.data.sample import Sample
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
-    from videorl.train.grpo import RunIO
-    from videorl.train.loop import run
+    from videorl.train.loop import RunIO, run
 
     config = load_config(
         None,
@@ -277,7 +276,7 @@ def _expected_ids(train: Path, steps: int) -> list[list[str]]:
 
 
 def _wait_for_checkpoint(proc: subprocess.Popen[str], run: Path, step: int) -> None:
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     deadline = time.monotonic() + 300
     while (latest := CheckpointManager(run / "checkpoints").latest()) is None or int(latest.name[5:]) < step:
@@ -395,7 +394,7 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
 
 
 def _model_state(checkpoint: Path) -> dict[str, Any]:
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()
 

@@ -48,9 +48,9 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
 
     from videorl import demo
     from videorl.backend import backend_for_model
+    from videorl.parallel import backend_devices, process_group_options
     from videorl.plugins import load_plugins
-    from videorl.train.distributed import backend_devices, process_group_options
-    from videorl.train.metrics import read_metrics
+    from videorl.runs.records import read_metrics
 
     plugins = load_plugins()
     task = tmp_path / "task"
@@ -196,9 +196,9 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     from safetensors.torch import save_file
 
     from videorl.config import load_config
+    from videorl.parallel import init_distributed
     from videorl.plugins import load_plugins
     from videorl.train.compose import build_training
-    from videorl.train.distributed import init_distributed
 
     dist = init_distributed()
     collectives, devices = _record_collectives()
@@ -242,7 +242,7 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
 
 def _model_state(checkpoint: Path) -> dict[str, Any]:
     """The whole model state dict of a (sharded) checkpoint directory, read in this process."""
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()
 

@@ -257,7 +257,7 @@ def test_remax_on_ray_equals_remax_under_torchrun(task: tuple[Path, list[str]]) 
 
 
 def test_killed_worker_is_named_and_the_run_resumes(task: tuple[Path, list[str]]) -> None:
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     out, overrides = task
     run = out / "ray-killed"
@@ -349,6 +349,6 @@ def test_a_torchrun_checkpoint_resumes_on_ray_and_continues_the_same(
 
 def _model_state(checkpoint: Path) -> dict[str, Any]:
     """The whole model state dict of a (sharded) checkpoint directory, read in this process."""
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()

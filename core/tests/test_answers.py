@@ -30,7 +30,7 @@ from videorl.answers import (
     strip_option_letter,
     strip_think,
 )
-from videorl.rewards.types import MediaInfo
+from videorl.media.info import MediaInfo
 
 
 @pytest.mark.parametrize(

@@ -16,21 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-import videorl.train.checkpoint as ck
+import videorl.runs.checkpoint as ck
 from videorl.atomic import DiskFullError
-from videorl.train.checkpoint import (
-    ActorState,
-    Checkpoint,
-    CheckpointError,
-    CheckpointManager,
-    capture_rng_state,
-    export_hf_model,
-    restore_rng_state,
-    resume,
-    save_checkpoint,
-)
-from videorl.train.dcp_files import safe_reader
-from videorl.train.distributed import Dist
+from videorl.runs.checkpoint import ActorState, Checkpoint, CheckpointError, CheckpointManager, capture_rng_state, export_hf_model, restore_rng_state, resume, save_checkpoint
+from videorl.runs.dcp_files import safe_reader
+from videorl.parallel import Dist
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -142,7 +132,7 @@ _WRITER = textwrap.dedent(
     """
     import sys, time
     import torch
-    import videorl.train.checkpoint as ck
+    import videorl.runs.checkpoint as ck
 
     root, mode = sys.argv[1], sys.argv[2]
     manager = ck.CheckpointManager(root)
@@ -253,7 +243,7 @@ def test_export_hf_model_loads_with_transformers(tmp_path: Path) -> None:
 
 def test_resuming_with_another_number_of_ranks_says_how_many_wrote_it(tmp_path: Path) -> None:
     from videorl.errors import ConfigError
-    from videorl.train.checkpoint import Checkpoint
+    from videorl.runs.checkpoint import Checkpoint
 
     ckpt = Checkpoint(
         tmp_path / "step_000004",

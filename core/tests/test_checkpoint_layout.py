@@ -6,7 +6,7 @@ import torch
 
 from videorl.backend import hub_checkpoint_layout, missing_backend_members
 from videorl.rollout.hf import HFEngine
-from videorl.train.grpo import Actor, refresh_state
+from videorl.actor.policy import Actor, refresh_state
 
 
 class _Renaming:

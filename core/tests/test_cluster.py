@@ -17,10 +17,11 @@ from videorl.cluster.runtime import WorkerFailure, WorkerHandle, _groups, cpus_n
 from videorl.config import load_config
 from videorl.data import Sample
 from videorl.errors import ConfigError
-from videorl.rewards.types import MediaInfo
+from videorl.media.info import MediaInfo
 from videorl.rollout import Completion
-from videorl.train.data import Prompt
-from videorl.train.grpo import StageTimer, Trajectory
+from videorl.encoding import Prompt
+from videorl.timing import StageTimer
+from videorl.episode import Trajectory
 
 BASE = ["model.path=/m", "data.train_files=[/d.jsonl]"]
 
@@ -224,9 +225,9 @@ def test_ray_driver_runs_the_parity_check_on_the_first_step_only(tmp_path: Any, 
     """The controller in the one loop: the actor workers are asked for the first-step parity check on
     the first step of the run (``rollout.parity_check``) and report it; each step's metrics are the
     ranks' means; the last step is checkpointed with each rank's data position."""
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
-    from videorl.train.grpo import RunIO
+    from videorl.train.loop import RunIO
     from videorl.train.loop import run
 
     def update(worker: str, r: dict[str, Any]) -> dict[str, Any]:
@@ -337,9 +338,9 @@ def test_greedy_baseline_is_generated_scored_and_left_out_of_the_update(
     on; the greedy responses themselves never reach the update. The asynchronous driver collects the
     same way."""
     from videorl.cluster.async_driver import AsyncController
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
-    from videorl.train.grpo import RunIO
+    from videorl.train.loop import RunIO
     from videorl.train.loop import run
 
     asynchronous = ["trainer.max_staleness=1", "algorithm.rollout_correction=tis"] if staleness else []
@@ -458,7 +459,7 @@ def test_workers_load_the_controllers_plugin_modules_from_anywhere(
     import sys
 
     from videorl.cluster.runtime import load_worker_plugins, plugin_modules
-    from videorl.train.run_plugins import load_run_plugins
+    from videorl.runs.plugins import load_run_plugins
 
     hook = (
         "from videorl.api import hookimpl\n\n@hookimpl\n"

@@ -17,7 +17,7 @@ import torch
 
 from videorl.atomic import DiskFullError, atomic_write, atomic_write_bytes, is_disk_full
 from videorl.media import DecodeParams
-from videorl.train.checkpoint import CheckpointManager
+from videorl.runs.checkpoint import CheckpointManager
 
 
 @pytest.fixture

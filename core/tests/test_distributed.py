@@ -14,8 +14,9 @@ import torch
 from videorl.errors import ConfigError
 from videorl.rollout.placement import EnginePlacement, engine_placement
 from videorl.rollout.vllm_common import engine_process_environment, platform_defaults
-from videorl.train.compose import fused_adamw_options
-from videorl.train.distributed import attention_implementation, backend_devices, process_group_options
+from videorl.actor.build import fused_adamw_options
+from videorl.devices import attention_implementation
+from videorl.parallel import backend_devices, process_group_options
 
 
 def test_the_gpu_process_group_serves_cpu_and_cuda_tensors() -> None:
@@ -246,7 +247,7 @@ def test_a_tensor_parallel_group_generates_on_its_leader_and_each_rank_gets_its_
 def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
     """A torchrun rank sees 8 GPUs, a Ray worker 1: a checkpoint holding every visible device's RNG
     state could not be resumed on Ray."""
-    from videorl.train.checkpoint import capture_rng_state, restore_rng_state
+    from videorl.runs.checkpoint import capture_rng_state, restore_rng_state
 
     device_state = torch.tensor([7, 8, 9], dtype=torch.uint8)
     restored: list[list[int]] = []
@@ -266,7 +267,7 @@ def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
 def test_refreshed_weights_are_gathered_in_the_engine_s_dtype() -> None:
     """A bf16 vLLM engine's refresh needs half the host memory (and /dev/shm) of a float32 one."""
     from videorl.rollout.vllm_common import weights_dtype as engine_dtype
-    from videorl.train.grpo import Actor, refresh_state
+    from videorl.actor.policy import Actor, refresh_state
 
     model = torch.nn.Linear(3, 2)
     model.register_buffer("steps", torch.tensor([1, 2]))

@@ -238,7 +238,7 @@ def test_run_takes_a_training_run_or_one_of_its_checkpoints(
     from safetensors.torch import load_file
 
     from videorl.config import dump_config, load_config
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
     from videorl_models.tiny import build_tiny
 
     base = build_tiny("qwen2_5_vl", tmp_path / "base", seed=0)

@@ -19,8 +19,8 @@ from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError, UnknownComponentError
 from videorl.hookspecs import hookimpl
 from videorl.plugins import load_plugins
-from videorl.train.loggers import TRACKER_IDS_FILE
-from videorl.train.metrics import MetricsWriter, read_metrics, write_run_metadata
+from videorl.runs.trackers import TRACKER_IDS_FILE
+from videorl.runs.records import MetricsWriter, read_metrics, write_run_metadata
 
 
 def _config(tmp_path: Path, *overrides: str) -> Any:
@@ -71,7 +71,7 @@ def test_tracker_libraries_are_imported_only_when_enabled(tmp_path: Path) -> Non
         "import sys\n"
         "from videorl.config import load_config\n"
         "from videorl.plugins import load_plugins\n"
-        "from videorl.train.metrics import MetricsWriter\n"
+        "from videorl.runs.records import MetricsWriter\n"
         "config = load_config(None, ['model.path=/m', 'data.train_files=[a.jsonl]', "
         "'trainer.loggers=[jsonl]'])\n"
         f"with MetricsWriter.for_run({str(tmp_path)!r}, config, load_plugins()) as w:\n"

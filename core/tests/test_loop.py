@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from videorl.config import TrainConfig, load_config
-from videorl.train.checkpoint import CheckpointManager
-from videorl.train.grpo import RunIO, StageTimer
+from videorl.runs.checkpoint import CheckpointManager
+from videorl.train.loop import RunIO
+from videorl.timing import StageTimer
 from videorl.train.loop import periodic_due, run
 
 

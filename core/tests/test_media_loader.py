@@ -13,8 +13,8 @@ from videorl.eval.inputs import RowInputs
 from videorl.media import DecodeParams, ImageParams, MediaCache, VideoMetadata
 from videorl.media.loader import MediaLoader
 from videorl.media.synthetic import textured_frames, write_video
-from videorl.rewards.types import MediaInfo
-from videorl.train.data import PromptEncoder
+from videorl.media.info import MediaInfo
+from videorl.encoding import PromptEncoder
 
 
 class _Geometry:

@@ -15,15 +15,8 @@ import torch
 from videorl.config import load_config
 from videorl.errors import DataError, VideorlError
 from videorl.plugins import load_plugins
-from videorl.train.loggers import JsonlLogger, RunContext, TensorBoardLogger
-from videorl.train.metrics import (
-    CompletionLog,
-    MetricsWriter,
-    ProgressBar,
-    git_revision,
-    read_metrics,
-    write_run_metadata,
-)
+from videorl.runs.trackers import JsonlLogger, RunContext, TensorBoardLogger
+from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, git_revision, read_metrics, write_run_metadata
 
 
 def _steps(path: Path) -> list[int]:
@@ -136,7 +129,7 @@ def test_run_metadata(tmp_path: Path) -> None:
 def test_run_metadata_records_plugin_modules_with_their_file_and_digest(tmp_path: Path) -> None:
     import hashlib
 
-    from videorl.train.run_plugins import load_run_plugins
+    from videorl.runs.plugins import load_run_plugins
 
     source = (
         "from videorl.api import hookimpl\n\n@hookimpl\ndef register_rewards(register):\n    register('one', "

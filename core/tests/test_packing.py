@@ -16,16 +16,18 @@ from typing import Any
 import pytest
 import torch
 
+from videorl.actor.policy import Actor
+from videorl.actor.update import update
 from videorl.config import TrainConfig, load_config
 from videorl.data import Sample
+from videorl.encoding import Prompt
+from videorl.episode import Trajectory
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded, response_stats
 from videorl.packed_attention import packed_lengths
 from videorl.packing import PackedInputs, pack_for_backend, pack_model_inputs
+from videorl.parallel import Dist
 from videorl.rollout import Completion
-from videorl.train import grpo
-from videorl.train.data import Prompt
-from videorl.train.distributed import Dist
-from videorl.train.grpo import Actor, StageTimer, Trajectory
+from videorl.timing import StageTimer
 
 VOCAB = 13
 
@@ -201,7 +203,7 @@ def test_the_update_is_the_same_packed_and_padded() -> None:
             "algorithm.use_kl_loss=true",
             "algorithm.entropy_coef=0.01",
         )
-        metrics = grpo.update(cfg, actor, batch(), Dist(), StageTimer())
+        metrics = update(cfg, actor, batch(), Dist(), StageTimer())
         rows = {shape[0] for shape in model.shapes}
         assert rows == ({1} if padding_free else {2, 4})  # packed: one row per micro-batch
         results.append((metrics, torch.cat([p.detach().flatten() for p in model.parameters()])))

@@ -6,20 +6,8 @@ import pytest
 import torch
 
 from videorl.errors import AlignmentError
-from videorl.parity import (
-    TOLERANCES,
-    CheckResult,
-    ParityReport,
-    compare_frame_metadata,
-    compare_greedy,
-    compare_ids,
-    compare_logprobs,
-    compare_positions,
-    first_difference,
-    ids_result_from_error,
-    tolerance_for,
-    visual_spans,
-)
+from videorl.actor.parity import TOLERANCES, CheckResult, ParityReport, tolerance_for
+from videorl.diagnostics.models_check import compare_frame_metadata, compare_greedy, compare_ids, compare_logprobs, compare_positions, first_difference, ids_result_from_error, visual_spans
 
 
 def test_first_difference() -> None:
@@ -139,7 +127,7 @@ def _trajectory(sample_id: str, kind: str, logprobs: list[float]) -> object:
 
 
 def test_gaps_per_modality_of_the_prompts() -> None:
-    from videorl.parity import modality_gaps
+    from videorl.actor.parity import modality_gaps
 
     nan = float("nan")
     batch = [
@@ -157,7 +145,7 @@ def test_gaps_per_modality_of_the_prompts() -> None:
 
 
 def test_grids_and_media_items_the_engine_request_carries() -> None:
-    from videorl.parity import compare_grids, compare_items
+    from videorl.diagnostics.models_check import compare_grids, compare_items
 
     assert compare_grids("v", [(4, 12, 16)], [(4, 12, 16)]).status == "PASS"
     resized = compare_grids("v", [(4, 12, 16), (2, 8, 8)], [(4, 12, 16), (2, 4, 4)])

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from videorl.data import Sample
-from videorl.train.data import Prefetcher, TrainData
+from videorl.encoding import Prefetcher
+from videorl.train.data import TrainData
 
 
 def _samples(n: int) -> list[Sample]:
@@ -172,8 +173,8 @@ def test_prefetch_on_and_off_train_identically_and_resume_identically(
 ) -> None:
     import torch
 
-    from videorl.train.data import PromptEncoder
-    from videorl.train.metrics import read_metrics
+    from videorl.encoding import PromptEncoder
+    from videorl.runs.records import read_metrics
 
     prepared: list[tuple[str, str]] = []
     prepare = PromptEncoder.prepare

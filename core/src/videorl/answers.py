@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from videorl.rewards.types import MediaInfo
+    from videorl.media.info import MediaInfo
 
 __all__ = [
     "BOX_CONVENTIONS",

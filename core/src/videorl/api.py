@@ -37,6 +37,7 @@ from videorl.errors import (
 )
 from videorl.eval.aggregate import benchmark_summary, breakdown, group_means, macro_mean, mean
 from videorl.hookspecs import hookimpl
+from videorl.media.info import MediaInfo
 from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import (
     EncodedPrompt,
@@ -56,8 +57,8 @@ from videorl.rewards.config import RewardConfig
 from videorl.rewards.format import FormatRule
 from videorl.rewards.router import RewardEvent, RewardRouter
 from videorl.rewards.task import TaskReward
-from videorl.rewards.types import MediaInfo, Reward, RewardInput, RewardOutput
-from videorl.train.loggers import Logger, RunContext
+from videorl.rewards.types import Reward, RewardInput, RewardOutput
+from videorl.runs.trackers import Logger, RunContext
 from videorl.workers import LineWorker, LineWorkers
 
 __all__ = [

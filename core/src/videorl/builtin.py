@@ -25,10 +25,10 @@ def register_rollout_engines(register: Register) -> None:
 
 @hookimpl
 def register_loggers(register: Register) -> None:
-    register("jsonl", "videorl.train.loggers:JsonlLogger", description="output_dir/metrics.jsonl (required)")
-    register("tensorboard", "videorl.train.loggers:TensorBoardLogger", description="TensorBoard scalars")
-    register("wandb", "videorl.train.loggers:WandbLogger", description="Weights & Biases (videorl[wandb])")
-    register("mlflow", "videorl.train.loggers:MlflowLogger", description="MLflow (videorl[mlflow])")
+    register("jsonl", "videorl.runs.trackers:JsonlLogger", description="output_dir/metrics.jsonl (required)")
+    register("tensorboard", "videorl.runs.trackers:TensorBoardLogger", description="TensorBoard scalars")
+    register("wandb", "videorl.runs.trackers:WandbLogger", description="Weights & Biases (videorl[wandb])")
+    register("mlflow", "videorl.runs.trackers:MlflowLogger", description="MLflow (videorl[mlflow])")
 
 
 _COMPONENTS = "videorl.algorithms.components"

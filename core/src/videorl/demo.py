@@ -247,8 +247,9 @@ def run(
     clips and on the reversed control; ``lora``: train LoRA adapters (:data:`LORA_OVERRIDES`, before
     ``extra``)."""
     from videorl.config import load_config
+    from videorl.rollout.scoring import local_scorer
     from videorl.train.compose import build_training, check_cached, load_training_samples
-    from videorl.train.grpo import evaluate, local_scorer
+    from videorl.train.step import evaluate
 
     spec = TASKS[task]
     out.mkdir(parents=True, exist_ok=True)
@@ -287,7 +288,7 @@ def _plot(run_dir: Path, control_rows: Sequence[dict[str, Any]], *, title: str) 
     """``curves.png`` of the run's metrics with ``control_rows`` (step 0 and the control) merged in."""
     from videorl.atomic import atomic_write_bytes
     from videorl.commands.plot import curves, render
-    from videorl.train.metrics import METRICS_FILE, read_metrics
+    from videorl.runs.records import METRICS_FILE, read_metrics
 
     try:
         rows = sorted([*read_metrics(run_dir / METRICS_FILE), *control_rows], key=lambda row: row["step"])

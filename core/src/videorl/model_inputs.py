@@ -343,7 +343,7 @@ def response_stats(
     chunk: int = STATS_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities and entropies (both ``B×R``, float32) of the responses in ``inputs``,
-    with the values of :func:`response_logprobs` and :func:`videorl.train.algo.entropy_from_logits`.
+    with the values of :func:`response_logprobs` and :func:`videorl.algorithms.formulas.entropy_from_logits`.
 
     The float32 softmax work runs ``chunk`` positions at a time, each chunk recomputed in the backward
     pass (activation checkpointing) instead of kept: of the response's logits only the model's own
@@ -367,8 +367,6 @@ def token_stats(
     response positions of a packed row (:mod:`videorl.packing`)."""
     import torch
     from torch.utils.checkpoint import checkpoint
-
-    from videorl.train.algo import entropy_from_logits
 
     vocab = step_logits.shape[-1]
     banned = torch.tensor(
@@ -396,3 +394,38 @@ def token_stats(
             with torch.no_grad():
                 entropies.append(entropy_of(z))
     return torch.cat(logps, dim=1), torch.cat(entropies, dim=1)
+
+
+def mask_logits(logits: torch.Tensor, forbidden_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """New logits with ``-inf`` at ``forbidden_ids`` on the last axis (the input is not modified).
+
+    The same ids are suppressed in sampling, so that sampler and policy define one distribution.
+    """
+    import torch
+
+    ids = torch.as_tensor(forbidden_ids, dtype=torch.long, device=logits.device).flatten()
+    if ids.numel() == 0:
+        return logits
+    vocab = logits.shape[-1]
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ValueError(
+            f"forbidden token ids must lie in [0, {vocab}), got min {int(ids.min())} max {int(ids.max())}"
+        )
+    forbidden = torch.zeros(vocab, dtype=torch.bool, device=logits.device)
+    forbidden[ids] = True  # a fresh tensor of ours; logits are untouched
+    return logits.masked_fill(forbidden, float("-inf"))
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last axis: ``(..., V) -> (...)``.
+
+    ``H = logsumexp(z) - Σ softmax(z)·z``; masked (``-inf``) entries contribute exactly 0, with finite
+    gradients. No in-place op touches ``logits``.
+    """
+    import torch
+
+    logits = logits.float()
+    finite = torch.isfinite(logits)
+    probs = torch.softmax(logits, dim=-1)
+    safe_logits = torch.where(finite, logits, torch.zeros_like(logits))
+    return torch.logsumexp(logits, dim=-1) - (probs * safe_logits).sum(dim=-1)

@@ -18,7 +18,7 @@ from videorl.errors import ConfigError, DataError, VideorlError
 if TYPE_CHECKING:
     from videorl.backend import PromptInput
     from videorl.data import Sample
-    from videorl.train.data import PromptEncoder
+    from videorl.encoding import PromptEncoder
 
 __all__ = ["OverlongPrompt", "check_cached_prompt_lengths", "filter_overlong"]
 

@@ -1,6 +1,7 @@
 """The built-in advantage estimators, policy losses and presets (registered by :mod:`videorl.builtin`).
 
-Each component is a dataclass whose fields are its options; the formulas live in :mod:`videorl.train.algo`.
+Each component is a dataclass whose fields are its options; the formulas live in
+:mod:`videorl.algorithms.formulas`.
 """
 
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
@@ -12,8 +13,8 @@ from typing import ClassVar
 import torch
 
 from videorl.algorithms import LossScale, Preset
+from videorl.algorithms import formulas as algo
 from videorl.config import option
-from videorl.train import algo
 
 # --- advantage estimators -------------------------------------------------------------------------
 

@@ -64,10 +64,11 @@ if TYPE_CHECKING:
     from videorl.cluster.runtime import Cluster
     from videorl.config import TrainConfig
     from videorl.data import Sample
-    from videorl.train.checkpoint import Checkpoint
+    from videorl.episode import Trajectory
+    from videorl.runs.checkpoint import Checkpoint
+    from videorl.runs.records import CompletionLog
+    from videorl.timing import StageTimer
     from videorl.train.data import TrainData
-    from videorl.train.grpo import StageTimer, Trajectory
-    from videorl.train.metrics import CompletionLog
 
 
 class StalenessError(VideorlError):
@@ -154,7 +155,7 @@ class AsyncController(Controller):
 
     def _produce(self, step: int) -> _Collected:
         """On the producer thread: bring the engines to step ``step``'s version, collect its groups."""
-        from videorl.train.grpo import StageTimer
+        from videorl.timing import StageTimer
 
         ranks = range(len(self.cluster.actors))
         timers = [StageTimer() for _ in ranks]

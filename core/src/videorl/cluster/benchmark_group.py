@@ -306,7 +306,7 @@ class BenchmarkGroup:
         unfinished ones whose weights were kept, and remove kept weights nothing needs (and the
         partial files of a write that was killed)."""
         from videorl.atomic import is_temp
-        from videorl.train.metrics import METRICS_FILE, read_metrics
+        from videorl.runs.records import METRICS_FILE, read_metrics
 
         root = self.output_dir / PASSES_DIR
         if not root.is_dir():

@@ -40,19 +40,22 @@ from videorl.cluster import wire
 from videorl.cluster.runtime import Cluster, WorkerFailure, WorkerHandle, cpus_needed, start_ray
 from videorl.cluster.weights import ObjectStoreTransport, Published, WeightTransport
 from videorl.errors import VideorlError
-from videorl.train.distributed import mean_over_ranks
+from videorl.parallel import mean_over_ranks
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.data import Sample
+    from videorl.encoding import Prompt
+    from videorl.episode import Trajectory
     from videorl.plugins import Plugins
     from videorl.rollout import Completion
-    from videorl.train.checkpoint import Checkpoint
-    from videorl.train.data import Prompt, TrainData
-    from videorl.train.grpo import Scorer, StageTimer, Trajectory
+    from videorl.rollout.scoring import Scorer
+    from videorl.runs.checkpoint import Checkpoint
+    from videorl.runs.records import CompletionLog
+    from videorl.timing import StageTimer
+    from videorl.train.data import TrainData
     from videorl.train.loop import OnStep, PeriodicEvaluation
-    from videorl.train.metrics import CompletionLog
 
 WORKERS_FILE = "ray-workers.json"
 
@@ -151,7 +154,7 @@ class Controller:
         encoded on the worker), completions, and the weight version that generated them; with
         ``baseline``, in the same call, one greedy response per prompt too. The worker then prepares
         ``upcoming`` (training samples taken next, ``data.prefetch``) in the background."""
-        from videorl.train.data import Prompt
+        from videorl.encoding import Prompt
 
         step = self.step if step is None else step
         worker = self.cluster.rollouts[rank % len(self.cluster.rollouts)]
@@ -181,7 +184,7 @@ class Controller:
         worker also generates one greedy response per prompt (so with the same weights), scored on the
         reward workers and appended to its group as in one process
         (:func:`~videorl.train.grpo.add_baselines`)."""
-        from videorl.train.grpo import add_baselines, finish_groups, wants_greedy_baseline
+        from videorl.rollout.single_turn import add_baselines, finish_groups, wants_greedy_baseline
 
         baselines = wants_greedy_baseline(self.config)
         data = self.data[rank]
@@ -208,7 +211,8 @@ class Controller:
     # --- the step ----------------------------------------------------------------------------------
 
     def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Trajectory], dict[str, float]]:
-        from videorl.train.grpo import assign_advantages, collect_groups
+        from videorl.rollout.single_turn import collect_groups
+        from videorl.train.step import assign_advantages
 
         per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))
         groups, extra = collect_groups(
@@ -221,7 +225,7 @@ class Controller:
     ) -> tuple[list[StageTimer], list[tuple[list[Trajectory], dict[str, float]]]]:
         """Every rank's trajectories of ``step`` and rollout counters, with the stage times per rank
         (here: generated now; :class:`~videorl.cluster.async_driver.AsyncController`: ahead)."""
-        from videorl.train.grpo import StageTimer
+        from videorl.timing import StageTimer
 
         ranks = range(len(self.cluster.actors))
         timers = [StageTimer() for _ in ranks]
@@ -275,7 +279,8 @@ class Controller:
         return self.latest
 
     def _validate(self, rank: int) -> dict[str, float]:
-        from videorl.train.grpo import StageTimer, validation_metrics
+        from videorl.timing import StageTimer
+        from videorl.train.step import validation_metrics
 
         shard = self.validation[rank :: len(self.cluster.actors)]
         if not shard:
@@ -310,7 +315,7 @@ class Controller:
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         """One GRPO step over the workers; its metrics averaged over the ranks as torchrun does, each
         stage's time (measured per rank) averaged into ``timer``."""
-        from videorl.train.grpo import step_metrics
+        from videorl.train.step import step_metrics
 
         config, ranks = self.config, range(len(self.cluster.actors))
         split = not self.cluster.colocated

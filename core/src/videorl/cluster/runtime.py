@@ -235,7 +235,7 @@ def _import_module(name: str, file: str | None) -> ModuleType:
     """Plugin module ``name`` as the controller has it: a single ``.py`` file from that file (under the
     name it was loaded as), else by import path, with its source root put on ``sys.path`` when this
     process cannot import it otherwise (the controller's working directory, say)."""
-    from videorl.train.run_plugins import import_plugin
+    from videorl.runs.plugins import import_plugin
 
     path = Path(file) if file else None
     if path is not None and "." not in name and path.suffix == ".py" and path.name != "__init__.py":

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from videorl.rewards.types import MediaInfo
+from videorl.media.info import MediaInfo
 from videorl.rollout import Completion
 
 

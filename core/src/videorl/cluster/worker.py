@@ -28,13 +28,15 @@ from videorl.cluster import wire
 if TYPE_CHECKING:
     import torch
 
+    from videorl.actor.policy import Actor
     from videorl.data import Sample
+    from videorl.encoding import Prompt, PromptEncoder
+    from videorl.episode import Trajectory
+    from videorl.parallel import Dist
     from videorl.rollout import RolloutEngine
+    from videorl.rollout.scoring import Scorer
+    from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.benchmarks import WorkerBenchmarks
-    from videorl.train.checkpoint import CheckpointManager
-    from videorl.train.data import Prompt, PromptEncoder
-    from videorl.train.distributed import Dist
-    from videorl.train.grpo import Actor, Scorer, Trajectory
 
 ROLES = ("actor", "rollout", "reference", "reward", "benchmark")
 
@@ -96,17 +98,12 @@ class Worker:
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Build this worker's roles; the ``actor`` ranks join one process group at ``master_addr``."""
+        from videorl.actor.build import load_reference, make_actor
+        from videorl.devices import local_device
+        from videorl.parallel import Dist, init_distributed
         from videorl.rewards.router import RewardRouter
-        from videorl.train.compose import (
-            load_reference,
-            make_actor,
-            make_encoder,
-            make_engine,
-            make_rank_engine,
-            max_model_len,
-            seed_everything,
-        )
-        from videorl.train.distributed import Dist, init_distributed, local_device
+        from videorl.rollout.factory import make_engine, make_rank_engine, max_model_len
+        from videorl.train.compose import make_encoder, seed_everything
 
         config = self.config
         self.encoder = make_encoder(config, self.backend, self.plugins)
@@ -148,14 +145,14 @@ class Worker:
                     weight_bucket_mb=config.rollout.weight_bucket_mb,
                 )
         if "reward" in self.roles:
-            from videorl.train.grpo import local_scorer
+            from videorl.rollout.scoring import local_scorer
 
             self.scorer = local_scorer(
                 RewardRouter.from_registry(self.plugins.rewards, config.rewards), self.backend
             )
 
     def close(self) -> None:
-        from videorl.train.distributed import close_distributed
+        from videorl.parallel import close_distributed
 
         if self.engine is not None:
             self.engine.close()
@@ -191,7 +188,7 @@ class Worker:
 
     def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Trajectory]:
         """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories."""
-        from videorl.train.grpo import Trajectory
+        from videorl.episode import Trajectory
 
         return [
             Trajectory(
@@ -208,7 +205,7 @@ class Worker:
         that generated them, and the seconds spent encoding (``data``) and generating (``rollout``).
         The ``upcoming`` training samples are then prepared in the background (``data.prefetch``),
         for the next step's calls."""
-        from videorl.train.grpo import sampling_params, validation_params
+        from videorl.rollout.single_turn import sampling_params, validation_params
 
         assert self.engine is not None, "generate() on a worker without the rollout role"
         request = wire.loads(message)
@@ -252,9 +249,9 @@ class Worker:
 
     def score(self, message: bytes) -> bytes:
         """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
+        from videorl.encoding import Prompt
+        from videorl.episode import Trajectory
         from videorl.rollout import Completion
-        from videorl.train.data import Prompt
-        from videorl.train.grpo import Trajectory
 
         assert self.scorer is not None, "score() on a worker without the reward role"
         request = wire.loads(message)
@@ -272,7 +269,7 @@ class Worker:
     def reference_logprobs(self, message: bytes) -> bytes:
         """``{step, items}`` (as :meth:`update`) -> the reference model's per-token log-probs of each
         response, and the seconds spent encoding (``data``) and in the forward (``reference``)."""
-        from videorl.train.grpo import reference_logprobs
+        from videorl.actor.update import reference_logprobs
 
         assert self.reference is not None, "reference_logprobs() on a worker without the reference role"
         request = wire.loads(message)
@@ -292,8 +289,10 @@ class Worker:
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
-        from videorl.parity import first_step_check
-        from videorl.train.grpo import StageTimer, refresh_state, set_learning_rate, sleep_engine, update
+        from videorl.actor.parity import first_step_check
+        from videorl.actor.policy import refresh_state, set_learning_rate, sleep_engine
+        from videorl.actor.update import update
+        from videorl.timing import StageTimer
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
         request = wire.loads(message)
@@ -350,7 +349,7 @@ class Worker:
         metadata, so that a run resumed while benchmark passes scored them can finish them
         (:mod:`videorl.cluster.benchmark_group`)."""
         from videorl.cluster.benchmark_group import plan_metadata
-        from videorl.train.checkpoint import write_tensor_file
+        from videorl.runs.checkpoint import write_tensor_file
 
         write_tensor_file(path, state, plan_metadata(plan))  # tied weights stored once
 
@@ -358,7 +357,7 @@ class Worker:
         """Refresh the engine with weights :meth:`keep_weights` wrote for policy ``version``; the
         seconds it took. A file of another version is refused."""
         from videorl.cluster.benchmark_group import plan_of
-        from videorl.train.checkpoint import read_tensor_file
+        from videorl.runs.checkpoint import read_tensor_file
 
         state, metadata = read_tensor_file(path)
         if plan_of(metadata).get("version") != version:
@@ -378,7 +377,7 @@ class Worker:
         """Every actor rank writes its shards of the model and optimizer states with its data position
         (held by the controller) and RNG state: the same checkpoint a torchrun run writes. The write
         ends in the background, except after the last step."""
-        from videorl.train.checkpoint import save_checkpoint
+        from videorl.runs.checkpoint import save_checkpoint
 
         assert self.actor is not None and self.dist is not None
         state, last = self.actor.checkpoint_state(), self.config.trainer.max_steps
@@ -387,8 +386,8 @@ class Worker:
     def resume(self, path: str) -> int:
         """Load this rank's shards of the model and optimizer states and its RNG state from checkpoint
         ``path`` (the controller holds the data positions); a colocated engine gets the loaded weights."""
-        from videorl.train.checkpoint import resume
-        from videorl.train.grpo import refresh_state
+        from videorl.actor.policy import refresh_state
+        from videorl.runs.checkpoint import resume
 
         assert self.actor is not None and self.dist is not None
         step = resume(path, self.actor.checkpoint_state(), self.checkpoints, self.dist)

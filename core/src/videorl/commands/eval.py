@@ -407,7 +407,7 @@ def _flag_overrides(flags: dict[str, Any]) -> list[str]:
     from click.core import ParameterSource
 
     from videorl.eval.config import FLAG_KEYS
-    from videorl.train.loggers import parse_logger_options
+    from videorl.runs.trackers import parse_logger_options
 
     ctx = click.get_current_context()
     out = []

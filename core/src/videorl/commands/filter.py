@@ -94,17 +94,11 @@ def filter_command(
 
 
 def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_size: int) -> FilterSummary:
+    from videorl.devices import local_device
     from videorl.rewards.router import RewardRouter
-    from videorl.train.compose import (
-        load_training_samples,
-        make_backend,
-        make_encoder,
-        make_engine,
-        max_model_len,
-        seed_everything,
-    )
-    from videorl.train.distributed import local_device
-    from videorl.train.grpo import sampling_params
+    from videorl.rollout.factory import make_engine, max_model_len
+    from videorl.rollout.single_turn import sampling_params
+    from videorl.train.compose import load_training_samples, make_backend, make_encoder, seed_everything
     from videorl.train.pass_rate import progress_path, read_progress, score_pass_rates, write_kept_rows
 
     seed_everything(config.seed)

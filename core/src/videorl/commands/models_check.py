@@ -53,12 +53,13 @@ def check_command(
     """
     import torch
 
+    from videorl.actor.parity import tolerance_for
     from videorl.backend import backend_for_model
     from videorl.config import load_config
+    from videorl.devices import local_device
+    from videorl.diagnostics.models_check import probe_prompts, run_check
     from videorl.errors import AlignmentError, ConfigError, DataError
-    from videorl.parity import probe_prompts, run_check, tolerance_for
-    from videorl.train.compose import make_engine
-    from videorl.train.distributed import local_device
+    from videorl.rollout.factory import make_engine
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the report (--json)
     config = load_config(config_path, [f"model.path={model}"]) if config_path is not None else None

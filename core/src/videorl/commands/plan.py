@@ -50,7 +50,7 @@ def plan_command(
     import torch
 
     from videorl.config import load_config
-    from videorl.plan import ModelShape, Placement, plan, sequence_tokens
+    from videorl.diagnostics.plan import ModelShape, Placement, plan, sequence_tokens
     from videorl.train.compose import make_backend
 
     try:

@@ -98,7 +98,7 @@ def plot_command(run: Path, out: Path | None) -> None:
     """Draw the reward and accuracy curves of RUN (a run directory or its metrics.jsonl) to a PNG."""
     from videorl.atomic import atomic_write_bytes
     from videorl.errors import DataError
-    from videorl.train.metrics import METRICS_FILE, read_metrics
+    from videorl.runs.records import METRICS_FILE, read_metrics
 
     metrics = run / METRICS_FILE if run.is_dir() else run
     if not metrics.is_file():

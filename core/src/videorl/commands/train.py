@@ -64,7 +64,7 @@ def train_command(
     if config.plugins:
         from pathlib import Path
 
-        from videorl.train.run_plugins import load_run_plugins
+        from videorl.runs.plugins import load_run_plugins
 
         flags = click.get_current_context().find_root().params  # videorl's global plugin flags
         try:
@@ -107,8 +107,8 @@ def train_command(
             f"{config_file}: trainer.max_staleness: {config.trainer.max_staleness} trains asynchronously on "
             "Ray: add --ray (with ray.placement: split), or set trainer.max_staleness: 0"
         )
+    from videorl.parallel import close_distributed, init_distributed
     from videorl.train.compose import build_training
-    from videorl.train.distributed import close_distributed, init_distributed
 
     dist = init_distributed()
     try:

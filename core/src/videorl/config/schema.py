@@ -364,7 +364,7 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 @dataclass
 class LoraConfig:
-    """``actor.lora``: train low-rank adapters (peft) instead of every weight (:mod:`videorl.train.lora`)."""
+    """``actor.lora``: train low-rank adapters (peft) instead of every weight (:mod:`videorl.actor.lora`)."""
 
     enabled: bool = option(
         False,

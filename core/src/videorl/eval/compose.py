@@ -44,7 +44,7 @@ class Evaluation:
         """Start the engine (and the loggers), evaluate every benchmark, close them."""
         from videorl.eval.pipeline import Evaluator
         from videorl.eval.results import begin_run
-        from videorl.train.loggers import open_eval_loggers, summary_figures
+        from videorl.runs.trackers import open_eval_loggers, summary_figures
 
         c = self.config
         trackers = (
@@ -120,7 +120,7 @@ def make_eval_engine(
 ) -> RolloutEngine:
     """The engine, built as training builds its own (:func:`videorl.train.compose.make_engine`): HF
     generate with a model of its own, or vLLM's AsyncLLM (registered as ``vllm-async``)."""
-    from videorl.train.compose import make_engine
+    from videorl.rollout.factory import make_engine
 
     e, identity = config.engine, engine_identity(config)
     if e.name == "hf":
@@ -151,16 +151,16 @@ def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None], backends
     checkpoints is exported first, as ``videorl export`` does, to ``RUN/model``; a later call with the
     same checkpoint reuses that export, and one with another checkpoint is refused for a run that
     already has results (its predictions came from the first). A PEFT adapter folder is merged into its
-    base model there (:func:`videorl.train.lora.merged_adapter_model`)."""
-    from videorl.train.checkpoint import (
+    base model there (:func:`videorl.actor.lora.merged_adapter_model`)."""
+    from videorl.actor.lora import export_policy, is_adapter_folder, merged_adapter_model
+    from videorl.runs.checkpoint import (
+        CHECKPOINT_DIR,
         EXPORT_MARKER,
         STATE_FILE,
         base_model_of,
         resolve_checkpoint,
     )
-    from videorl.train.compose import CHECKPOINT_DIR
-    from videorl.train.lora import export_policy, is_adapter_folder, merged_adapter_model
-    from videorl.train.metrics import CONFIG_FILE
+    from videorl.runs.records import CONFIG_FILE
 
     if is_adapter_folder(model):
         return merged_adapter_model(model, run_dir, backends, echo)

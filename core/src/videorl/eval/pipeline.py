@@ -44,9 +44,9 @@ from videorl.eval.scoring import BenchmarkResult, score_predictions, score_row
 if TYPE_CHECKING:
     from videorl.benchmark import Benchmark, BenchmarkRow
     from videorl.eval.inputs import RowInputs
+    from videorl.generation import Completion, SamplingParams
     from videorl.model_inputs import EncodedPrompt
     from videorl.registry import Registry
-    from videorl.rollout.types import Completion, SamplingParams
 
 __all__ = [
     "BATCH_WAIT_S",

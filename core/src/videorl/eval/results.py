@@ -37,7 +37,7 @@ from videorl.eval.scoring import BenchmarkResult
 if TYPE_CHECKING:
     from videorl.eval.inputs import RowInputs
     from videorl.eval.pipeline import EvalTask
-    from videorl.rollout.types import SamplingParams
+    from videorl.generation import SamplingParams
 
 FORMAT = "videorl-eval/1"
 RESULTS_FILE = "results.json"

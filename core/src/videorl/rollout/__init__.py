@@ -5,6 +5,6 @@ Engines are plugins (``register_rollout_engines``); core registers ``hf`` (trans
 sees the same prompt ids and grids as the training forward.
 """
 
-from videorl.rollout.types import Completion, RolloutEngine, SamplingParams
+from videorl.generation import Completion, RolloutEngine, SamplingParams
 
 __all__ = ["Completion", "RolloutEngine", "SamplingParams"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from videorl.generation import Completion, SamplingParams
 from videorl.model_inputs import token_logprobs
-from videorl.rollout.types import Completion, SamplingParams
 
 if TYPE_CHECKING:
     import torch

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
-from videorl.rollout.types import Completion, SamplingParams
+from videorl.generation import Completion, SamplingParams
 
 if TYPE_CHECKING:
+    from videorl.generation import RolloutEngine
     from videorl.model_inputs import EncodedPrompt
-    from videorl.rollout.types import RolloutEngine
 
 
 @dataclass(frozen=True)

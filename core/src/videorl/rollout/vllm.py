@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from videorl.devices import release_cached_memory
 from videorl.errors import ConfigError
-from videorl.rollout.types import Completion, SamplingParams
+from videorl.generation import Completion, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
     check_engine_options,
@@ -32,7 +33,6 @@ from videorl.rollout.vllm_common import (
     weights_dtype,
 )
 from videorl.rollout.vllm_weights import DEFAULT_BUCKET_MB, MemoryRefresh
-from videorl.train.distributed import release_cached_memory
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend

@@ -24,7 +24,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from videorl.rollout.types import Completion, SamplingParams
+from videorl.generation import Completion, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
     check_engine_options,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.alignment import check_same_prompt
 from videorl.errors import ConfigError
-from videorl.rollout.types import Completion, SamplingParams
+from videorl.generation import Completion, SamplingParams
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -245,7 +245,7 @@ class WeightsFolder:
 
     vLLM points its model config at the folder it reloads from (and, in one process, loads its
     processor from there later), so the folder is a whole HF model folder: the base model's config,
-    tokenizer and processor files with the new weights (:func:`videorl.train.checkpoint.export_hf_model`).
+    tokenizer and processor files with the new weights (:func:`videorl.runs.checkpoint.export_hf_model`).
     It is removed by :meth:`close`, or at the latest when this object is collected or the process exits.
     """
 
@@ -255,7 +255,7 @@ class WeightsFolder:
 
     def write(self, state_dict: Mapping[str, Any]) -> Path:
         """Write ``state_dict`` (HF parameter names, full tensors) and return the model folder."""
-        from videorl.train.checkpoint import export_hf_model
+        from videorl.runs.checkpoint import export_hf_model
 
         if self.root is None:
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else None

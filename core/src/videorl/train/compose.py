@@ -10,28 +10,30 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from videorl.actor.build import make_actor
 from videorl.errors import ConfigError, DataError
+from videorl.rollout.factory import make_rank_engine
+from videorl.runs.checkpoint import CHECKPOINT_DIR
 
 if TYPE_CHECKING:
+    from videorl.actor.policy import Actor
     from videorl.backend import ModelBackend, VisionSync
     from videorl.config import TrainConfig
     from videorl.data import Sample
+    from videorl.encoding import Prompt, PromptEncoder
+    from videorl.parallel import Dist
     from videorl.plugins import Plugins
     from videorl.prompts import PromptTemplate
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
-    from videorl.train.checkpoint import Checkpoint, CheckpointManager
-    from videorl.train.data import Prompt, PromptEncoder, TrainData
-    from videorl.train.distributed import Dist
-    from videorl.train.grpo import Actor, RunIO
-    from videorl.train.loop import OnStep, PeriodicEvaluation
+    from videorl.runs.checkpoint import Checkpoint, CheckpointManager
+    from videorl.train.data import TrainData
+    from videorl.train.loop import OnStep, PeriodicEvaluation, RunIO
 
-CHECKPOINT_DIR = "checkpoints"
 log = logging.getLogger("videorl.train")
 
 
@@ -55,7 +57,7 @@ class Training:
 
     def run(self, on_step: OnStep | None = None) -> int:
         """Train (:func:`videorl.train.grpo.train`), then close the run's writers; the last step."""
-        from videorl.train.grpo import train
+        from videorl.train.local import train
 
         try:
             return train(
@@ -155,10 +157,10 @@ def make_backend(config: TrainConfig, plugins: Plugins) -> ModelBackend:
 def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -> PromptEncoder:
     """Samples to prompts as the ``data`` section says: frame cache (none: decode on the fly), video and
     image budgets, template, thinking, prompt limit."""
+    from videorl.encoding import PromptEncoder
     from videorl.media import MediaCache
     from videorl.media.loader import MediaLoader
     from videorl.rewards.router import RewardRouter
-    from videorl.train.data import PromptEncoder
 
     d = config.data
     cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
@@ -176,230 +178,9 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
     )
 
 
-def make_engine(
-    plugins: Plugins,
-    name: str,
-    backend: ModelBackend,
-    *,
-    model_path: str,
-    dtype: str,
-    seed: int,
-    options: Mapping[str, Any] | None = None,
-    model: Any = None,
-    device: Any = None,
-    max_model_len: int | None = None,
-    visible_devices: str | None = None,
-    weight_sync: str | None = None,
-    weight_bucket_mb: int | None = None,
-) -> RolloutEngine:
-    """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options``
-    (``rollout.engine_options``).
-
-    The ``hf`` engine generates with ``model`` when given (the actor itself, never refreshed), else
-    with a copy of its own on ``device``; every other engine loads ``model_path``, in ``dtype``,
-    seeded with ``seed``, with room for ``max_model_len`` tokens per sequence and on
-    ``visible_devices`` (:mod:`videorl.rollout.placement`), refreshed as ``weight_sync`` says with
-    buckets of ``weight_bucket_mb`` (``rollout.*``), each unless ``options`` say otherwise.
-    An option the engine does not take is a :class:`ConfigError`.
-    """
-    import inspect
-
-    import torch
-
-    canonical = plugins.rollout_engines.canonical(name)
-    factory = plugins.rollout_engines.get(canonical)
-    kwargs = dict(options or {})
-    accepted = inspect.signature(factory).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-        for key in kwargs:
-            if key not in accepted or key in ("backend", "model", "model_path", "owns_model"):
-                valid = [
-                    k for k in accepted if k not in ("self", "backend", "model", "model_path", "owns_model")
-                ]
-                raise ConfigError(
-                    f"rollout.engine_options.{key}: the {canonical} engine takes no option {key!r}; "
-                    f"its options: {', '.join(valid)}"
-                )
-    if canonical == "hf":
-        owns = model is None
-        if owns:
-            from videorl.train.distributed import use_fast_attention
-
-            model = backend.load_model(dtype=getattr(torch, dtype), device=device)
-            use_fast_attention(model, getattr(torch, dtype))
-        engine: RolloutEngine = factory(backend, model, owns_model=owns, **kwargs)
-        return engine
-    for key, value in (
-        ("dtype", dtype),
-        ("seed", seed),
-        ("max_model_len", max_model_len),
-        ("visible_devices", visible_devices),
-        ("weight_sync", weight_sync),
-        ("weight_bucket_mb", weight_bucket_mb),
-    ):
-        if key in accepted and value is not None:
-            kwargs.setdefault(key, value)
-    engine = factory(backend, model_path, **kwargs)
-    return engine
-
-
-def make_actor(
-    config: TrainConfig, backend: ModelBackend, dist: Dist, *, reference: bool | None = None
-) -> tuple[Actor, VisionSync]:
-    """The policy of this rank (FSDP2-sharded over ``dist``), its AdamW, and the frozen reference
-    copy when ``reference`` (default: when the KL penalty is on; never with LoRA, whose reference is
-    the actor with its adapters off)."""
-    import torch
-
-    from videorl.train import distributed
-    from videorl.train.grpo import Actor
-    from videorl.train.lora import inject as inject_lora
-
-    dtype, device = getattr(torch, config.model.dtype), distributed.local_device()
-    sharded = dist.world_size > 1
-    # Master weights and optimizer states stay float32 (an lr of 1e-6 cannot move a bf16 weight);
-    # model.dtype is the compute dtype: autocast in one process, FSDP2's mixed precision when sharded.
-    # Sharded, rank 0 reads the model into host memory and the others build it on meta; each FSDP
-    # unit moves to the device as it is sharded (fully_shard) and rank 0 sends every rank its shards,
-    # so a GPU never holds more than one unit's full float32 weights (the whole float32 model on each
-    # GPU first, 33 GB at 7B, leaves vLLM too little to start) and the checkpoint is read once.
-    # With LoRA the base never moves: it stays in model.dtype, frozen; only the float32 adapters train.
-    lora = config.actor.lora.enabled
-    model = backend.load_model(
-        dtype=dtype if lora else torch.float32,
-        device=distributed.load_device(dist.rank) if sharded else device,
-    )
-    adapters = inject_lora(model, config.actor.lora) if lora else None  # before sharding: they shard along
-    initial = dict(model.state_dict()) if sharded and dist.rank == 0 else {}
-    distributed.use_fast_attention(model, dtype)
-    if config.actor.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ref_model = None  # with LoRA the reference is the actor with its adapters off: no copy
-    if (config.algorithm.use_kl_loss if reference is None else reference) and adapters is None:
-        ref_model = load_reference(
-            config, backend, device=distributed.load_device(dist.rank) if sharded else None
-        )
-    vision_sync = backend.install_vision_sync(model)
-    # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
-    # process needs none (and the HF engine, generating with the actor, would run it every token).
-    vision_sync.dummy = sharded
-    if sharded:
-        distributed.shard_model(model, compute_dtype=dtype)
-        distributed.fill_from_rank0(model, initial)
-        del initial
-        if ref_model is not None:  # sharded too: its forward is a collective, so it needs the dummy as well
-            ref_initial = dict(ref_model.state_dict()) if dist.rank == 0 else {}
-            backend.install_vision_sync(ref_model).dummy = True
-            distributed.shard_model(ref_model, compute_dtype=dtype)
-            distributed.fill_from_rank0(ref_model, ref_initial)
-            del ref_initial
-        distributed.release_cached_memory()  # the blocks sharding freed, for the engine about to start
-    o = config.optim
-    optimizer = torch.optim.AdamW(
-        model.parameters() if adapters is None else adapters.parameters(),
-        lr=o.lr,
-        betas=(o.betas[0], o.betas[1]),
-        eps=o.eps,
-        weight_decay=o.weight_decay,
-        **fused_adamw_options(device),
-    )
-    actor = Actor(
-        model,
-        optimizer,
-        backend,
-        ref_model,
-        compute_dtype=None if sharded else dtype,
-        full_state_dict=(lambda dtype: distributed.full_state_dict(model, dtype)) if sharded else None,
-        lora=adapters,
-    )
-    return actor, vision_sync
-
-
-def fused_adamw_options(device: Any) -> dict[str, Any]:
-    """``fused=True`` on CUDA (one kernel for all parameters instead of a loop of small ones); the
-    default implementation elsewhere (CPU results stay those of the tests)."""
-    return {"fused": True} if getattr(device, "type", str(device)) == "cuda" else {}
-
-
-def load_reference(config: TrainConfig, backend: ModelBackend, *, device: Any = None) -> Any:
-    """The frozen reference policy (the base checkpoint) in ``model.dtype``, for the KL penalty, on
-    ``device`` (None: this process's accelerator; to be sharded: see :func:`make_actor`)."""
-    import torch
-
-    from videorl.train import distributed
-
-    dtype = getattr(torch, config.model.dtype)
-    device = distributed.local_device() if device is None else device
-    model = backend.load_model(dtype=dtype, device=device).eval().requires_grad_(False)
-    distributed.use_fast_attention(model, dtype)
-    return model
-
-
-def max_model_len(config: TrainConfig) -> int:
-    """The longest sequence an engine must hold: the longest prompt and the longest response."""
-    return config.data.max_prompt_length + config.rollout.max_response_length
-
-
-def make_rank_engine(
-    config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist
-) -> tuple[RolloutEngine, bool]:
-    """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
-    engine in one process: no copy, never refreshed).
-
-    A separate engine runs on this rank's GPUs (:func:`videorl.rollout.placement.engine_placement`);
-    with tensor parallelism only the first rank of each group hosts one, the others hand it their
-    prompts (:class:`~videorl.rollout.placement.GroupedEngine`)."""
-    import os
-
-    import torch
-
-    from videorl.rollout.placement import GroupedEngine, engine_placement
-    from videorl.train import distributed
-
-    engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
-    shares = engine_name == "hf" and dist.world_size == 1
-    placement = engine_placement(
-        rank=dist.rank,
-        world_size=dist.world_size,
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.world_size))),
-        tensor_parallel_size=int(config.rollout.engine_options.get("tensor_parallel_size", 1)),
-        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        cuda=torch.cuda.is_available() and engine_name != "hf",
-    )
-    engine: RolloutEngine | None = None
-    if placement.hosts_engine:
-        engine = make_engine(
-            plugins,
-            engine_name,
-            actor.backend,
-            model_path=config.model.path,
-            dtype=config.model.dtype,
-            seed=config.seed + dist.rank,
-            options=config.rollout.engine_options,
-            model=actor.model if shares else None,
-            device=distributed.local_device(),
-            max_model_len=max_model_len(config),
-            visible_devices=placement.visible_devices,
-            weight_sync=config.rollout.weight_sync,
-            weight_bucket_mb=config.rollout.weight_bucket_mb,
-        )
-    if len(placement.group) == 1:
-        assert engine is not None
-        return engine, shares
-    import torch.distributed as tdist
-
-    size = len(placement.group)
-    groups = [tdist.new_group(list(range(g, g + size))) for g in range(0, dist.world_size, size)]  # all ranks
-    from videorl.rollout.vllm_common import weights_dtype
-
-    dtype = weights_dtype(str(config.rollout.engine_options.get("dtype", config.model.dtype)))
-    return GroupedEngine(engine, placement, groups[dist.rank // size], dtype), shares
-
-
 def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
     """The checkpoints of the run in ``output_dir`` (``checkpoints/``), keeping ``trainer.keep_last``."""
-    from videorl.train.checkpoint import CheckpointManager
+    from videorl.runs.checkpoint import CheckpointManager
 
     return CheckpointManager(Path(config.output_dir) / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
 
@@ -411,7 +192,7 @@ def open_checkpoints(config: TrainConfig, dist: Dist | None = None) -> tuple[Che
     rank 0 cuts the run's logs at this step. Nothing is created here: ``output_dir`` appears with the
     run's first file, once the model, data and engine are ready, so a start that fails leaves no empty
     run directory behind."""
-    from videorl.train.checkpoint import agreed_checkpoint
+    from videorl.runs.checkpoint import agreed_checkpoint
 
     out, spec = Path(config.output_dir), config.trainer.resume
     checkpoints = checkpoint_manager(config)
@@ -443,8 +224,8 @@ class RunStart:
         """The run's writers, once the models, data and engines are ready: when ``writer`` (rank 0, the
         Ray controller) ``config.yaml``/``run.json``/``requirements.txt``, the metrics, the progress
         bar (``trainer.progress_bar``) and the completion log (``trainer.log_completions``)."""
-        from videorl.train.grpo import RunIO
-        from videorl.train.metrics import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
+        from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
+        from videorl.train.loop import RunIO
 
         if not writer:
             return RunIO(self.checkpoints)
@@ -515,10 +296,10 @@ def load_datasets(
 def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
     from videorl import algorithms
+    from videorl.parallel import Dist
     from videorl.rewards.router import RewardRouter
     from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
     from videorl.train.data import TrainData
-    from videorl.train.distributed import Dist
 
     dist = dist or Dist()
     # the preset applied (its section keys too: DAPO's dynamic_sampling, overlong_buffer), as the loop

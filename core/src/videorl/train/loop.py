@@ -62,14 +62,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from videorl.train.distributed import Dist, average_over_ranks
-from videorl.train.grpo import StageTimer
+from videorl.parallel import Dist, average_over_ranks
+from videorl.runs.checkpoint import CheckpointManager
+from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar
+from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
-    from videorl.train.grpo import RunIO
+
+    pass
 
 OnStep = Callable[[int, dict[str, float]], None]
 """``on_step(step, metrics)``: called on every rank after each step is logged, before its checkpoint."""
@@ -169,3 +173,13 @@ def run(
         if periodic_due(step, config.trainer.save_every, last, at_last=True):
             driver.save(step)
     return last
+
+
+@dataclass
+class RunIO:
+    """Where the loop writes: checkpoints, metrics, a progress bar (rank 0 only writes)."""
+
+    checkpoints: CheckpointManager
+    metrics: MetricsWriter | None = None
+    progress: ProgressBar | None = None
+    completions: CompletionLog | None = None  # trainer.log_completions

@@ -25,9 +25,9 @@ from videorl.errors import DataError
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.data import Sample
+    from videorl.encoding import Prompt
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine, SamplingParams
-    from videorl.train.data import Prompt
 
 PROGRESS_SUFFIX = ".progress.jsonl"
 _MEDIA_KEYS = ("videos", "video", "images", "image", "path")
@@ -86,8 +86,9 @@ def score_pass_rates(
     """
     from dataclasses import replace
 
+    from videorl.episode import Trajectory
     from videorl.eval.predictions import append_prediction
-    from videorl.train.grpo import Trajectory, accuracy_of, score
+    from videorl.rollout.scoring import accuracy_of, score
 
     rates = read_progress(progress, params.n)
     known = {s.id for s in samples}

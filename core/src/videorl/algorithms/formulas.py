@@ -33,12 +33,10 @@ __all__ = [
     "aggregate",
     "batch_whitened_advantages",
     "cispo_loss",
-    "entropy_from_logits",
     "grpo_advantages",
     "gspo_loss",
     "informative_groups",
     "kl_k3",
-    "mask_logits",
     "mix_policy_decision",
     "overlong_penalty",
     "pack_by_token_budget",
@@ -139,37 +137,6 @@ def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
 
 
 # --- logits, log-probs, entropy ----------------------------------------------------------------
-
-
-def mask_logits(logits: torch.Tensor, forbidden_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """New logits with ``-inf`` at ``forbidden_ids`` on the last axis (the input is not modified).
-
-    The same ids are suppressed in sampling, so that sampler and policy define one distribution.
-    """
-    ids = torch.as_tensor(forbidden_ids, dtype=torch.long, device=logits.device).flatten()
-    if ids.numel() == 0:
-        return logits
-    vocab = logits.shape[-1]
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise ValueError(
-            f"forbidden token ids must lie in [0, {vocab}), got min {int(ids.min())} max {int(ids.max())}"
-        )
-    forbidden = torch.zeros(vocab, dtype=torch.bool, device=logits.device)
-    forbidden[ids] = True  # a fresh tensor of ours; logits are untouched
-    return logits.masked_fill(forbidden, float("-inf"))
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` over the last axis: ``(..., V) -> (...)``.
-
-    ``H = logsumexp(z) - Σ softmax(z)·z``; masked (``-inf``) entries contribute exactly 0, with finite
-    gradients. No in-place op touches ``logits``.
-    """
-    logits = logits.float()
-    finite = torch.isfinite(logits)
-    probs = torch.softmax(logits, dim=-1)
-    safe_logits = torch.where(finite, logits, torch.zeros_like(logits))
-    return torch.logsumexp(logits, dim=-1) - (probs * safe_logits).sum(dim=-1)
 
 
 # --- losses ------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ with their recorded sizes and checksums, logs each one it skips, and ignores tem
 
 Nothing read back is unpickled beyond plain data: DCP's ``.metadata`` is a pickle, read with an
 unpickler that accepts only DCP's own metadata classes, and its non-tensor values (the optimizer's
-``param_groups``) with ``torch.load(weights_only=True)`` (:mod:`videorl.train.dcp_files`); both after
+``param_groups``) with ``torch.load(weights_only=True)`` (:mod:`videorl.runs.dcp_files`); both after
 their checksums matched.
 
 ``export_hf_model`` writes a folder marked as an export (:data:`EXPORT_MARKER`); only such a folder is
@@ -61,11 +61,12 @@ if TYPE_CHECKING:
     from torch.distributed.checkpoint.stateful import Stateful
 
     from videorl.config import TrainConfig
-    from videorl.train.distributed import Dist
+    from videorl.parallel import Dist
 
 log = logging.getLogger("videorl.checkpoint")
 
 FORMAT_VERSION = 2
+CHECKPOINT_DIR = "checkpoints"  # in a run directory
 TENSORS_DIR = "tensors"
 RNG_FILE = "rng.json"
 STATE_FILE = "state.json"
@@ -297,7 +298,7 @@ class Checkpoint:
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-        from videorl.train.dcp_files import quiet_single_process, safe_planner, safe_reader
+        from videorl.runs.dcp_files import quiet_single_process, safe_planner, safe_reader
 
         tensors = self.path / TENSORS_DIR
         try:
@@ -323,7 +324,7 @@ class Checkpoint:
         from torch.distributed.checkpoint import load
         from torch.distributed.checkpoint.api import CheckpointException
 
-        from videorl.train.dcp_files import quiet_single_process, safe_planner, safe_reader
+        from videorl.runs.dcp_files import quiet_single_process, safe_planner, safe_reader
 
         self.require_sharded("it")
         template = state.state_dict()
@@ -514,7 +515,7 @@ class CheckpointManager:
         reads back as it is written only keyed by parameter name (``get_optimizer_state_dict``, as
         :class:`ActorState` gives it), not by ``Optimizer.state_dict``'s integers.
         """
-        from videorl.train.distributed import Dist
+        from videorl.parallel import Dist
 
         tensors: dict[str, Any] = {"model": dict(model_state)}
         if optimizer_state is not None:
@@ -540,7 +541,7 @@ class CheckpointManager:
         host memory; the checkpoint becomes complete when the background write ends (:meth:`wait`)."""
         import torch.distributed.checkpoint as dcp
 
-        from videorl.train.dcp_files import quiet_single_process, recording_writer
+        from videorl.runs.dcp_files import quiet_single_process, recording_writer
 
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -595,7 +596,7 @@ class CheckpointManager:
         if self._group is None:
             import torch.distributed as tdist
 
-            from videorl.train.distributed import COLLECTIVE_TIMEOUT
+            from videorl.parallel import COLLECTIVE_TIMEOUT
 
             self._group = tdist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
         return self._group
@@ -888,7 +889,7 @@ def save_checkpoint(
     shards, with this rank's data position ``data_state`` and RNG state (a collective: every rank calls
     it). Returns once the tensors are copied to host memory; the write finishes in the background
     (``wait``: before returning, e.g. after the last step)."""
-    from videorl.train.distributed import gather_objects
+    from videorl.parallel import gather_objects
 
     local = json.dumps({"data": dict(data_state), "rng": capture_rng_state()})
     ranks = [json.loads(str(s)) for s in gather_objects(local, dist)]
@@ -999,8 +1000,6 @@ def _read_error(path: Path, exc: BaseException) -> CheckpointError:
 
 def resolve_checkpoint(source: Path) -> Path:
     """The checkpoint ``source`` names: a checkpoint directory, or a run directory (its latest one)."""
-    from videorl.train.compose import CHECKPOINT_DIR  # compose imports this module
-
     if (source / CHECKPOINT_DIR).is_dir() or (source / "config.yaml").is_file():
         latest = CheckpointManager(source / CHECKPOINT_DIR).latest_valid()
         if latest is None:
@@ -1015,7 +1014,7 @@ def resolve_checkpoint(source: Path) -> Path:
 def run_config(checkpoint: Path) -> TrainConfig | None:
     """The ``config.yaml`` of the run that wrote ``checkpoint``; None for a checkpoint outside its run."""
     from videorl.config import load_config
-    from videorl.train.metrics import CONFIG_FILE
+    from videorl.runs.records import CONFIG_FILE
 
     config_file = checkpoint.parent.parent / CONFIG_FILE
     return load_config(config_file) if config_file.is_file() else None
@@ -1023,7 +1022,7 @@ def run_config(checkpoint: Path) -> TrainConfig | None:
 
 def base_model_of(checkpoint: Path) -> Path:
     """The base model directory the run of ``checkpoint`` trained from (``model.path`` of its config.yaml)."""
-    from videorl.train.metrics import CONFIG_FILE
+    from videorl.runs.records import CONFIG_FILE
 
     config = run_config(checkpoint)
     if config is None:

@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from videorl.atomic import atomic_write_text
 from videorl.errors import DataError, VideorlError
-from videorl.train.loggers import METRICS_FILE, JsonlLogger, Logger, LoggerSet, RunContext, open_loggers
+from videorl.runs.trackers import METRICS_FILE, JsonlLogger, Logger, LoggerSet, RunContext, open_loggers
 
 if TYPE_CHECKING:
     from videorl.plugins import Plugins
@@ -130,7 +130,7 @@ def truncate_after(path: Path, step: int) -> list[dict[str, Any]]:
 
 class MetricsWriter:
     """Checks and flattens each step's metrics into one row and sends it to the run's loggers
-    (:mod:`videorl.train.loggers`): by default ``<run_dir>/metrics.jsonl`` only; a training run's are
+    (:mod:`videorl.runs.trackers`): by default ``<run_dir>/metrics.jsonl`` only; a training run's are
     ``trainer.loggers`` (:meth:`for_run`).
 
     ``start_step`` is the step the run starts after (0 for a fresh run, the checkpoint's step when
@@ -283,7 +283,7 @@ def write_run_metadata(
     """
     from videorl import __version__
     from videorl.config import dump_config
-    from videorl.train.run_plugins import plugin_records
+    from videorl.runs.plugins import plugin_records
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

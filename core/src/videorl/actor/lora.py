@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError, VideorlError
-from videorl.train.checkpoint import Checkpoint
+from videorl.runs.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     import torch
@@ -232,7 +232,7 @@ class Adapters:
 
 class AdapterState:
     """The actor's adapters and their optimizer states as a DCP ``Stateful`` (what
-    :func:`videorl.train.checkpoint.save_checkpoint` and ``resume`` take): the frozen base is left out,
+    :func:`videorl.runs.checkpoint.save_checkpoint` and ``resume`` take): the frozen base is left out,
     so a checkpoint holds the adapters alone; under FSDP each rank its shards."""
 
     def __init__(self, adapters: Adapters, optimizer: torch.optim.Optimizer) -> None:
@@ -263,7 +263,7 @@ class AdapterState:
 def run_settings(checkpoint: Path) -> LoraConfig | None:
     """``actor.lora`` of the run that wrote ``checkpoint`` (its ``config.yaml``) when it trained LoRA
     adapters; None for full fine-tuning or a checkpoint outside its run."""
-    from videorl.train.checkpoint import run_config
+    from videorl.runs.checkpoint import run_config
 
     config = run_config(checkpoint)
     return config.actor.lora if config is not None and config.actor.lora.enabled else None
@@ -286,7 +286,7 @@ def export_policy(
     a checkpoint outside its run: as stored). ``backends``: the model backend registry."""
     import torch
 
-    from videorl.train.checkpoint import CheckpointManager, export_hf_model, run_config
+    from videorl.runs.checkpoint import CheckpointManager, export_hf_model, run_config
 
     config = run_config(checkpoint)
     name = dtype or (config.model.dtype if config is not None else None)
@@ -350,7 +350,7 @@ def _export_adapter(
 
     from videorl.atomic import atomic_write_text, fsync_dir
     from videorl.backend import backend_for_model
-    from videorl.train.checkpoint import EXPORT_MARKER, FORMAT_VERSION, check_export_target
+    from videorl.runs.checkpoint import EXPORT_MARKER, FORMAT_VERSION, check_export_target
 
     peft = require_peft()
     protected = {
@@ -408,7 +408,7 @@ def merged_adapter_model(adapter: Path, run_dir: Path, backends: Any, echo: Any 
     from videorl.atomic import atomic_write_text
     from videorl.backend import backend_for_model
     from videorl.hub import resolve_model
-    from videorl.train.checkpoint import EXPORT_MARKER, export_hf_model
+    from videorl.runs.checkpoint import EXPORT_MARKER, export_hf_model
 
     target, source = run_dir / "model", str(adapter.resolve())
     marker = target / EXPORT_MARKER

@@ -6,7 +6,7 @@ A logger is registered through the ``register_loggers`` hook; its target is call
 (``metrics.jsonl``, the run's own record, which resumes and ``videorl plot`` read), ``tensorboard``,
 ``wandb`` and ``mlflow`` (each library imported only when its logger is enabled).
 
-:class:`videorl.train.metrics.MetricsWriter` sends each step's row to every logger. A logger marked
+:class:`videorl.runs.records.MetricsWriter` sends each step's row to every logger. A logger marked
 ``required`` (``jsonl``) fails the run when it fails; any other one that raises is reported once, as a
 warning naming it, and left out for the rest of the run, so that a tracker going down never stops
 training.
@@ -128,7 +128,7 @@ class JsonlLogger:
     required = True
 
     def __init__(self, run: RunContext) -> None:
-        from videorl.train.metrics import truncate_after
+        from videorl.runs.records import truncate_after
 
         self.path = run.run_dir / METRICS_FILE
         run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -359,7 +359,7 @@ def open_eval_loggers(
     import sys
 
     from videorl import __version__
-    from videorl.train.metrics import git_revision
+    from videorl.runs.records import git_revision
 
     metadata = {
         "videorl": __version__,

@@ -1,4 +1,4 @@
-"""DCP (``torch.distributed.checkpoint``) files as :mod:`videorl.train.checkpoint` writes and reads them:
+"""DCP (``torch.distributed.checkpoint``) files as :mod:`videorl.runs.checkpoint` writes and reads them:
 read without running pickled code, written with the ``OSError`` of a failed write kept.
 
 DCP's own reader calls ``pickle.load`` on a checkpoint's ``.metadata`` (pytorch/pytorch#189308) and

@@ -1,0 +1,100 @@
+"""POLICY"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    from videorl.actor.lora import Adapters
+    from videorl.backend import ModelBackend
+    from videorl.config import TrainConfig
+    from videorl.rollout import RolloutEngine
+
+
+@dataclass
+class Actor:
+    """The policy being trained (possibly FSDP-wrapped), its optimizer, and the backend of its family."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    backend: ModelBackend
+    reference: torch.nn.Module | None = None  # frozen copy, only when the KL penalty is on
+    compute_dtype: torch.dtype | None = (
+        None  # autocast dtype of the forward (float32 masters); None: as stored
+    )
+    full_state_dict: Callable[[torch.dtype | None], dict[str, torch.Tensor]] | None = (
+        None  # gathers FSDP shards
+    )
+    lora: Adapters | None = None  # actor.lora: only these train, and they are all a checkpoint holds
+
+    def weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The policy's full weights under the base model's names, for a rollout engine: with LoRA the
+        adapters merged into the base weights (a copy; the module keeps them apart)."""
+        if self.lora is not None:
+            return self.lora.merged(self._full_state(None), dtype)
+        return self._full_state(dtype)
+
+    def _full_state(self, dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+        if self.full_state_dict is not None:
+            return self.full_state_dict(dtype)
+        return _cast(self.model.state_dict(), dtype)
+
+    def checkpoint_state(self) -> Stateful:
+        """What a checkpoint saves and a resume loads (:func:`videorl.runs.checkpoint.save_checkpoint`):
+        the model and its optimizer, or with LoRA the adapters and their optimizer states alone."""
+        from videorl.runs.checkpoint import ActorState
+
+        if self.lora is not None:
+            from videorl.actor.lora import AdapterState
+
+            return AdapterState(self.lora, self.optimizer)
+        return ActorState(self.model, self.optimizer)
+
+    def reference_policy(self) -> AbstractContextManager[torch.nn.Module | None]:
+        """The reference policy of the KL term while in the ``with``: the frozen copy, or with LoRA this
+        module with its adapters off; None when there is neither (reference workers compute it)."""
+        return self.lora.disabled() if self.lora is not None else nullcontext(self.reference)
+
+
+def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    if dtype is None:
+        return state
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+
+
+def refresh_state(actor: Actor, engine: RolloutEngine) -> dict[str, torch.Tensor]:
+    """The actor's weights for ``engine``'s refresh, in the dtype it runs in when it says
+    (``weights_dtype``: a bf16 vLLM engine needs half the host memory and /dev/shm of float32), and in
+    the Hub checkpoints' names and layout (:func:`~videorl.backend.hub_checkpoint_layout`), which vLLM's
+    loaders expect, except for the hf engine, which loads them into a transformers model."""
+    from videorl.backend import hub_checkpoint_layout
+    from videorl.rollout.hf import HFEngine
+
+    state = actor.weights(getattr(engine, "weights_dtype", None))
+    if isinstance(getattr(engine, "engine", engine), HFEngine):  # alone or a tensor-parallel group's
+        return state
+    return hub_checkpoint_layout(actor.backend, state)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, config: TrainConfig, step: int) -> None:
+    """Constant ``optim.lr`` after a linear warm-up of ``optim.lr_warmup_steps`` steps (stateless,
+    so a resumed run continues with the same schedule)."""
+    warmup = config.optim.lr_warmup_steps
+    lr = config.optim.lr * (min(1.0, step / warmup) if warmup > 0 else 1.0)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def sleep_engine(engine: RolloutEngine) -> None:
+    """Let an engine that can (``sleep()``, e.g. vLLM's sleep mode on GPUs) free its device memory for
+    the actor update; its next weight refresh wakes it."""
+    sleep = getattr(engine, "sleep", None)
+    if callable(sleep):
+        sleep()

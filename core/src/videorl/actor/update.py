@@ -1,0 +1,291 @@
+"""UPDATE"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from videorl import algorithms
+from videorl.actor.parity import modality_gaps
+from videorl.actor.policy import Actor
+from videorl.algorithms import formulas as algo
+from videorl.episode import Trajectory
+from videorl.model_inputs import response_stats
+from videorl.packing import pack_for_backend
+from videorl.parallel import Dist
+from videorl.timing import StageTimer
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.config import AlgorithmConfig, TrainConfig
+
+
+def micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) -> list[list[Trajectory]]:
+    """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
+    lengths = [len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories]
+    count = len(algo.pack_by_token_budget(lengths, budget))
+    count = int(dist.all_reduce(torch.tensor(count), op="max"))
+    return [
+        [trajectories[i] for i in b]
+        for b in algo.pack_by_token_budget(lengths, budget, min_micro_batches=count)
+    ]
+
+
+def forward_responses(
+    model: torch.nn.Module,
+    backend: ModelBackend,
+    batch: Sequence[Trajectory],
+    forbidden: Sequence[int],
+    compute_dtype: torch.dtype | None = None,
+    entropy_grad: bool = False,
+    padding_free: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token log-probs and entropies of the responses of ``batch`` (teacher-forced), and their mask.
+
+    With ``compute_dtype`` the forward runs under autocast in it (float32 master weights). The LM
+    head runs on the response's positions only (``logits_to_keep``: a 21k-token video prompt's logits
+    would be 6.4 GB in bf16 at a 152k vocabulary, and are never used); log-softmax and entropy run in
+    chunks (:func:`~videorl.model_inputs.response_stats`), the entropy with a graph only when
+    ``entropy_grad`` (its coefficient is not 0). ``padding_free`` (``actor.padding_free``): the
+    sequences run packed in one row (:mod:`videorl.packing`) when the backend can pack them; the
+    results keep the padded ``B×R`` layout either way."""
+    param = next(model.parameters())
+    inputs = backend.collate(
+        [t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch]
+    )
+    inputs = inputs.to(device=param.device, dtype=param.dtype)
+    packed = pack_for_backend(backend, inputs) if padding_free else None
+    mixed = compute_dtype is not None and compute_dtype != param.dtype
+    kwargs = packed.model_kwargs() if packed is not None else inputs.model_kwargs()
+    accepted = inspect.signature(model.forward).parameters
+    if "logits_to_keep" in accepted:
+        kwargs["logits_to_keep"] = packed.logits_index if packed is not None else inputs.logits_to_keep
+    if (
+        "use_cache" in accepted
+    ):  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
+        kwargs["use_cache"] = False
+    with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
+        logits = model(**kwargs).logits
+    if packed is not None:
+        logp, entropy = packed.response_stats(logits, forbidden=forbidden, entropy_grad=entropy_grad)
+    else:
+        logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
+    assert inputs.response_mask is not None
+    return logp, entropy, inputs.response_mask.to(logp.device)
+
+
+def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Per-response rows (each as long as its response) padded into a tensor shaped as ``like``."""
+    out = torch.zeros_like(like)
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row.to(out.device, out.dtype)
+    return out
+
+
+def update(
+    config: TrainConfig, actor: Actor, trajectories: Sequence[Trajectory], dist: Dist, timer: StageTimer
+) -> dict[str, float]:
+    """The actor update of one step: ``rollout_batch_size / global_batch_size`` optimizer steps.
+
+    With a single optimizer step the old policy is the current one, so the ratio's denominator is
+    the detached log-prob of the same forward; with several, the old log-probs are computed first,
+    before any parameter changes.
+
+    Each micro-batch's loss is divided by the token (or response) count of the whole mini-batch over
+    all ranks, times the world size: FSDP averages the ranks' gradients, so the step follows the
+    gradient of the mini-batch's token-mean loss however it is split into micro-batches and ranks.
+    """
+    cfg = config.algorithm
+    policy_loss = algorithms.build(cfg).loss
+    forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
+    n = config.rollout.n
+    groups = [list(trajectories[i : i + n]) for i in range(0, len(trajectories), n)]
+    updates = max(1, min(len(groups), config.data.rollout_batch_size // config.actor.global_batch_size))
+    per_update = math.ceil(len(groups) / updates)
+    minis = [[t for g in groups[u * per_update : (u + 1) * per_update] for t in g] for u in range(updates)]
+    budget, packed = config.actor.max_tokens_per_micro_batch, config.actor.padding_free
+    old: dict[int, torch.Tensor] = {}
+    if updates > 1:
+        with timer("old_logprob"), torch.no_grad():
+            for batch in micro_batches(trajectories, budget, dist):
+                logp, _, _ = forward_responses(
+                    actor.model, actor.backend, batch, forbidden, actor.compute_dtype, padding_free=packed
+                )
+                old.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
+    # Before the micro-batch loop, not between an actor forward and its backward (where its
+    # activations would sit on top of the actor's).
+    ref: dict[int, torch.Tensor] = (
+        _reference_rows(actor, trajectories, forbidden, config, dist, timer) if cfg.use_kl_loss else {}
+    )
+    sums: dict[str, float] = defaultdict(float)
+    actor.model.train()
+    for u, mini in enumerate(minis, start=1):
+        trained = [t for t in mini if _trained(cfg, t)]
+        counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in trained)), float(len(trained))])
+        tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
+        batches = micro_batches(mini, budget, dist)
+        for j, batch in enumerate(batches, start=1):
+            timer.show(f"update {u}/{updates}, micro-batch {j}/{len(batches)}")
+            logp, entropy, mask = forward_responses(
+                actor.model,
+                actor.backend,
+                batch,
+                forbidden,
+                actor.compute_dtype,
+                entropy_grad=cfg.entropy_coef > 0,
+                padding_free=packed,
+            )
+            if cfg.overlong_filtering:
+                keep = torch.tensor([_trained(cfg, t) for t in batch], device=mask.device)
+                mask = mask * keep.to(mask.dtype).unsqueeze(-1)
+            old_logp = _rows([old[id(t)] for t in batch], logp) if old else logp.detach()
+            adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
+            if cfg.rollout_correction != "none":
+                adv = adv.unsqueeze(-1) * _rollout_correction(cfg, batch, old_logp, mask, sums)
+            scale = algorithms.LossScale(tokens, responses, config.rollout.max_response_length)
+            pl = policy_loss.loss(logp, old_logp, adv, mask, scale)
+            loss, valid = pl.loss, mask.float()
+            if cfg.entropy_coef > 0:
+                loss = loss - cfg.entropy_coef * (entropy * valid).sum() / tokens
+            if cfg.use_kl_loss:
+                kl = algo.kl_k3(logp, _rows([ref[id(t)] for t in batch], logp))
+                loss = loss + cfg.kl_coef * (kl * valid).sum() / tokens
+                sums["actor/kl"] += float((kl.detach() * valid).sum())
+            loss.backward()
+            sums["actor/loss"] += float(pl.loss.detach())
+            sums["actor/clip_fraction"] += float(pl.clip_fraction) * float(valid.sum())
+            sums["actor/entropy"] += float((entropy.detach() * valid).sum())
+            sums["tokens"] += float(valid.sum())
+            for kind, gap in modality_gaps(batch, logp).items():  # |actor - engine| per modality
+                sums[f"gap/{kind}"] += gap.total
+                sums[f"gap_tokens/{kind}"] += gap.count
+                sums["gap"] += gap.total
+                sums["gap_tokens"] += gap.count
+        sums["actor/grad_norm"] += _clip_and_step(actor, config.optim.grad_clip) / updates
+    tokens_all = max(sums["tokens"], 1.0)
+    out = {
+        "actor/loss": sums["actor/loss"] / updates,
+        "actor/clip_fraction": sums["actor/clip_fraction"] / tokens_all,
+        "actor/entropy": sums["actor/entropy"] / tokens_all,
+        "actor/grad_norm": sums["actor/grad_norm"],
+        "actor/lr": float(actor.optimizer.param_groups[0]["lr"]),
+        "actor/updates": float(updates),
+        "tokens/step": float(
+            sum(len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories)
+        ),
+    }
+    if cfg.use_kl_loss:
+        out["actor/kl"] = sums["actor/kl"] / tokens_all
+    if sums["gap_tokens"]:
+        out["rollout/logprob_diff"] = sums["gap"] / sums["gap_tokens"]
+    for kind in ("video", "image", "text"):
+        if sums[f"gap_tokens/{kind}"]:
+            out[f"rollout/logprob_diff/{kind}"] = sums[f"gap/{kind}"] / sums[f"gap_tokens/{kind}"]
+    if cfg.rollout_correction != "none":
+        changed = "truncated_fraction" if cfg.rollout_correction == "tis" else "masked_fraction"
+        for kind in ("", "/video", "/image", "/text"):
+            if sums[f"rc_tokens{kind}"]:
+                out[f"rollout_correction/weight_mean{kind}"] = (
+                    sums[f"rc_weight{kind}"] / sums[f"rc_tokens{kind}"]
+                )
+                out[f"rollout_correction/{changed}{kind}"] = (
+                    sums[f"rc_changed{kind}"] / sums[f"rc_tokens{kind}"]
+                )
+    return out
+
+
+def _rollout_correction(
+    cfg: AlgorithmConfig,
+    batch: Sequence[Trajectory],
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    sums: dict[str, float],
+) -> torch.Tensor:
+    """The TIS / MIS weights of ``batch``'s tokens (``π_old / π_rollout``, the engine's log-probs being
+    the rollout's), counted into ``sums`` overall and per modality of the prompts."""
+    rollout = _rows([torch.tensor(t.completion.logprobs, dtype=torch.float32) for t in batch], old_logp)
+    correction = algo.rollout_correction(
+        old_logp, rollout, mask, mode=cfg.rollout_correction,  # type: ignore[arg-type]
+        level=cfg.rollout_correction_level, cap=cfg.rollout_correction_cap,
+    )  # fmt: skip
+    valid = mask.to(torch.float32)
+    for row, t in enumerate(batch):
+        kind = t.prompt.require_encoded().prompt.data_type
+        for key in ("", f"/{kind}"):
+            sums[f"rc_weight{key}"] += float((correction.weights[row] * valid[row]).sum())
+            sums[f"rc_changed{key}"] += float(correction.changed[row].sum())
+            sums[f"rc_tokens{key}"] += float(valid[row].sum())
+    return correction.weights
+
+
+def _trained(cfg: AlgorithmConfig, t: Trajectory) -> bool:
+    """Whether the update trains on ``t``: DAPO's overlong filtering leaves truncated responses out."""
+    return not (cfg.overlong_filtering and t.completion.finish_reason == "length")
+
+
+def _reference_rows(
+    actor: Actor,
+    trajectories: Sequence[Trajectory],
+    forbidden: Sequence[int],
+    config: TrainConfig,
+    dist: Dist,
+    timer: StageTimer,
+) -> dict[int, torch.Tensor]:
+    """The reference model's per-token log-probs of each response (keyed by ``id`` of the trajectory,
+    each row as long as its response): computed here by the actor's reference policy (its frozen copy,
+    or with LoRA the actor with its adapters off), packed as the update packs (its forward is a collective
+    under FSDP), or taken from the trajectories (computed by reference workers)."""
+    out: dict[int, torch.Tensor] = {}
+    with actor.reference_policy() as reference:
+        if reference is not None:
+            with timer("reference"), torch.no_grad():
+                for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+                    logp = forward_responses(
+                        reference, actor.backend, batch, forbidden, padding_free=config.actor.padding_free
+                    )[0]
+                    out.update(
+                        {id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)}
+                    )
+            return out
+    for t in trajectories:
+        if t.ref_logprobs is None:
+            raise RuntimeError(
+                f"sample {t.prompt.sample.id!r}: algorithm.use_kl_loss is on but neither a reference model "
+                "nor reference log-probs are available"
+            )
+        out[id(t)] = torch.tensor(t.ref_logprobs, dtype=torch.float32)
+    return out
+
+
+def reference_logprobs(
+    reference: torch.nn.Module, backend: ModelBackend, trajectories: Sequence[Trajectory], config: TrainConfig
+) -> list[list[float]]:
+    """Per-token log-probs of each response under ``reference`` (a reference worker's whole job),
+    packed into micro-batches by ``actor.max_tokens_per_micro_batch`` as the update packs them."""
+    forbidden = sorted(backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
+    out: dict[int, list[float]] = {}
+    with torch.no_grad():
+        for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Dist()):
+            logp = forward_responses(
+                reference, backend, batch, forbidden, padding_free=config.actor.padding_free
+            )[0]
+            for row, t in enumerate(batch):
+                out[id(t)] = logp[row, : len(t.completion.token_ids)].float().tolist()
+    return [out[id(t)] for t in trajectories]
+
+
+def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
+    params = [p for p in actor.model.parameters() if p.grad is not None]
+    if grad_clip is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, float("inf"))
+    norm_value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # DTensor under FSDP2
+    actor.optimizer.step()
+    actor.optimizer.zero_grad(set_to_none=True)
+    return norm_value

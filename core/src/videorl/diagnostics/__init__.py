@@ -1,0 +1,1 @@
+"""Diagnostics: trainer-vs-engine parity probes (models check) and memory plans."""

@@ -1,0 +1,111 @@
+"""PARALLEL"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Dist:
+    """This process's place among the training processes (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return value
+        import torch.distributed as dist
+
+        out = value.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return out
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+def gather_objects(value: Any, dist: Dist) -> list[Any]:
+    """``value`` of every rank, in rank order (a collective; JSON-like values only)."""
+    if dist.world_size == 1:
+        return [value]
+    import torch.distributed as tdist
+
+    out: list[Any] = [None] * dist.world_size
+    tdist.all_gather_object(out, value)
+    return out
+
+
+def average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
+    if dist.world_size == 1:
+        return metrics
+    return mean_over_ranks(gather_objects(metrics, dist))
+
+
+def mean_over_ranks(per_rank: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the ranks that report it (ranks may see different problem types)."""
+    keys = sorted(set().union(*per_rank))
+    return {k: math.fsum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank) for k in keys}
+
+
+#: How long a collective may wait: rank 0 writing a checkpoint of a 7-8B model (model and optimizer
+#: states, ~100 GB) keeps the others in a barrier far longer than torch's default 10 minutes.
+COLLECTIVE_TIMEOUT = timedelta(hours=2)
+
+
+def process_group_options(*, cuda: bool, local_rank: int) -> dict[str, Any]:
+    """``init_process_group`` arguments for this process.
+
+    On GPUs the group has two backends, gloo for CPU tensors and NCCL for CUDA tensors: the loop's own
+    collectives (micro-batch and token counts, checkpoint objects) carry small CPU tensors, which an
+    NCCL-only group refuses ("No backend type associated with device type cpu"), while FSDP's run on
+    the GPU. ``device_id`` binds the rank to its GPU when the group is created."""
+    if cuda:
+        return {
+            "backend": "cpu:gloo,cuda:nccl",
+            "device_id": torch.device("cuda", local_rank),
+            "timeout": COLLECTIVE_TIMEOUT,
+        }
+    return {"backend": "gloo", "timeout": COLLECTIVE_TIMEOUT}
+
+
+def backend_devices(backend: str) -> set[str]:
+    """The device types a process-group backend string serves (``"cpu:gloo,cuda:nccl"``, ``"gloo"``)."""
+    if ":" not in backend:
+        return {"cuda"} if backend == "nccl" else {"cpu"}
+    return {part.split(":")[0] for part in backend.split(",")}
+
+
+def init_distributed() -> Dist:
+    """Join the process group torchrun describes (``WORLD_SIZE`` > 1): gloo on CPU; on GPUs gloo for
+    CPU tensors and NCCL for CUDA tensors (:func:`process_group_options`)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return Dist()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        cuda = torch.cuda.is_available()
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if cuda:
+            torch.cuda.set_device(local_rank)  # before any CUDA call, so nothing lands on GPU 0
+        dist.init_process_group(**process_group_options(cuda=cuda, local_rank=local_rank))
+    return Dist(dist.get_rank(), dist.get_world_size())
+
+
+def close_distributed() -> None:
+    """Leave the process group (when one was joined)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

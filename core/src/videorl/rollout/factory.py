@@ -1,0 +1,145 @@
+"""FACTORY"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from videorl.devices import local_device
+from videorl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from videorl.actor.policy import Actor
+    from videorl.backend import ModelBackend
+    from videorl.config import TrainConfig
+    from videorl.parallel import Dist
+    from videorl.plugins import Plugins
+    from videorl.rollout import RolloutEngine
+
+
+def make_engine(
+    plugins: Plugins,
+    name: str,
+    backend: ModelBackend,
+    *,
+    model_path: str,
+    dtype: str,
+    seed: int,
+    options: Mapping[str, Any] | None = None,
+    model: Any = None,
+    device: Any = None,
+    max_model_len: int | None = None,
+    visible_devices: str | None = None,
+    weight_sync: str | None = None,
+    weight_bucket_mb: int | None = None,
+) -> RolloutEngine:
+    """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options``
+    (``rollout.engine_options``).
+
+    The ``hf`` engine generates with ``model`` when given (the actor itself, never refreshed), else
+    with a copy of its own on ``device``; every other engine loads ``model_path``, in ``dtype``,
+    seeded with ``seed``, with room for ``max_model_len`` tokens per sequence and on
+    ``visible_devices`` (:mod:`videorl.rollout.placement`), refreshed as ``weight_sync`` says with
+    buckets of ``weight_bucket_mb`` (``rollout.*``), each unless ``options`` say otherwise.
+    An option the engine does not take is a :class:`ConfigError`.
+    """
+    import inspect
+
+    import torch
+
+    canonical = plugins.rollout_engines.canonical(name)
+    factory = plugins.rollout_engines.get(canonical)
+    kwargs = dict(options or {})
+    accepted = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        for key in kwargs:
+            if key not in accepted or key in ("backend", "model", "model_path", "owns_model"):
+                valid = [
+                    k for k in accepted if k not in ("self", "backend", "model", "model_path", "owns_model")
+                ]
+                raise ConfigError(
+                    f"rollout.engine_options.{key}: the {canonical} engine takes no option {key!r}; "
+                    f"its options: {', '.join(valid)}"
+                )
+    if canonical == "hf":
+        owns = model is None
+        if owns:
+            from videorl.devices import use_fast_attention
+
+            model = backend.load_model(dtype=getattr(torch, dtype), device=device)
+            use_fast_attention(model, getattr(torch, dtype))
+        engine: RolloutEngine = factory(backend, model, owns_model=owns, **kwargs)
+        return engine
+    for key, value in (
+        ("dtype", dtype),
+        ("seed", seed),
+        ("max_model_len", max_model_len),
+        ("visible_devices", visible_devices),
+        ("weight_sync", weight_sync),
+        ("weight_bucket_mb", weight_bucket_mb),
+    ):
+        if key in accepted and value is not None:
+            kwargs.setdefault(key, value)
+    engine = factory(backend, model_path, **kwargs)
+    return engine
+
+
+def make_rank_engine(
+    config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist
+) -> tuple[RolloutEngine, bool]:
+    """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
+    engine in one process: no copy, never refreshed).
+
+    A separate engine runs on this rank's GPUs (:func:`videorl.rollout.placement.engine_placement`);
+    with tensor parallelism only the first rank of each group hosts one, the others hand it their
+    prompts (:class:`~videorl.rollout.placement.GroupedEngine`)."""
+    import os
+
+    import torch
+
+    from videorl.rollout.placement import GroupedEngine, engine_placement
+
+    engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
+    shares = engine_name == "hf" and dist.world_size == 1
+    placement = engine_placement(
+        rank=dist.rank,
+        world_size=dist.world_size,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.world_size))),
+        tensor_parallel_size=int(config.rollout.engine_options.get("tensor_parallel_size", 1)),
+        visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cuda=torch.cuda.is_available() and engine_name != "hf",
+    )
+    engine: RolloutEngine | None = None
+    if placement.hosts_engine:
+        engine = make_engine(
+            plugins,
+            engine_name,
+            actor.backend,
+            model_path=config.model.path,
+            dtype=config.model.dtype,
+            seed=config.seed + dist.rank,
+            options=config.rollout.engine_options,
+            model=actor.model if shares else None,
+            device=local_device(),
+            max_model_len=max_model_len(config),
+            visible_devices=placement.visible_devices,
+            weight_sync=config.rollout.weight_sync,
+            weight_bucket_mb=config.rollout.weight_bucket_mb,
+        )
+    if len(placement.group) == 1:
+        assert engine is not None
+        return engine, shares
+    import torch.distributed as tdist
+
+    size = len(placement.group)
+    groups = [tdist.new_group(list(range(g, g + size))) for g in range(0, dist.world_size, size)]  # all ranks
+    from videorl.rollout.vllm_common import weights_dtype
+
+    dtype = weights_dtype(str(config.rollout.engine_options.get("dtype", config.model.dtype)))
+    return GroupedEngine(engine, placement, groups[dist.rank // size], dtype), shares
+
+
+def max_model_len(config: TrainConfig) -> int:
+    """The longest sequence an engine must hold: the longest prompt and the longest response."""
+    return config.data.max_prompt_length + config.rollout.max_response_length

@@ -1,0 +1,43 @@
+"""Scoring episodes with the run's rewards, in this process or on reward workers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from videorl.episode import Trajectory
+from videorl.rewards.types import RewardInput
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.rewards.router import RewardRouter
+
+
+Scorer = Callable[[Sequence["Trajectory"]], None]
+"""Scores trajectories in place (``reward`` and ``parts``): in this process, or on reward workers."""
+
+
+def local_scorer(rewards: RewardRouter, backend: ModelBackend) -> Scorer:
+    """A :data:`Scorer` that decodes with ``backend``'s tokenizer and routes to ``rewards`` here."""
+    tokenizer = backend.processor.tokenizer
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    return lambda trajectories: score(rewards, trajectories, decode, backend.family)
+
+
+def score(
+    rewards: RewardRouter, trajectories: Sequence[Trajectory], decode: Callable[[list[int]], str], family: str
+) -> None:
+    """Route every response to its reward; store the score and its parts on the trajectory."""
+    inputs = []
+    for t in trajectories:
+        sample = t.prompt.sample
+        response = decode(t.completion.token_ids)
+        inputs.append(RewardInput.from_sample(sample, response, media=t.prompt.media, model_family=family))
+    for t, out in zip(trajectories, rewards.score(inputs)):
+        t.reward = out.score if out is not None else 0.0
+        t.parts = dict(out.parts) if out is not None else {}
+
+
+def accuracy_of(t: Trajectory) -> float:
+    """The accuracy part of a response's reward (its whole reward when the reward has no such part)."""
+    return float(t.parts.get("accuracy", t.reward))

@@ -1,0 +1,1 @@
+"""Run artifacts shared by training and evaluation: checkpoints, exports, records, trackers, plots."""
