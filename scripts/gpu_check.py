@@ -86,15 +86,21 @@ def main() -> None:
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
+    from videorl.actor.build import fused_adamw_options
+    from videorl.actor.policy import Actor
+    from videorl.actor.update import update
     from videorl.api import PromptInput
     from videorl.config import load_config
+    from videorl.devices import attention_implementation, local_device, use_fast_attention
+    from videorl.encoding import Prompt
+    from videorl.episode import Trajectory
     from videorl.media.metadata import VideoMetadata
     from videorl.media.sizing import fit_to_budget
+    from videorl.parallel import Dist
     from videorl.rollout.hf import HFEngine
-    from videorl.train.compose import fused_adamw_options
-    from videorl.train.data import Prompt
-    from videorl.train.distributed import Dist, attention_implementation, local_device, use_fast_attention
-    from videorl.train.grpo import Actor, StageTimer, Trajectory, assign_advantages, sampling_params, update
+    from videorl.rollout.single_turn import sampling_params
+    from videorl.timing import StageTimer
+    from videorl.train.step import assign_advantages
     from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
     from videorl_models.tiny import build_tiny
 

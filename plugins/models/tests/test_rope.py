@@ -93,7 +93,7 @@ def test_positions_under_the_bfloat16_policy_equal_the_engine_s(
     from the float32 seconds), nor may moving a batch to the compute dtype."""
     import torch.distributed as dist
 
-    from videorl.train.distributed import shard_model
+    from videorl.actor.fsdp import shard_model
 
     backend = backend_for("qwen2_5_vl")
     encoded = backend.encode(PromptInput("v", "What?", videos=[_odd_rate_video(media, backend.factor)]))
