@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from videorl.parallel import Dist
+from videorl.parallel import Parallel
 from videorl.runs.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
 
 
@@ -80,7 +80,7 @@ def _old_resume(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
 def measure(mb: int, repeats: int, root: Path) -> dict[str, Any]:
     model, optimizer = _actor(mb)
     fresh, fresh_optimizer = _actor(mb)
-    state, dist = ActorState(model, optimizer), Dist()
+    state, dist = ActorState(model, optimizer), Parallel()
     times: dict[str, list[float]] = {
         k: [] for k in ("old_save", "sync_save", "async_blocked", "async_complete", "old_resume", "resume")
     }

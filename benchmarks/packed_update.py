@@ -74,7 +74,7 @@ def trajectories(backend: Any, rows: int, max_frames: int, response: int) -> lis
     from videorl.backend import PromptInput
     from videorl.data import Sample
     from videorl.encoding import Prompt
-    from videorl.episode import Trajectory
+    from videorl.episode import Episode
     from videorl.media.metadata import VideoMetadata
     from videorl.rollout import Completion
 
@@ -94,7 +94,7 @@ def trajectories(backend: Any, rows: int, max_frames: int, response: int) -> lis
         logprobs = (-torch.rand(response, generator=gen)).tolist()
         advantage = 1.0 if row % 2 == 0 else -1.0
         out.append(
-            Trajectory(
+            Episode(
                 Prompt(sample, encoded, None),
                 row // 2,
                 Completion(ids, logprobs, "stop"),
@@ -114,7 +114,7 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     from videorl.backend import backend_for_model
     from videorl.config import load_config
     from videorl.packed_attention import PACKED_SDPA
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
     from videorl.plugins import load_plugins
     from videorl.timing import StageTimer
 
@@ -146,7 +146,7 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     seconds, cpu, first = [], [], {}
     for i in range(1 + args.repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
-        metrics = update(config, actor, batch, Dist(), StageTimer())
+        metrics = update(config, actor, batch, Parallel(), StageTimer())
         seconds.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         if i == 0:

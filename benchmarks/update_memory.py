@@ -61,7 +61,7 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     from videorl.algorithms import formulas as algo
     from videorl.backend import PromptInput, backend_for_model
     from videorl.encoding import Prompt
-    from videorl.episode import Trajectory
+    from videorl.episode import Episode
     from videorl.media.metadata import VideoMetadata
     from videorl.model_inputs import response_logprobs
     from videorl.plugins import load_plugins
@@ -80,7 +80,7 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     batch = []
     for r in range(rows):
         ids = [allowed[int(i)] for i in torch.randint(0, len(allowed), (response - r,), generator=g)]
-        batch.append(Trajectory(Prompt(None, encoded, None), 0, Completion(ids, [0.0] * len(ids), "length")))  # type: ignore[arg-type]
+        batch.append(Episode(Prompt(None, encoded, None), 0, Completion(ids, [0.0] * len(ids), "length")))  # type: ignore[arg-type]
 
     before = _rss_mb()
     if variant == "before":  # the update's computation before: full logits, float32 copies, entropy graph

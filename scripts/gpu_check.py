@@ -93,10 +93,10 @@ def main() -> None:
     from videorl.config import load_config
     from videorl.devices import attention_implementation, local_device, use_fast_attention
     from videorl.encoding import Prompt
-    from videorl.episode import Trajectory
+    from videorl.episode import Episode
     from videorl.media.metadata import VideoMetadata
     from videorl.media.sizing import fit_to_budget
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
     from videorl.rollout.hf import HFEngine
     from videorl.rollout.single_turn import sampling_params
     from videorl.timing import StageTimer
@@ -197,13 +197,13 @@ def main() -> None:
                 "peak_gb": _peak_gb(torch, cuda),
             }
             trajectories = [
-                [Trajectory(p, i, c, reward=float(rng.random() < 0.5)) for c in group]
+                [Episode(p, i, c, reward=float(rng.random() < 0.5)) for c in group]
                 for i, (p, group) in enumerate(zip(prompts, groups))
             ]
             flat = assign_advantages(config, trajectories)
             _reset(torch, cuda)
             update_start = time.perf_counter()
-            metrics = update(config, actor, flat, Dist(), timer)
+            metrics = update(config, actor, flat, Parallel(), timer)
             if cuda:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - update_start

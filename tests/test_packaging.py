@@ -74,7 +74,7 @@ def test_distribution_builds_alone(
         assert "videorl = videorl.cli:main" in _read(wheel, "entry_points.txt")
         assert not any(n.startswith(("videorl_", "tests/")) for n in names)  # no plugin inside core
     else:
-        assert "Requires-Dist: videorl" in metadata
+        assert "Requires-Parallel: videorl" in metadata
         entry = _read(wheel, "entry_points.txt")
         assert f"[videorl]\n{dist} = {package}.plugin" in entry
         source = "\n".join(wheel.read(n).decode() for n in names if n.endswith(".py"))

@@ -104,7 +104,7 @@ def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any,
     """A group generates together (its leader gathers the prompts), so a rank without validation
     prompts would leave the others waiting."""
     from videorl.errors import ConfigError
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
     from videorl.train.compose import build_training
 
     out, model, train, val = task  # one validation sample
@@ -119,4 +119,4 @@ def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any,
         ],
     )
     with pytest.raises(ConfigError, match="1 sample\\(s\\) for 2 processes; with tensor-parallel engines"):
-        build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))
+        build_training(config, load_plugins(), dist=Parallel(rank=0, world_size=2))

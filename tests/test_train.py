@@ -498,7 +498,7 @@ def test_learning_rate_warms_up_linearly_then_stays(task: Any, tmp_path: Path) -
 
 
 def test_engine_options_and_process_count_are_checked_before_training(task: Any, tmp_path: Path) -> None:
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
 
     config = load_config(
         None, _overrides(task, tmp_path / "r", 1, "rollout.engine_options={max_model_len: 64}")
@@ -511,7 +511,7 @@ def test_engine_options_and_process_count_are_checked_before_training(task: Any,
         None, _overrides(task, tmp_path / "r", 1, "data.rollout_batch_size=3", "actor.global_batch_size=3")
     )
     with pytest.raises(ConfigError, match=r"data\.rollout_batch_size \(3\) must be a multiple of .* \(2\)"):
-        build_training(config, load_plugins(), dist=Dist(rank=0, world_size=2))
+        build_training(config, load_plugins(), dist=Parallel(rank=0, world_size=2))
 
 
 def test_bf16_compute_keeps_float32_master_weights(task: Any, tmp_path: Path) -> None:

@@ -36,11 +36,11 @@ PROMPTS = 3  # per step: one video, one image, one text prompt in the mixed task
 def _trajectory(sample_id: str, data_type: str, version: int) -> Any:
     from videorl.data.sample import Sample
     from videorl.encoding import Prompt
-    from videorl.episode import Trajectory
+    from videorl.episode import Episode
     from videorl.rollout import Completion
 
     sample = Sample(id=sample_id, data_type=data_type, problem="?")
-    return Trajectory(Prompt(sample, None, None), 0, Completion([1], [0.0], "stop"), version=version)
+    return Episode(Prompt(sample, None, None), 0, Completion([1], [0.0], "stop"), version=version)
 
 
 def test_staleness_metrics_are_the_lags_behind_the_training_policy() -> None:

@@ -20,7 +20,7 @@ import videorl.runs.checkpoint as ck
 from videorl.atomic import DiskFullError
 from videorl.runs.checkpoint import ActorState, Checkpoint, CheckpointError, CheckpointManager, capture_rng_state, export_hf_model, restore_rng_state, resume, save_checkpoint
 from videorl.runs.dcp_files import safe_reader
-from videorl.parallel import Dist
+from videorl.parallel import Parallel
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -40,7 +40,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     manager.write(
         3,
         ActorState(model, optimizer).state_dict(),
-        Dist(),
+        Parallel(),
         data={"epoch": 1, "index": 12},
         rng=[capture_rng_state(), capture_rng_state()],
         extra={"config_hash": "abc"},
@@ -315,7 +315,7 @@ def test_a_format_1_checkpoint_exports_but_does_not_resume(tmp_path: Path) -> No
     ckpt = CheckpointManager(tmp_path).load(path)
     assert all(torch.equal(ckpt.model_state()[k], v) for k, v in model.state_dict().items())
     with pytest.raises(CheckpointError) as info:
-        resume("auto", ActorState(model, optimizer), CheckpointManager(tmp_path), Dist())
+        resume("auto", ActorState(model, optimizer), CheckpointManager(tmp_path), Parallel())
     assert str(info.value).startswith(f"{path} was written by an earlier videorl (format 1")
     assert f"videorl export {path} OUT" in str(info.value)
 
@@ -420,7 +420,7 @@ def test_one_process_resume_is_bit_identical_and_ties_stay_tied(tmp_path: Path) 
     model, optimizer = build()
     train_step(model, optimizer)
     manager = CheckpointManager(tmp_path)
-    save_checkpoint(1, ActorState(model, optimizer), manager, Dist(), data_state={"epoch": 0, "index": 3})
+    save_checkpoint(1, ActorState(model, optimizer), manager, Parallel(), data_state={"epoch": 0, "index": 3})
     draws = [random.random(), np.random.rand(), torch.rand(1).item()]  # repeated after the resume
     train_step(model, optimizer)
     manager.wait()
@@ -438,7 +438,7 @@ def test_one_process_resume_is_bit_identical_and_ties_stay_tied(tmp_path: Path) 
     fresh, fresh_optimizer = build()
     position = Position()
     step = resume(
-        "auto", ActorState(fresh, fresh_optimizer), CheckpointManager(tmp_path), Dist(), data=position
+        "auto", ActorState(fresh, fresh_optimizer), CheckpointManager(tmp_path), Parallel(), data=position
     )
     assert step == 1 and position.state == {"epoch": 0, "index": 3}
     assert [random.random(), np.random.rand(), torch.rand(1).item()] == draws  # the RNG as at the save
@@ -472,12 +472,12 @@ def test_resuming_other_keys_or_shapes_names_them_and_the_lora_settings(tmp_path
     path = manager.path_for(1)
     ckpt = manager.load(path)
     same = _Tensors(**{k: torch.zeros_like(v) for k, v in saved.items()})
-    ckpt.load_into(same, Dist())
+    ckpt.load_into(same, Parallel())
     assert torch.equal(same.tensors["lora_A"], torch.ones(8, 4))
 
     extra = {f"layer{i}.lora": torch.zeros(2) for i in range(5)}
     with pytest.raises(CheckpointError) as missing:
-        ckpt.load_into(_Tensors(**{k: torch.zeros_like(v) for k, v in saved.items()}, **extra), Dist())
+        ckpt.load_into(_Tensors(**{k: torch.zeros_like(v) for k, v in saved.items()}, **extra), Parallel())
     text = str(missing.value)
     assert (
         "5 key(s) of this run are not in it (model.layer0.lora, model.layer1.lora, model.layer2.lora, and 2 "
@@ -487,12 +487,12 @@ def test_resuming_other_keys_or_shapes_names_them_and_the_lora_settings(tmp_path
     with pytest.raises(
         CheckpointError, match=r"2 key\(s\) of it are not in this run \(model.lora_A, model.lora_B\)"
     ):
-        ckpt.load_into(_Tensors(**{"base.weight": torch.zeros(4, 4)}), Dist())
+        ckpt.load_into(_Tensors(**{"base.weight": torch.zeros(4, 4)}), Parallel())
     rank_4 = _Tensors(
         **{"base.weight": torch.zeros(4, 4), "lora_A": torch.zeros(4, 4), "lora_B": torch.zeros(4, 4)}
     )
     with pytest.raises(CheckpointError) as reshaped:
-        ckpt.load_into(rank_4, Dist())
+        ckpt.load_into(rank_4, Parallel())
     assert "2 tensor(s) have another shape (model.lora_A: [8, 4] in the checkpoint, [4, 4] now, " in str(
         reshaped.value
     )
@@ -524,7 +524,7 @@ def test_a_rank_that_cannot_checksum_its_files_tells_the_others(
 
     monkeypatch.setattr(ck, "_gather", gather)
     with pytest.raises(CheckpointError) as raised:
-        manager._finish(1, tmp, Dist(rank=1, world_size=2), object(), {}, None, [])
+        manager._finish(1, tmp, Parallel(rank=1, world_size=2), object(), {}, None, [])
     assert sent == [({}, f"OSError: [Errno 5] {shard}: Input/output error")]
     assert str(raised.value) == (
         f"the checkpoint of step 1 was not completed: rank 1 could not flush and checksum its files: "
@@ -535,7 +535,7 @@ def test_a_rank_that_cannot_checksum_its_files_tells_the_others(
     with pytest.raises(
         CheckpointError, match=r"rank 1 could not flush and checksum its files: OSError.*__1_0"
     ):
-        manager._finish(1, tmp, Dist(rank=0, world_size=2), object(), {}, None, [])
+        manager._finish(1, tmp, Parallel(rank=0, world_size=2), object(), {}, None, [])
     assert not tmp.exists() and manager.latest() is None
 
 
@@ -559,7 +559,7 @@ def test_an_asynchronous_save_is_complete_only_once_written(
     release.set()
     first = manager.save(1, model_state={"w": torch.zeros(2)})
     release.clear()
-    save_checkpoint(2, ActorState(model, optimizer), manager, Dist(), data_state={"index": 2})
+    save_checkpoint(2, ActorState(model, optimizer), manager, Parallel(), data_state={"index": 2})
     assert manager.latest() == first and (tmp_path / "latest").read_text() == "step_000001\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == [".tmp-step_000002"]
     release.set()
@@ -580,11 +580,11 @@ def test_an_asynchronous_save_that_fails_raises_at_the_next_save_and_leaves_noth
 
     model, optimizer = _model_and_optimizer()
     manager = CheckpointManager(tmp_path)
-    save_checkpoint(1, ActorState(model, optimizer), manager, Dist(), data_state={}, wait=True)
+    save_checkpoint(1, ActorState(model, optimizer), manager, Parallel(), data_state={}, wait=True)
     monkeypatch.setattr(FileSystemWriter, "write_data", full)
-    save_checkpoint(2, ActorState(model, optimizer), manager, Dist(), data_state={})
+    save_checkpoint(2, ActorState(model, optimizer), manager, Parallel(), data_state={})
     with pytest.raises(DiskFullError, match="step 2 was not written.*step_000001, is kept"):
-        save_checkpoint(3, ActorState(model, optimizer), manager, Dist(), data_state={})
+        save_checkpoint(3, ActorState(model, optimizer), manager, Parallel(), data_state={})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_000001"]
 
 

@@ -21,7 +21,7 @@ from videorl.media.info import MediaInfo
 from videorl.rollout import Completion
 from videorl.encoding import Prompt
 from videorl.timing import StageTimer
-from videorl.episode import Trajectory
+from videorl.episode import Episode
 
 BASE = ["model.path=/m", "data.train_files=[/d.jsonl]"]
 
@@ -171,7 +171,7 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
     assert outputs[1][0].token_ids == [7, 8] and timer.seconds == {"data": 0.5, "rollout": 1.5}
     assert version == 2  # the weight version the rollout worker generated with
 
-    trajectories = [Trajectory(p, g, outputs[g][0]) for g, p in enumerate(prompts)] * 2
+    trajectories = [Episode(p, g, outputs[g][0]) for g, p in enumerate(prompts)] * 2
     controller.scorer("val")(trajectories)
     assert [t.reward for t in trajectories] == [1.0] * 4 and trajectories[0].parts == {"accuracy": 1.0}
     scored = [m for m in cluster.sent if m[1] == "score"]

@@ -21,10 +21,10 @@ from videorl.actor.update import forward_responses, micro_batches, update
 from videorl.config import TrainConfig, load_config
 from videorl.data import Sample
 from videorl.encoding import Prompt
-from videorl.episode import Trajectory
+from videorl.episode import Episode, Segment
 from videorl.errors import ConfigError
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded
-from videorl.parallel import Dist, mean_over_ranks
+from videorl.parallel import Parallel, mean_over_ranks
 from videorl.rollout import Completion
 from videorl.rollout.single_turn import Rollout, collect_groups, rollout_groups, rollout_seed
 from videorl.timing import StageTimer
@@ -65,16 +65,14 @@ def config(*overrides: str) -> TrainConfig:
                               "optim.grad_clip=null", *overrides])  # fmt: skip
 
 
-def trajectory(
-    sid: str, prompt: list[int], response: list[int], advantage: float, group: int = 0
-) -> Trajectory:
+def trajectory(sid: str, prompt: list[int], response: list[int], advantage: float, group: int = 0) -> Episode:
     sample = Sample(id=sid, data_type="text", problem="q", problem_type="fake", ground_truth="1")
     encoded = EncodedPrompt(sid, prompt, None, {}, prompt, PromptInput(sid, "q"))
     completion = Completion(response, [-1.0] * len(response), "stop")
-    return Trajectory(Prompt(sample, encoded, None), group, completion, advantage=advantage)
+    return Episode(Prompt(sample, encoded, None), group, completion, advantage=advantage)
 
 
-def batch() -> list[Trajectory]:
+def batch() -> list[Episode]:
     """Two groups of two; responses of 1 to 5 tokens, so the token-mean weighs them unequally."""
     return [
         trajectory("a", [1, 2, 3], [4, 5], 1.0, 0),
@@ -93,7 +91,7 @@ def params(a: Actor) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in a.model.parameters()])
 
 
-class TwoRanks(Dist):
+class TwoRanks(Parallel):
     """One rank of two: sums include the other rank's ``counts`` (what all_reduce would return)."""
 
     def __init__(self, rank: int, other_counts: torch.Tensor, other_micro_batches: int) -> None:
@@ -108,12 +106,12 @@ class TwoRanks(Dist):
 
 def test_the_loss_is_the_token_mean_and_does_not_depend_on_micro_batching() -> None:
     start = actor()
-    assert [len(b) for b in micro_batches(batch(), 6, Dist())] == [1, 1, 1, 1]
+    assert [len(b) for b in micro_batches(batch(), 6, Parallel())] == [1, 1, 1, 1]
     results = []
     for budget in (10_000, 6):  # one micro-batch, then one per trajectory
         a = copy.deepcopy(start)
         metrics = update(
-            config(f"actor.max_tokens_per_micro_batch={budget}"), a, batch(), Dist(), StageTimer()
+            config(f"actor.max_tokens_per_micro_batch={budget}"), a, batch(), Parallel(), StageTimer()
         )
         results.append((metrics, params(a)))
     (one, p_one), (many, p_many) = results
@@ -131,7 +129,7 @@ def test_two_ranks_step_as_one_rank_on_the_whole_batch() -> None:
     world size, so the average of the two ranks' steps is the one-rank step on both halves."""
     start, trajectories = actor(lr=1.0), batch()
     whole = copy.deepcopy(start)
-    update(config(), whole, trajectories, Dist(), StageTimer())
+    update(config(), whole, trajectories, Parallel(), StageTimer())
 
     halves = [trajectories[:2], trajectories[2:]]
     counts = [
@@ -148,7 +146,7 @@ def test_two_ranks_step_as_one_rank_on_the_whole_batch() -> None:
 
 def test_every_rank_runs_as_many_micro_batches_as_the_busiest() -> None:
     trajectories = batch()[:2]  # 5 + 4 tokens: one micro-batch of budget 100 here
-    assert len(micro_batches(trajectories, 100, Dist())) == 1
+    assert len(micro_batches(trajectories, 100, Parallel())) == 1
     padded = micro_batches(trajectories, 100, TwoRanks(0, torch.zeros(2), 2))
     assert len(padded) == 2 and sorted(len(b) for b in padded) == [1, 1]  # the collective counts match
 
@@ -175,7 +173,7 @@ def fake_rollout(rewards: dict[str, list[float]], seeds: list[int]) -> Rollout:
 
     def rollout(
         samples: list[Sample], seed: int, first_group: int
-    ) -> tuple[list[list[Trajectory]], dict[str, float]]:
+    ) -> tuple[list[list[Episode]], dict[str, float]]:
         seeds.append(seed)
         groups = []
         for g, s in enumerate(samples):
@@ -264,12 +262,13 @@ def pinned_step(*overrides: str) -> tuple[list[float], dict[str, float], torch.T
     cfg = config("data.rollout_batch_size=2", "actor.global_batch_size=1", "rollout.n=2", *overrides)
     flat = assign_advantages(cfg, groups)
     a = actor(lr=2.0)
-    metrics = update(cfg, a, flat, Dist(), StageTimer())
+    metrics = update(cfg, a, flat, Parallel(), StageTimer())
     return [t.advantage for t in flat], metrics, params(a)
 
 
 def test_grpo_is_bit_for_bit_the_loop_before_algorithm_components() -> None:
     advantages, metrics, weights = pinned_step()
+
     # Recorded with the code of commit 0361d6a (grpo_advantages + policy_loss called by the loop), bit for
     # bit on the machine that recorded them; another CPU's float32 kernels round the forward differently
     # (4e-6 relative on the loss, measured on an AMD EPYC), so the comparison allows 1e-5.
@@ -327,20 +326,39 @@ def test_overlong_filtering_leaves_truncated_responses_out_of_the_loss() -> None
     truncated.completion = Completion(truncated.completion.token_ids, truncated.completion.logprobs, "length")
     filtered = actor()
     m_filtered = update(
-        config("algorithm.overlong_filtering=true"), filtered, trajectories, Dist(), StageTimer()
+        config("algorithm.overlong_filtering=true"), filtered, trajectories, Parallel(), StageTimer()
     )
     without = actor()
     rest = [t for t in trajectories if t is not truncated]
-    m_without = update(config(), without, rest, Dist(), StageTimer())
+    m_without = update(config(), without, rest, Parallel(), StageTimer())
     # ratio 1: -(1·2 - 1·1 - 0.5·3) / 6 tokens, the 5-token truncated response left out
     assert m_filtered["actor/loss"] == pytest.approx(-(2 - 1 - 1.5) / 6, abs=1e-6)
     assert m_without["actor/loss"] == pytest.approx(m_filtered["actor/loss"], abs=1e-7)
     torch.testing.assert_close(params(filtered), params(without), atol=1e-7, rtol=0)
 
 
+def test_the_environment_s_tokens_of_a_multi_turn_episode_are_not_trained_on() -> None:
+    """Episode ``a``: the policy wrote [4, 5], a tool replied [6, 7] (loss mask 0), the policy wrote [8].
+    With ratio 1 the token-mean loss is -A over the 3 policy tokens, and the tool's tokens get no
+    gradient: the update equals one on the same sequence where their advantage is 0."""
+    nan = float("nan")
+    episode = trajectory("a", [1, 2, 3], [], 1.0)
+    episode.segments = [
+        Segment([4, 5], [-1.0, -1.0]),
+        Segment([6, 7], [nan, nan], trained=False),
+        Segment([8], [-1.0]),
+    ]
+    a = actor()
+    logp, _, mask = forward_responses(a.model, a.backend, [episode], [])
+    assert mask.tolist() == [[1, 1, 0, 0, 1]] and logp.shape == (1, 5)
+    metrics = update(config(), a, [episode], Parallel(), StageTimer())
+    assert metrics["actor/loss"] == pytest.approx(-1.0, abs=1e-6)
+    assert metrics["rollout/logprob_diff"] >= 0  # compared on the policy's 3 tokens only
+
+
 def test_dr_grpo_divides_the_loss_by_responses_times_the_length_limit() -> None:
     cfg = config("algorithm.preset=dr_grpo", "rollout.max_response_length=8")
-    metrics = update(cfg, actor(), batch(), Dist(), StageTimer())
+    metrics = update(cfg, actor(), batch(), Parallel(), StageTimer())
     # ratio 1: -sum(A · |response|) / (4 responses × 8) = -(2 - 1 + 2.5 - 1.5) / 32, not / 11 tokens
     assert metrics["actor/loss"] == pytest.approx(-2 / 32, abs=1e-6)
 
@@ -363,7 +381,7 @@ def test_rollout_correction_weighs_the_advantages_and_logs_per_modality(
         gap = math.log(3.0) if t is trajectories[2] else 0.0
         t.completion = Completion(t.completion.token_ids, (logp - gap).tolist(), "stop")
     cfg = config(f"algorithm.rollout_correction={mode}", "algorithm.rollout_correction_cap=2")
-    metrics = update(cfg, a, trajectories, Dist(), StageTimer())
+    metrics = update(cfg, a, trajectories, Parallel(), StageTimer())
     assert metrics["actor/loss"] == pytest.approx(loss, abs=1e-5)
     for suffix in ("", "/text"):  # the batch is all text
         assert metrics[f"rollout_correction/weight_mean{suffix}"] == pytest.approx(weight_mean, abs=1e-5)
@@ -384,7 +402,7 @@ class GreedyAwareEngine:
         return [[Completion([4 + i], [-1.0], "stop") for i in range(params.n)] for _ in prompts]
 
 
-def token_scorer(trajectories: Sequence[Trajectory]) -> None:
+def token_scorer(trajectories: Sequence[Episode]) -> None:
     for t in trajectories:
         t.reward = {3: 0.5, 4: 1.0, 5: 0.0}[t.completion.token_ids[0]]
 
@@ -404,7 +422,7 @@ def test_remax_generates_a_greedy_baseline_that_is_scored_but_not_trained_on() -
     flat = assign_advantages(cfg, groups)
     assert [t.completion.token_ids for t in flat] == [[4], [5]]  # the baseline is left out of the update
     assert [t.advantage for t in flat] == pytest.approx([1.0 - 0.5, 0.0 - 0.5])
-    metrics = update(cfg, actor(), flat, Dist(), StageTimer())
+    metrics = update(cfg, actor(), flat, Parallel(), StageTimer())
     assert metrics["actor/loss"] == pytest.approx(-(0.5 - 0.5) / 2, abs=1e-6)  # ratio 1, one token each
 
 

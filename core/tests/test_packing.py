@@ -21,11 +21,11 @@ from videorl.actor.update import update
 from videorl.config import TrainConfig, load_config
 from videorl.data import Sample
 from videorl.encoding import Prompt
-from videorl.episode import Trajectory
+from videorl.episode import Episode
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded, response_stats
 from videorl.packed_attention import packed_lengths
 from videorl.packing import PackedInputs, pack_for_backend, pack_model_inputs
-from videorl.parallel import Dist
+from videorl.parallel import Parallel
 from videorl.rollout import Completion
 from videorl.timing import StageTimer
 
@@ -171,13 +171,13 @@ def config(*overrides: str) -> TrainConfig:
                               "optim.grad_clip=null", *overrides])  # fmt: skip
 
 
-def trajectory(sid: str, prompt: list[int], response: list[int], advantage: float) -> Trajectory:
+def trajectory(sid: str, prompt: list[int], response: list[int], advantage: float) -> Episode:
     sample = Sample(id=sid, data_type="text", problem="q", problem_type="fake", ground_truth="1")
     completion = Completion(response, [-1.5] * len(response), "stop")
-    return Trajectory(Prompt(sample, encoded(sid, prompt), None), 0, completion, advantage=advantage)
+    return Episode(Prompt(sample, encoded(sid, prompt), None), 0, completion, advantage=advantage)
 
 
-def batch() -> list[Trajectory]:
+def batch() -> list[Episode]:
     """Two groups of two whose lengths vary 4× (3 to 12 tokens)."""
     return [
         trajectory("a", [1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12], 1.0),
@@ -203,7 +203,7 @@ def test_the_update_is_the_same_packed_and_padded() -> None:
             "algorithm.use_kl_loss=true",
             "algorithm.entropy_coef=0.01",
         )
-        metrics = update(cfg, actor, batch(), Dist(), StageTimer())
+        metrics = update(cfg, actor, batch(), Parallel(), StageTimer())
         rows = {shape[0] for shape in model.shapes}
         assert rows == ({1} if padding_free else {2, 4})  # packed: one row per micro-batch
         results.append((metrics, torch.cat([p.detach().flatten() for p in model.parameters()])))

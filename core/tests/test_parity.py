@@ -5,9 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from videorl.errors import AlignmentError
 from videorl.actor.parity import TOLERANCES, CheckResult, ParityReport, tolerance_for
-from videorl.diagnostics.models_check import compare_frame_metadata, compare_greedy, compare_ids, compare_logprobs, compare_positions, first_difference, ids_result_from_error, visual_spans
+from videorl.diagnostics.models_check import (
+    compare_frame_metadata,
+    compare_greedy,
+    compare_ids,
+    compare_logprobs,
+    compare_positions,
+    first_difference,
+    ids_result_from_error,
+    visual_spans,
+)
+from videorl.episode import Episode, Segment
+from videorl.errors import AlignmentError
+from videorl.generation import Completion
 
 
 def test_first_difference() -> None:
@@ -123,7 +134,7 @@ def _trajectory(sample_id: str, kind: str, logprobs: list[float]) -> object:
     images = [object()] if kind == "image" else []
     encoded = SimpleNamespace(prompt=PromptInput(sample_id, "q", videos=videos, images=images))  # type: ignore[arg-type]
     prompt = SimpleNamespace(sample=SimpleNamespace(id=sample_id), require_encoded=lambda: encoded)
-    return SimpleNamespace(prompt=prompt, completion=SimpleNamespace(logprobs=logprobs))
+    return Episode(prompt, 0, Completion(list(range(len(logprobs))), logprobs, "stop"))  # type: ignore[arg-type]
 
 
 def test_gaps_per_modality_of_the_prompts() -> None:
@@ -142,6 +153,23 @@ def test_gaps_per_modality_of_the_prompts() -> None:
     assert gaps["video"].count == 5 and gaps["video"].mean == pytest.approx((0.1 + 0.5) / 5)
     assert gaps["video"].worst == pytest.approx(0.5) and gaps["video"].where.startswith("sample 'v1' token 2")
     assert gaps["text"].mean == pytest.approx(0.25 / 2)
+
+
+def test_gaps_of_a_multi_turn_episode_count_the_policy_s_tokens_only() -> None:
+    """A tool's reply inside the response has no engine log-probs (NaN) and is not compared."""
+    from videorl.actor.parity import modality_gaps
+
+    nan = float("nan")
+    episode = _trajectory("v1", "video", [])
+    episode.segments = [
+        Segment([1, 2], [-1.0, -2.0]),
+        Segment([3, 4, 5], [nan, nan, nan], trained=False),
+        Segment([6], [-3.0]),
+    ]
+    actor = torch.tensor([[-1.5, -2.0, -7.0, -7.0, -7.0, -3.25]])
+    gaps = modality_gaps([episode], actor)
+    assert gaps["video"].count == 3 and gaps["video"].total == pytest.approx(0.5 + 0.25)
+    assert gaps["video"].worst == pytest.approx(0.5)
 
 
 def test_grids_and_media_items_the_engine_request_carries() -> None:

@@ -1,4 +1,12 @@
-"""PARALLEL"""
+"""The training mesh: where this process sits among the training processes, and their collectives.
+
+A :class:`Parallel` separates the two things a rank's number used to mean. Data: the ``data_size``
+data-parallel groups each take their own share of the prompts (``data_rank``). Sequences: the
+``sp_size`` ranks of one group share that group's samples and hold a contiguous part of every
+sequence (sequence parallelism; today ``sp_size`` is 1, and each rank is its own group). Gradients
+are averaged over the whole mesh by FSDP. Process groups are created by :func:`init_distributed`
+(torchrun, or the Ray actor workers).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +21,37 @@ import torch
 
 
 @dataclass
-class Dist:
-    """This process's place among the training processes (one process: rank 0 of 1)."""
+class Parallel:
+    """This process's place in the mesh of ``world_size`` training processes (one process: rank 0 of
+    1): data-parallel group ``data_rank`` of ``data_size``, position ``sp_rank`` of the ``sp_size``
+    ranks that share its sequences."""
 
     rank: int = 0
     world_size: int = 1
+    sp_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.sp_size < 1 or self.world_size % self.sp_size:
+            raise ValueError(
+                f"{self.world_size} training processes cannot form sequence-parallel groups of {self.sp_size}"
+            )
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} outside the {self.world_size} training processes")
+
+    @property
+    def data_rank(self) -> int:
+        """Which share of the prompts this rank's group takes."""
+        return self.rank // self.sp_size
+
+    @property
+    def data_size(self) -> int:
+        """How many shares the prompts are cut into (the data-parallel groups)."""
+        return self.world_size // self.sp_size
+
+    @property
+    def sp_rank(self) -> int:
+        """This rank's part of every sequence within its group."""
+        return self.rank % self.sp_size
 
     def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if self.world_size == 1:
@@ -35,7 +69,7 @@ class Dist:
             dist.barrier()
 
 
-def gather_objects(value: Any, dist: Dist) -> list[Any]:
+def gather_objects(value: Any, dist: Parallel) -> list[Any]:
     """``value`` of every rank, in rank order (a collective; JSON-like values only)."""
     if dist.world_size == 1:
         return [value]
@@ -46,7 +80,7 @@ def gather_objects(value: Any, dist: Dist) -> list[Any]:
     return out
 
 
-def average_over_ranks(metrics: dict[str, float], dist: Dist) -> dict[str, float]:
+def average_over_ranks(metrics: dict[str, float], dist: Parallel) -> dict[str, float]:
     if dist.world_size == 1:
         return metrics
     return mean_over_ranks(gather_objects(metrics, dist))
@@ -86,12 +120,12 @@ def backend_devices(backend: str) -> set[str]:
     return {part.split(":")[0] for part in backend.split(",")}
 
 
-def init_distributed() -> Dist:
+def init_distributed() -> Parallel:
     """Join the process group torchrun describes (``WORLD_SIZE`` > 1): gloo on CPU; on GPUs gloo for
     CPU tensors and NCCL for CUDA tensors (:func:`process_group_options`)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
-        return Dist()
+        return Parallel()
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -100,7 +134,7 @@ def init_distributed() -> Dist:
         if cuda:
             torch.cuda.set_device(local_rank)  # before any CUDA call, so nothing lands on GPU 0
         dist.init_process_group(**process_group_options(cuda=cuda, local_rank=local_rank))
-    return Dist(dist.get_rank(), dist.get_world_size())
+    return Parallel(dist.get_rank(), dist.get_world_size())
 
 
 def close_distributed() -> None:

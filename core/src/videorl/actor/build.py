@@ -11,11 +11,11 @@ if TYPE_CHECKING:
     from videorl.actor.policy import Actor
     from videorl.backend import ModelBackend, VisionSync
     from videorl.config import TrainConfig
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
 
 
 def make_actor(
-    config: TrainConfig, backend: ModelBackend, dist: Dist, *, reference: bool | None = None
+    config: TrainConfig, backend: ModelBackend, dist: Parallel, *, reference: bool | None = None
 ) -> tuple[Actor, VisionSync]:
     """The policy of this rank (FSDP2-sharded over ``dist``), its AdamW, and the frozen reference
     copy when ``reference`` (default: when the KL penalty is on; never with LoRA, whose reference is

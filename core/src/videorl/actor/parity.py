@@ -11,7 +11,6 @@ of the compute dtype. :func:`modality_gaps` is the same comparison the update lo
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,8 +22,8 @@ if TYPE_CHECKING:
 
     from videorl.actor.policy import Actor
     from videorl.config import TrainConfig
-    from videorl.episode import Trajectory
-    from videorl.parallel import Dist
+    from videorl.episode import Episode
+    from videorl.parallel import Parallel
 
 log = logging.getLogger("videorl.parity")
 
@@ -164,20 +163,22 @@ class ModalityGap:
         return self.total / self.count if self.count else 0.0
 
 
-def modality_gaps(batch: Sequence[Trajectory], logp: torch.Tensor) -> dict[str, ModalityGap]:
+def modality_gaps(batch: Sequence[Episode], logp: torch.Tensor) -> dict[str, ModalityGap]:
     """Per modality of the prompts (video, image, text): the engine-vs-actor gaps of ``batch``'s
     sampled tokens (``logp``: the actor's, ``B×R``); offline responses carry no engine log-probs."""
     import torch
 
     gaps: dict[str, ModalityGap] = {}
     for row, t in enumerate(batch):
-        engine = t.completion.logprobs
-        if not engine or math.isnan(engine[0]):
+        engine = t.response_logprobs
+        if not engine or not t.has_engine_logprobs:
             continue
         diff = (logp[row, : len(engine)].detach().float().cpu() - torch.tensor(engine)).abs()
+        if t.loss_mask is not None:  # the policy's tokens only: the environment's have no engine log-prob
+            diff = diff.nan_to_num(0.0) * torch.tensor(t.loss_mask, dtype=diff.dtype)
         gap = gaps.setdefault(t.prompt.require_encoded().prompt.data_type, ModalityGap())
         gap.total += float(diff.sum())
-        gap.count += len(engine)
+        gap.count += len(engine) if t.loss_mask is None else sum(t.loss_mask)
         j = int(diff.argmax())
         if float(diff[j]) > gap.worst:
             gap.worst = float(diff[j])
@@ -189,7 +190,7 @@ def modality_gaps(batch: Sequence[Trajectory], logp: torch.Tensor) -> dict[str, 
 
 
 def first_step_check(
-    config: TrainConfig, actor: Actor, trajectories: Sequence[Trajectory], dist: Dist
+    config: TrainConfig, actor: Actor, trajectories: Sequence[Episode], dist: Parallel
 ) -> dict[str, float]:
     """``rollout.parity_check``: the engine's log-probs of this first batch against the actor's, per
     modality (before any update). Beyond the tolerance of ``model.dtype`` (or

@@ -14,10 +14,10 @@ from videorl import algorithms
 from videorl.actor.parity import modality_gaps
 from videorl.actor.policy import Actor
 from videorl.algorithms import formulas as algo
-from videorl.episode import Trajectory
+from videorl.episode import Episode
 from videorl.model_inputs import response_stats
 from videorl.packing import pack_for_backend
-from videorl.parallel import Dist
+from videorl.parallel import Parallel
 from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from videorl.config import AlgorithmConfig, TrainConfig
 
 
-def micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) -> list[list[Trajectory]]:
+def micro_batches(trajectories: Sequence[Episode], budget: int, dist: Parallel) -> list[list[Episode]]:
     """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
-    lengths = [len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories]
+    lengths = [len(t.prompt.require_encoded()) + len(t.response_ids) for t in trajectories]
     count = len(algo.pack_by_token_budget(lengths, budget))
     count = int(dist.all_reduce(torch.tensor(count), op="max"))
     return [
@@ -39,7 +39,7 @@ def micro_batches(trajectories: Sequence[Trajectory], budget: int, dist: Dist) -
 def forward_responses(
     model: torch.nn.Module,
     backend: ModelBackend,
-    batch: Sequence[Trajectory],
+    batch: Sequence[Episode],
     forbidden: Sequence[int],
     compute_dtype: torch.dtype | None = None,
     entropy_grad: bool = False,
@@ -55,9 +55,7 @@ def forward_responses(
     sequences run packed in one row (:mod:`videorl.packing`) when the backend can pack them; the
     results keep the padded ``B×R`` layout either way."""
     param = next(model.parameters())
-    inputs = backend.collate(
-        [t.prompt.require_encoded() for t in batch], [t.completion.token_ids for t in batch]
-    )
+    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_ids for t in batch])
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     packed = pack_for_backend(backend, inputs) if padding_free else None
     mixed = compute_dtype is not None and compute_dtype != param.dtype
@@ -76,7 +74,11 @@ def forward_responses(
     else:
         logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
     assert inputs.response_mask is not None
-    return logp, entropy, inputs.response_mask.to(logp.device)
+    mask = inputs.response_mask.to(logp.device)
+    if any(t.loss_mask is not None for t in batch):  # the environment's tokens (a tool's reply) train not
+        trained = [torch.tensor(t.loss_mask or [True] * len(t.response_ids)) for t in batch]
+        mask = mask * _rows(trained, mask)
+    return logp, entropy, mask
 
 
 def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
@@ -88,7 +90,7 @@ def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
 
 
 def update(
-    config: TrainConfig, actor: Actor, trajectories: Sequence[Trajectory], dist: Dist, timer: StageTimer
+    config: TrainConfig, actor: Actor, trajectories: Sequence[Episode], dist: Parallel, timer: StageTimer
 ) -> dict[str, float]:
     """The actor update of one step: ``rollout_batch_size / global_batch_size`` optimizer steps.
 
@@ -116,7 +118,7 @@ def update(
                 logp, _, _ = forward_responses(
                     actor.model, actor.backend, batch, forbidden, actor.compute_dtype, padding_free=packed
                 )
-                old.update({id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)})
+                old.update({id(t): logp[row, : len(t.response_ids)] for row, t in enumerate(batch)})
     # Before the micro-batch loop, not between an actor forward and its backward (where its
     # activations would sit on top of the actor's).
     ref: dict[int, torch.Tensor] = (
@@ -126,7 +128,8 @@ def update(
     actor.model.train()
     for u, mini in enumerate(minis, start=1):
         trained = [t for t in mini if _trained(cfg, t)]
-        counts = torch.tensor([float(sum(len(t.completion.token_ids) for t in trained)), float(len(trained))])
+        counts = torch.tensor([float(sum(_policy_tokens(t) for t in trained)), float(len(trained))])
+        # FSDP averages gradients over every rank of the mesh: a rank's share of the mean is 1/world_size
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
         batches = micro_batches(mini, budget, dist)
         for j, batch in enumerate(batches, start=1):
@@ -176,7 +179,7 @@ def update(
         "actor/lr": float(actor.optimizer.param_groups[0]["lr"]),
         "actor/updates": float(updates),
         "tokens/step": float(
-            sum(len(t.prompt.require_encoded()) + len(t.completion.token_ids) for t in trajectories)
+            sum(len(t.prompt.require_encoded()) + len(t.response_ids) for t in trajectories)
         ),
     }
     if cfg.use_kl_loss:
@@ -201,14 +204,14 @@ def update(
 
 def _rollout_correction(
     cfg: AlgorithmConfig,
-    batch: Sequence[Trajectory],
+    batch: Sequence[Episode],
     old_logp: torch.Tensor,
     mask: torch.Tensor,
     sums: dict[str, float],
 ) -> torch.Tensor:
     """The TIS / MIS weights of ``batch``'s tokens (``π_old / π_rollout``, the engine's log-probs being
     the rollout's), counted into ``sums`` overall and per modality of the prompts."""
-    rollout = _rows([torch.tensor(t.completion.logprobs, dtype=torch.float32) for t in batch], old_logp)
+    rollout = _rows([torch.tensor(t.response_logprobs, dtype=torch.float32) for t in batch], old_logp)
     correction = algo.rollout_correction(
         old_logp, rollout, mask, mode=cfg.rollout_correction,  # type: ignore[arg-type]
         level=cfg.rollout_correction_level, cap=cfg.rollout_correction_cap,
@@ -223,17 +226,17 @@ def _rollout_correction(
     return correction.weights
 
 
-def _trained(cfg: AlgorithmConfig, t: Trajectory) -> bool:
+def _trained(cfg: AlgorithmConfig, t: Episode) -> bool:
     """Whether the update trains on ``t``: DAPO's overlong filtering leaves truncated responses out."""
     return not (cfg.overlong_filtering and t.completion.finish_reason == "length")
 
 
 def _reference_rows(
     actor: Actor,
-    trajectories: Sequence[Trajectory],
+    trajectories: Sequence[Episode],
     forbidden: Sequence[int],
     config: TrainConfig,
-    dist: Dist,
+    dist: Parallel,
     timer: StageTimer,
 ) -> dict[int, torch.Tensor]:
     """The reference model's per-token log-probs of each response (keyed by ``id`` of the trajectory,
@@ -248,9 +251,7 @@ def _reference_rows(
                     logp = forward_responses(
                         reference, actor.backend, batch, forbidden, padding_free=config.actor.padding_free
                     )[0]
-                    out.update(
-                        {id(t): logp[row, : len(t.completion.token_ids)] for row, t in enumerate(batch)}
-                    )
+                    out.update({id(t): logp[row, : len(t.response_ids)] for row, t in enumerate(batch)})
             return out
     for t in trajectories:
         if t.ref_logprobs is None:
@@ -263,19 +264,19 @@ def _reference_rows(
 
 
 def reference_logprobs(
-    reference: torch.nn.Module, backend: ModelBackend, trajectories: Sequence[Trajectory], config: TrainConfig
+    reference: torch.nn.Module, backend: ModelBackend, trajectories: Sequence[Episode], config: TrainConfig
 ) -> list[list[float]]:
     """Per-token log-probs of each response under ``reference`` (a reference worker's whole job),
     packed into micro-batches by ``actor.max_tokens_per_micro_batch`` as the update packs them."""
     forbidden = sorted(backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
     out: dict[int, list[float]] = {}
     with torch.no_grad():
-        for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Dist()):
+        for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, Parallel()):
             logp = forward_responses(
                 reference, backend, batch, forbidden, padding_free=config.actor.padding_free
             )[0]
             for row, t in enumerate(batch):
-                out[id(t)] = logp[row, : len(t.completion.token_ids)].float().tolist()
+                out[id(t)] = logp[row, : len(t.response_ids)].float().tolist()
     return [out[id(t)] for t in trajectories]
 
 
@@ -289,3 +290,9 @@ def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
     actor.optimizer.step()
     actor.optimizer.zero_grad(set_to_none=True)
     return norm_value
+
+
+def _policy_tokens(t: Episode) -> int:
+    """The response tokens the update trains on (the policy's; a tool's reply is not)."""
+    mask = t.loss_mask
+    return len(t.response_ids) if mask is None else sum(mask)

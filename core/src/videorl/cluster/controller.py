@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.encoding import Prompt
-    from videorl.episode import Trajectory
+    from videorl.episode import Episode
     from videorl.plugins import Plugins
     from videorl.rollout import Completion
     from videorl.rollout.scoring import Scorer
@@ -121,7 +121,7 @@ class Controller:
         """A :data:`~videorl.train.grpo.Scorer` on the reward workers for samples of ``split`` (train or val)
         of ``step`` (default the current one): the responses are shared among the workers."""
 
-        def score(trajectories: Sequence[Trajectory]) -> None:
+        def score(trajectories: Sequence[Episode]) -> None:
             if not trajectories:
                 return
             workers = self.cluster.rewards
@@ -210,7 +210,7 @@ class Controller:
 
     # --- the step ----------------------------------------------------------------------------------
 
-    def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Trajectory], dict[str, float]]:
+    def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Episode], dict[str, float]]:
         from videorl.rollout.single_turn import collect_groups
         from videorl.train.step import assign_advantages
 
@@ -220,9 +220,7 @@ class Controller:
         )
         return assign_advantages(self.config, groups), extra
 
-    def _collected(
-        self, step: int
-    ) -> tuple[list[StageTimer], list[tuple[list[Trajectory], dict[str, float]]]]:
+    def _collected(self, step: int) -> tuple[list[StageTimer], list[tuple[list[Episode], dict[str, float]]]]:
         """Every rank's trajectories of ``step`` and rollout counters, with the stage times per rank
         (here: generated now; :class:`~videorl.cluster.async_driver.AsyncController`: ahead)."""
         from videorl.timing import StageTimer
@@ -231,7 +229,7 @@ class Controller:
         timers = [StageTimer() for _ in ranks]
         return timers, run_all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
 
-    def _reference(self, shares: list[list[Trajectory]], timers: list[StageTimer]) -> None:
+    def _reference(self, shares: list[list[Episode]], timers: list[StageTimer]) -> None:
         """Split placement, KL on: each share's reference log-probs from a reference worker."""
         workers = self.cluster.references
         calls = [
@@ -249,7 +247,7 @@ class Controller:
                 t.ref_logprobs = logprobs
 
     def _update(
-        self, step: int, shares: list[list[Trajectory]], timers: list[StageTimer], parity_check: bool
+        self, step: int, shares: list[list[Episode]], timers: list[StageTimer], parity_check: bool
     ) -> list[dict[str, float]]:
         """Every actor rank's update on its share (first ``parity_check``: engine vs actor log-probs)."""
         calls = [
@@ -425,7 +423,7 @@ def absolute_paths(config: TrainConfig) -> TrainConfig:
     )
 
 
-def _items(share: Sequence[Trajectory]) -> list[list[Any]]:
+def _items(share: Sequence[Episode]) -> list[list[Any]]:
     """A rank's trajectories for the actor and reference workers (they encode the prompts themselves)."""
     return [
         [

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from videorl.actor.policy import Actor
     from videorl.data import Sample
     from videorl.encoding import Prompt, PromptEncoder
-    from videorl.episode import Trajectory
-    from videorl.parallel import Dist
+    from videorl.episode import Episode
+    from videorl.parallel import Parallel
     from videorl.rollout import RolloutEngine
     from videorl.rollout.scoring import Scorer
     from videorl.runs.checkpoint import CheckpointManager
@@ -77,7 +77,7 @@ class Worker:
         self.weight_version = 0  # the policy version the engine holds (the step of its last update)
         self.reference: torch.nn.Module | None = None
         self.scorer: Scorer | None = None
-        self.dist: Dist | None = None
+        self.dist: Parallel | None = None
         self.benchmarks: WorkerBenchmarks | None = None  # built at the first benchmark pass
 
     # --- placement ---------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ class Worker:
         """Build this worker's roles; the ``actor`` ranks join one process group at ``master_addr``."""
         from videorl.actor.build import load_reference, make_actor
         from videorl.devices import local_device
-        from videorl.parallel import Dist, init_distributed
+        from videorl.parallel import Parallel, init_distributed
         from videorl.rewards.router import RewardRouter
         from videorl.rollout.factory import make_engine, make_rank_engine, max_model_len
         from videorl.train.compose import make_encoder, seed_everything
@@ -126,7 +126,7 @@ class Worker:
                     config, self.plugins, self.actor, self.dist
                 )
         else:
-            self.dist = Dist()
+            self.dist = Parallel()
             seed_everything(config.seed + self.rank)
             if "reference" in self.roles:
                 self.reference = load_reference(config, self.backend)
@@ -186,12 +186,12 @@ class Worker:
             out[sid] = self._prompt_cache[key]
         return out
 
-    def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Trajectory]:
+    def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Episode]:
         """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories."""
-        from videorl.episode import Trajectory
+        from videorl.episode import Episode
 
         return [
-            Trajectory(
+            Episode(
                 prompts[sid], group, wire.completion_in(c), offline=offline, advantage=adv, ref_logprobs=ref
             )
             for sid, group, c, offline, adv, ref in items
@@ -250,13 +250,13 @@ class Worker:
     def score(self, message: bytes) -> bytes:
         """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
         from videorl.encoding import Prompt
-        from videorl.episode import Trajectory
+        from videorl.episode import Episode
         from videorl.rollout import Completion
 
         assert self.scorer is not None, "score() on a worker without the reward role"
         request = wire.loads(message)
         trajectories = [
-            Trajectory(
+            Episode(
                 Prompt(self._sample(request["split"], sid), None, wire.media_in(media)),
                 0,
                 Completion(ids, [0.0] * len(ids), "stop"),

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from videorl.actor.policy import Actor
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
     from videorl.plugins import Plugins
     from videorl.rollout import RolloutEngine
 
@@ -85,7 +85,7 @@ def make_engine(
 
 
 def make_rank_engine(
-    config: TrainConfig, plugins: Plugins, actor: Actor, dist: Dist
+    config: TrainConfig, plugins: Plugins, actor: Actor, dist: Parallel
 ) -> tuple[RolloutEngine, bool]:
     """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
     engine in one process: no copy, never refreshed).

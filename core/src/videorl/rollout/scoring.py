@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from videorl.episode import Trajectory
+from videorl.episode import Episode
 from videorl.rewards.types import RewardInput
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from videorl.rewards.router import RewardRouter
 
 
-Scorer = Callable[[Sequence["Trajectory"]], None]
+Scorer = Callable[[Sequence["Episode"]], None]
 """Scores trajectories in place (``reward`` and ``parts``): in this process, or on reward workers."""
 
 
@@ -25,7 +25,7 @@ def local_scorer(rewards: RewardRouter, backend: ModelBackend) -> Scorer:
 
 
 def score(
-    rewards: RewardRouter, trajectories: Sequence[Trajectory], decode: Callable[[list[int]], str], family: str
+    rewards: RewardRouter, trajectories: Sequence[Episode], decode: Callable[[list[int]], str], family: str
 ) -> None:
     """Route every response to its reward; store the score and its parts on the trajectory."""
     inputs = []
@@ -38,6 +38,6 @@ def score(
         t.parts = dict(out.parts) if out is not None else {}
 
 
-def accuracy_of(t: Trajectory) -> float:
+def accuracy_of(t: Episode) -> float:
     """The accuracy part of a response's reward (its whole reward when the reward has no such part)."""
     return float(t.parts.get("accuracy", t.reward))

@@ -12,7 +12,7 @@ import torch
 from videorl import algorithms
 from videorl.algorithms import formulas as algo
 from videorl.alignment import check_response_tokens
-from videorl.episode import Trajectory
+from videorl.episode import Episode
 from videorl.rollout import Completion, SamplingParams
 from videorl.rollout.scoring import Scorer, accuracy_of
 from videorl.timing import StageTimer
@@ -62,7 +62,7 @@ def rollout_groups(
     seed: int | None,
     first_group: int = 0,
     timer: StageTimer | None = None,
-) -> tuple[list[list[Trajectory]], dict[str, float]]:
+) -> tuple[list[list[Episode]], dict[str, float]]:
     """Generate the groups of ``prompts`` with ``engine``, then :func:`finish_groups`.
 
     ``timer`` receives the generation time as ``rollout`` and the scoring time as ``reward``.
@@ -90,7 +90,7 @@ def wants_greedy_baseline(config: TrainConfig) -> bool:
 
 def add_baselines(
     config: TrainConfig,
-    groups: Sequence[list[Trajectory]],
+    groups: Sequence[list[Episode]],
     completions: Sequence[Completion],
     scorer: Scorer,
     backend: ModelBackend,
@@ -102,7 +102,7 @@ def add_baselines(
     extra = []
     for group, completion in zip(groups, completions, strict=True):
         check_response_tokens(group[0].prompt.sample.id, completion.token_ids, forbidden)
-        extra.append(Trajectory(group[0].prompt, group[0].group, completion, baseline=True))
+        extra.append(Episode(group[0].prompt, group[0].group, completion, baseline=True))
     with timer("reward"):
         scorer(extra)
     for group, t in zip(groups, extra):
@@ -118,7 +118,7 @@ def finish_groups(
     *,
     first_group: int = 0,
     timer: StageTimer | None = None,
-) -> tuple[list[list[Trajectory]], dict[str, float]]:
+) -> tuple[list[list[Episode]], dict[str, float]]:
     """Check the generated responses (``outputs[i]`` are the completions of ``prompts[i]``), score
     them, and mix in offline trajectories when mix-policy is on."""
     timer = timer or StageTimer()
@@ -127,7 +127,7 @@ def finish_groups(
     for g, (prompt, completions) in enumerate(zip(prompts, outputs)):
         for c in completions:
             check_response_tokens(prompt.sample.id, c.token_ids, forbidden)
-        groups.append([Trajectory(prompt, first_group + g, c) for c in completions])
+        groups.append([Episode(prompt, first_group + g, c) for c in completions])
     flat = [t for group in groups for t in group]
     with timer("reward"):
         scorer(flat)
@@ -144,7 +144,7 @@ def finish_groups(
                 last = group[-1]
                 text = last.prompt.sample.offline_output or ""
                 completion = offline_completion(backend, text, config.rollout.max_response_length)
-                group[-1] = Trajectory(last.prompt, last.group, completion, offline=True)
+                group[-1] = Episode(last.prompt, last.group, completion, offline=True)
                 replaced.append(group[-1])
         with timer("reward"):
             scorer(replaced)
@@ -152,7 +152,7 @@ def finish_groups(
     return groups, metrics
 
 
-Rollout = Callable[[list["Sample"], int, int], tuple[list[list[Trajectory]], dict[str, float]]]
+Rollout = Callable[[list["Sample"], int, int], tuple[list[list[Episode]], dict[str, float]]]
 """``rollout(samples, seed, first_group)``: the scored groups of ``samples`` and the rollout's
 counters (:func:`rollout_groups` here; worker calls on the Ray controller)."""
 
@@ -169,7 +169,7 @@ def local_rollout(
 
     def rollout(
         samples: list[Sample], seed: int, first_group: int
-    ) -> tuple[list[list[Trajectory]], dict[str, float]]:
+    ) -> tuple[list[list[Episode]], dict[str, float]]:
         with timer("data"):
             prompts = [encode(s) for s in samples]
         return rollout_groups(
@@ -186,7 +186,7 @@ def rollout_seed(config: TrainConfig, step: int, attempt: int, rank: int) -> int
 
 def collect_groups(
     config: TrainConfig, step: int, count: int, data: TrainData, rollout: Rollout, rank: int = 0
-) -> tuple[list[list[Trajectory]], dict[str, float]]:
+) -> tuple[list[list[Episode]], dict[str, float]]:
     """The ``count`` scored groups rank ``rank`` trains on in ``step``, and the counters of the rollout.
 
     With dynamic sampling, a group whose rewards are all equal (zero advantage) is dropped and the
@@ -195,8 +195,8 @@ def collect_groups(
     ``dynamic_sampling/dropped_groups`` counts the groups dropped.
     """
     cfg = config.algorithm
-    kept: list[list[Trajectory]] = []
-    dropped: list[list[Trajectory]] = []
+    kept: list[list[Episode]] = []
+    dropped: list[list[Episode]] = []
     extra: dict[str, float] = defaultdict(float)
     for attempt in range(cfg.dynamic_sampling_max_tries if cfg.dynamic_sampling else 1):
         samples = data.take(count - len(kept))

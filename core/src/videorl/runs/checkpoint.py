@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from torch.distributed.checkpoint.stateful import Stateful
 
     from videorl.config import TrainConfig
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
 
 log = logging.getLogger("videorl.checkpoint")
 
@@ -318,7 +318,7 @@ class Checkpoint:
             raise _read_error(tensors, exc) from None
         return state[key]
 
-    def load_into(self, state: Stateful, dist: Dist, group: Any = None) -> None:
+    def load_into(self, state: Stateful, dist: Parallel, group: Any = None) -> None:
         """Read this checkpoint's tensors into ``state`` (a collective over ``group``, default the
         default group: each rank reads its shards)."""
         from torch.distributed.checkpoint import load
@@ -515,20 +515,20 @@ class CheckpointManager:
         reads back as it is written only keyed by parameter name (``get_optimizer_state_dict``, as
         :class:`ActorState` gives it), not by ``Optimizer.state_dict``'s integers.
         """
-        from videorl.parallel import Dist
+        from videorl.parallel import Parallel
 
         tensors: dict[str, Any] = {"model": dict(model_state)}
         if optimizer_state is not None:
             tensors["optimizer"] = dict(optimizer_state)
         ranks = None if rng is None else [dict(rng)] if isinstance(rng, Mapping) else [dict(r) for r in rng]
-        self.write(step, tensors, Dist(), data=data_state, rng=ranks, extra=extra, asynchronous=False)
+        self.write(step, tensors, Parallel(), data=data_state, rng=ranks, extra=extra, asynchronous=False)
         return self.path_for(step)
 
     def write(
         self,
         step: int,
         tensors: dict[str, Any],
-        dist: Dist,
+        dist: Parallel,
         *,
         data: Mapping[str, Any] | None = None,
         rng: Sequence[Mapping[str, Any]] | None = None,
@@ -587,7 +587,7 @@ class CheckpointManager:
         if pending is not None:
             pending.result()
 
-    def process_group(self, dist: Dist) -> Any:
+    def process_group(self, dist: Parallel) -> Any:
         """The gloo group of this manager's collectives in a multi-process run, made at first use (a
         collective; None: one process). A background write's collectives must not mix with the
         training loop's, and a load's (plans, metadata: CPU objects) need no accelerator."""
@@ -605,7 +605,7 @@ class CheckpointManager:
         self,
         step: int,
         tmp: Path,
-        dist: Dist,
+        dist: Parallel,
         group: Any,
         manifest: dict[str, Any],
         rng: list[dict[str, Any]] | None,
@@ -880,7 +880,7 @@ def save_checkpoint(
     step: int,
     state: Stateful,
     checkpoints: CheckpointManager,
-    dist: Dist,
+    dist: Parallel,
     *,
     data_state: Mapping[str, Any],
     wait: bool = False,
@@ -907,7 +907,7 @@ def resume(
     spec: str | Path | None,
     state: Stateful,
     checkpoints: CheckpointManager,
-    dist: Dist,
+    dist: Parallel,
     *,
     data: Stateful | None = None,
 ) -> int:
@@ -929,7 +929,7 @@ def resume(
     return ckpt.step
 
 
-def agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Dist) -> Path | None:
+def agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Parallel) -> Path | None:
     """The checkpoint every rank resumes from (a collective): each rank checks the files it reads, so one
     rank may find a damaged shard the others never read; ``auto`` then falls back, on every rank, to the
     newest checkpoint all of them find whole. What a run keeps of its logs is cut at this step too

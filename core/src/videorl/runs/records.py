@@ -213,7 +213,7 @@ class CompletionLog:
         truncate_after(self.path, start_step)
 
     def log(self, step: int, trajectories: Sequence[Any], decode: Any) -> list[dict[str, Any]]:
-        """Append the chosen responses of ``trajectories`` (``videorl.train.grpo.Trajectory``); ``decode``
+        """Append the chosen responses of ``trajectories`` (``videorl.train.grpo.Episode``); ``decode``
         turns token ids into text. Returns the rows written."""
         by_group: dict[int, list[Any]] = {}
         for t in trajectories:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.encoding import Prompt, PromptEncoder
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
     from videorl.plugins import Plugins
     from videorl.prompts import PromptTemplate
     from videorl.rewards.router import RewardRouter
@@ -49,7 +49,7 @@ class Training:
     data: TrainData
     encode: PromptEncoder
     io: RunIO
-    dist: Dist
+    dist: Parallel
     engine_shares_actor: bool
     validation: list[Prompt]
     vision_sync: VisionSync | None = None  # the actor's hooks (``dummy_calls`` counts text-only forwards)
@@ -185,7 +185,9 @@ def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
     return CheckpointManager(Path(config.output_dir) / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
 
 
-def open_checkpoints(config: TrainConfig, dist: Dist | None = None) -> tuple[CheckpointManager, Path | None]:
+def open_checkpoints(
+    config: TrainConfig, dist: Parallel | None = None
+) -> tuple[CheckpointManager, Path | None]:
     """The run's checkpoints and the one to resume from; a run directory that already holds
     checkpoints is only continued with ``trainer.resume``. Under a process group ``dist`` (a collective)
     the one every rank resumes from: a rank may find its shard of the newest checkpoint damaged, and
@@ -239,7 +241,7 @@ class RunStart:
         return RunIO(self.checkpoints, metrics, progress, completions)
 
 
-def begin_run(config: TrainConfig, ranks: int, ranks_name: str, dist: Dist | None = None) -> RunStart:
+def begin_run(config: TrainConfig, ranks: int, ranks_name: str, dist: Parallel | None = None) -> RunStart:
     """The checks every launcher makes first: ``data.rollout_batch_size`` a multiple of the ``ranks``
     training ranks (``ranks_name`` says what sets them), and the checkpoint to resume from
     (:func:`open_checkpoints`; agreed over ``dist`` when this process is one of a process group)."""
@@ -293,19 +295,19 @@ def load_datasets(
     return samples, val_samples
 
 
-def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None = None) -> Training:
+def build_training(config: TrainConfig, plugins: Plugins, *, dist: Parallel | None = None) -> Training:
     """Build the actor, engine, rewards, data and run files that ``config`` describes."""
     from videorl import algorithms
-    from videorl.parallel import Dist
+    from videorl.parallel import Parallel
     from videorl.rewards.router import RewardRouter
     from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
     from videorl.train.data import TrainData
 
-    dist = dist or Dist()
+    dist = dist or Parallel()
     # the preset applied (its section keys too: DAPO's dynamic_sampling, overlong_buffer), as the loop
     # reads them and the run's config.yaml records them; resolving a resolved section changes nothing
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
-    run = begin_run(config, dist.world_size, "the number of training processes", dist)
+    run = begin_run(config, dist.data_size, "the number of data-parallel groups", dist)
     seed_everything(config.seed + dist.rank)
 
     backend = make_backend(config, plugins)
@@ -315,13 +317,13 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Dist | None =
     # their rows, before the model loads
     benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=run.step)
     d = config.data
-    validation = [encoder(s) for s in val_samples[dist.rank :: dist.world_size]]
+    validation = [encoder(s) for s in val_samples[dist.data_rank :: dist.data_size]]
     data = TrainData(
         samples,
         seed=config.seed,
         shuffle=d.shuffle,
-        rank=dist.rank,
-        world_size=dist.world_size,
+        rank=dist.data_rank,
+        world_size=dist.data_size,
         prefetcher=encoder if d.prefetch else None,
     )
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.actor.parity import first_step_check
 from videorl.actor.policy import Actor, refresh_state, set_learning_rate, sleep_engine
 from videorl.actor.update import update
-from videorl.parallel import Dist
+from videorl.parallel import Parallel
 from videorl.rollout.scoring import local_scorer
 from videorl.rollout.single_turn import collect_groups, local_rollout
 from videorl.runs.checkpoint import resume, save_checkpoint
@@ -44,12 +44,12 @@ class LocalStep:
         data: TrainData,
         encode: Callable[[Any], Prompt],
         io: RunIO,
-        dist: Dist | None = None,
+        dist: Parallel | None = None,
         engine_shares_actor: bool = False,
         validation: Sequence[Prompt] = (),
     ) -> None:
         self.config, self.actor, self.engine, self.rewards = config, actor, engine, rewards
-        self.data, self.encode, self.io, self.dist = data, encode, io, dist or Dist()
+        self.data, self.encode, self.io, self.dist = data, encode, io, dist or Parallel()
         self.engine_shares_actor, self.validation = engine_shares_actor, list(validation)
         self.scorer = local_scorer(rewards, actor.backend)
         self._parity_due = config.rollout.parity_check != "off"  # on this process's first step
@@ -70,9 +70,9 @@ class LocalStep:
 
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         config, actor, engine, dist = self.config, self.actor, self.engine, self.dist
-        prompts_per_rank = max(1, config.data.rollout_batch_size // dist.world_size)
+        prompts_per_rank = max(1, config.data.rollout_batch_size // dist.data_size)
         rollout = local_rollout(config, engine, self.scorer, actor.backend, self.encode, timer)
-        kept, extra = collect_groups(config, step, prompts_per_rank, self.data, rollout, dist.rank)
+        kept, extra = collect_groups(config, step, prompts_per_rank, self.data, rollout, dist.data_rank)
         flat = assign_advantages(config, kept)
         if self._parity_due:  # before any update, after a resume too
             self._parity_due = False
@@ -116,7 +116,7 @@ def train(
     data: TrainData,
     encode: Callable[[Any], Prompt],
     io: RunIO,
-    dist: Dist | None = None,
+    dist: Parallel | None = None,
     engine_shares_actor: bool = False,
     validation: Sequence[Prompt] = (),
     evaluations: Sequence[PeriodicEvaluation] = (),

@@ -17,7 +17,7 @@ does and where it runs. Three drivers exist:
 - :class:`videorl.train.grpo.LocalStep`: this process's share of the prompts, its own engine and actor
   (one process, or one torchrun rank: every rank runs this loop, and ``dist`` averages the metrics);
 - :class:`videorl.cluster.controller.Controller`: the Ray controller, every rank's share through worker
-  groups; it returns metrics already averaged over the actor ranks (the loop runs with one ``Dist()``);
+  groups; it returns metrics already averaged over the actor ranks (the loop runs with one ``Parallel()``);
 - :class:`videorl.cluster.async_driver.AsyncController`: the Ray controller with the rollouts of the
   next ``trainer.max_staleness`` steps generated while the actor updates.
 
@@ -65,7 +65,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from videorl.parallel import Dist, average_over_ranks
+from videorl.parallel import Parallel, average_over_ranks
 from videorl.runs.checkpoint import CheckpointManager
 from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar
 from videorl.timing import StageTimer
@@ -134,7 +134,7 @@ def run(
     io: RunIO,
     start: int,
     *,
-    dist: Dist | None = None,
+    dist: Parallel | None = None,
     evaluations: Sequence[PeriodicEvaluation] = (),
     on_step: OnStep | None = None,
 ) -> int:
@@ -142,7 +142,7 @@ def run(
 
     ``io``'s writers are used on rank 0 of ``dist`` (default: one process); ``start`` is the step of
     the checkpoint the launcher resumed from (0: none)."""
-    dist = dist or Dist()
+    dist = dist or Parallel()
     last, every = config.trainer.max_steps, config.trainer.val_every
     names = [e.name for e in evaluations]
     if len(set(names)) != len(names) or "validation" in names or "step" in names:

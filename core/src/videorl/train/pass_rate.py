@@ -86,7 +86,7 @@ def score_pass_rates(
     """
     from dataclasses import replace
 
-    from videorl.episode import Trajectory
+    from videorl.episode import Episode
     from videorl.eval.predictions import append_prediction
     from videorl.rollout.scoring import accuracy_of, score
 
@@ -101,7 +101,7 @@ def score_pass_rates(
         prompts = [encode(s) for s in chunk]
         seed = None if params.seed is None else params.seed + position[chunk[0].id]
         outputs = engine.generate([p.require_encoded() for p in prompts], replace(params, seed=seed))
-        groups = [[Trajectory(p, g, c) for c in group] for g, (p, group) in enumerate(zip(prompts, outputs))]
+        groups = [[Episode(p, g, c) for c in group] for g, (p, group) in enumerate(zip(prompts, outputs))]
         score(rewards, [t for group in groups for t in group], decode, backend.family)
         for sample, group in zip(chunk, groups):
             accuracies = [accuracy_of(t) for t in group]

@@ -10,7 +10,7 @@ import torch
 
 from videorl import algorithms
 from videorl.algorithms import formulas as algo
-from videorl.episode import Trajectory
+from videorl.episode import Episode
 from videorl.errors import ConfigError
 from videorl.rollout import Completion
 from videorl.rollout.scoring import Scorer, accuracy_of
@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
 
 
-def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]]) -> list[Trajectory]:
+def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Episode]]) -> list[Episode]:
     """Set every trajectory's advantage by the run's estimator (on the rewards with DAPO's overlong
     shaping, when on); the trajectories, flattened in group order."""
     cfg = config.algorithm
     rewards = torch.tensor([[t.reward for t in g] for g in groups])
     if cfg.overlong_buffer > 0:
-        lengths = torch.tensor([[len(t.completion.token_ids) for t in g] for g in groups])
+        lengths = torch.tensor([[len(t.response_ids) for t in g] for g in groups])
         rewards = rewards + algo.overlong_penalty(
             lengths, config.rollout.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
         )
@@ -50,7 +50,7 @@ def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Trajectory]
 
 
 def step_metrics(
-    trajectories: Sequence[Trajectory],
+    trajectories: Sequence[Episode],
     format_key: str = "format",
     canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
@@ -58,7 +58,7 @@ def step_metrics(
     the router's ``canonical_type`` — says), the mean of every reward part per type, lengths, offline
     counters."""
     out: dict[str, float] = {}
-    by_type: dict[str, list[Trajectory]] = defaultdict(list)
+    by_type: dict[str, list[Episode]] = defaultdict(list)
     online = [t for t in trajectories if not t.offline]
     for t in online:
         kind = t.prompt.sample.problem_type
@@ -75,7 +75,7 @@ def step_metrics(
     if formats:
         out["format/overall"] = sum(formats) / len(formats)
     if online:
-        lengths = [len(t.completion.token_ids) for t in online]
+        lengths = [len(t.response_ids) for t in online]
         out["response_length/mean"] = sum(lengths) / len(lengths)
         out["response_length/clip_ratio"] = sum(t.completion.finish_reason == "length" for t in online) / len(
             online
@@ -107,7 +107,7 @@ def validation_metrics(
     canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
     """Score the greedy answers ``outputs`` of ``prompts``: the ``val/*`` metrics."""
-    answers = [Trajectory(p, i, group[0]) for i, (p, group) in enumerate(zip(prompts, outputs))]
+    answers = [Episode(p, i, group[0]) for i, (p, group) in enumerate(zip(prompts, outputs))]
     scorer(answers)
     metrics = step_metrics(answers, canonical=canonical)
     return {f"val/{k}": v for k, v in metrics.items() if k.startswith(("reward/", "accuracy/", "format/"))}
