@@ -146,7 +146,7 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     seconds, cpu, first = [], [], {}
     for i in range(1 + args.repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
-        metrics = update(config, actor, batch, Parallel(), StageTimer())
+        metrics = update(config, actor, built(config), batch, Parallel(), StageTimer())
         seconds.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         if i == 0:
@@ -233,3 +233,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())

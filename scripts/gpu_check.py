@@ -200,10 +200,10 @@ def main() -> None:
                 [Episode(p, i, c, reward=float(rng.random() < 0.5)) for c in group]
                 for i, (p, group) in enumerate(zip(prompts, groups))
             ]
-            flat = assign_advantages(config, trajectories)
+            flat = assign_advantages(config, built(config), trajectories)
             _reset(torch, cuda)
             update_start = time.perf_counter()
-            metrics = update(config, actor, flat, Parallel(), timer)
+            metrics = update(config, actor, built(config), flat, Parallel(), timer)
             if cuda:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - update_start
@@ -226,3 +226,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())

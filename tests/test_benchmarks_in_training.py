@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from videorl.backend import backend_for_model
+from videorl.cluster.benchmark_rows import RowOutcome, WorkerBenchmarks, rows_request, rows_runner
 from videorl.config import load_config
 from videorl.errors import ConfigError, VideorlError
 from videorl.eval import read_predictions, read_results
@@ -26,15 +27,7 @@ from videorl.media.synthetic import textured_frames, write_video
 from videorl.plugins import load_plugins
 from videorl.rollout import Completion, SamplingParams
 from videorl.runs.records import read_metrics
-from videorl.train.benchmarks import (
-    BenchmarkPasses,
-    RowOutcome,
-    WorkerBenchmarks,
-    evaluator_runner,
-    pass_dir,
-    rows_request,
-    rows_runner,
-)
+from videorl.train.benchmarks import BenchmarkPasses, evaluator_runner, pass_dir
 
 FAMILY = "qwen2_5_vl"
 CANDIDATES = ["red", "green", "blue"]
@@ -372,7 +365,7 @@ def test_on_ray_the_rows_are_shared_among_the_workers_hosting_an_engine(
     from types import SimpleNamespace
 
     from videorl.cluster import wire
-    from videorl.train.benchmarks import ray_evaluations
+    from videorl.cluster.benchmark_rows import ray_evaluations
 
     c = config(tmp_path / "run", model, f"{{name: mvbench, data_root: {mvbench}}}",
                extra=[f"rollout.engine_options={{tensor_parallel_size: {tp}}}"])  # fmt: skip
@@ -642,7 +635,7 @@ def test_weights_kept_before_a_pass_began_are_used_for_the_passes_they_were_kept
 
 
 def test_videorl_plot_draws_each_benchmarks_overall() -> None:
-    from videorl.commands.plot import curves, render
+    from videorl.runs.plot import curves, render
 
     rows = [
         {"step": 1, "reward/overall": 0.1},

@@ -182,7 +182,7 @@ def test_the_schedule_versions_and_data_positions_of_the_asynchronous_controller
     data = [TrainData(samples, seed=0, shuffle=False)]
     cluster = SplitCluster({"s1"} if dynamic_sampling else set())
     backend = type("Backend", (), {"forbidden_token_ids": lambda self: set()})()
-    controller = AsyncController(config, cluster, backend, data, [])  # type: ignore[arg-type]
+    controller = AsyncController(config, cluster, backend, data, [], algorithm=built(config))  # type: ignore[arg-type]
     rows: list[dict[str, float]] = []
 
     def on_step(step: int, metrics: dict[str, float]) -> None:  # before the step's checkpoint
@@ -378,12 +378,11 @@ def ray_here(task: tuple[Path, list[str]]) -> Iterator[None]:
 
 def _train_here(overrides: list[str], driver: Any = None) -> None:
     from videorl import algorithms
-    from videorl.cluster.controller import train_on_ray
+    from videorl.cluster.launch import train_on_ray
     from videorl.plugins import load_plugins
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     plugins = load_plugins()
-    algorithms.use_plugins(plugins)
     config = load_config(None, overrides)
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
     train_on_ray(config, plugins, driver=driver)
@@ -455,3 +454,11 @@ def test_a_video_image_text_batch_trains_two_steps_stale_within_the_bound(
         assert math.isfinite(m["actor/loss"]) and math.isfinite(m["actor/grad_norm"])
     assert any(m["rollout_correction/weight_mean"] != 1.0 for m in rows[1:])  # stale batches are reweighed
     assert "val/accuracy/overall" in rows[-1]
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())

@@ -8,9 +8,23 @@ import random
 import pytest
 import torch
 
-from videorl.model_inputs import token_logprobs
-from videorl.algorithms.formulas import aggregate, batch_whitened_advantages, cispo_loss, grpo_advantages, gspo_loss, informative_groups, kl_k3, mix_policy_decision, overlong_penalty, pack_by_token_budget, policy_loss, remax_advantages, rloo_advantages, rollout_correction
-from videorl.model_inputs import entropy_from_logits, mask_logits
+from videorl.algorithms.formulas import (
+    aggregate,
+    batch_whitened_advantages,
+    cispo_loss,
+    grpo_advantages,
+    gspo_loss,
+    informative_groups,
+    kl_k3,
+    mix_policy_decision,
+    overlong_penalty,
+    pack_by_token_budget,
+    policy_loss,
+    remax_advantages,
+    rloo_advantages,
+    rollout_correction,
+)
+from videorl.model_inputs import entropy_from_logits, mask_logits, token_logprobs
 
 LN = math.log
 

@@ -18,9 +18,19 @@ import torch
 
 import videorl.runs.checkpoint as ck
 from videorl.atomic import DiskFullError
-from videorl.runs.checkpoint import ActorState, Checkpoint, CheckpointError, CheckpointManager, capture_rng_state, export_hf_model, restore_rng_state, resume, save_checkpoint
-from videorl.runs.dcp_files import safe_reader
 from videorl.parallel import Parallel
+from videorl.runs.checkpoint import (
+    ActorState,
+    Checkpoint,
+    CheckpointError,
+    CheckpointManager,
+    capture_rng_state,
+    export_hf_model,
+    restore_rng_state,
+    resume,
+    save_checkpoint,
+)
+from videorl.runs.dcp_files import safe_reader
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:

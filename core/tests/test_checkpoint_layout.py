@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from videorl.actor.policy import Actor, refresh_state
 from videorl.backend import hub_checkpoint_layout, missing_backend_members
 from videorl.rollout.hf import HFEngine
-from videorl.actor.policy import Actor, refresh_state
 
 
 class _Renaming:

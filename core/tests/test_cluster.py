@@ -16,12 +16,12 @@ from videorl.cluster.controller import Controller
 from videorl.cluster.runtime import WorkerFailure, WorkerHandle, _groups, cpus_needed
 from videorl.config import load_config
 from videorl.data import Sample
+from videorl.encoding import Prompt
+from videorl.episode import Episode
 from videorl.errors import ConfigError
 from videorl.media.info import MediaInfo
 from videorl.rollout import Completion
-from videorl.encoding import Prompt
 from videorl.timing import StageTimer
-from videorl.episode import Episode
 
 BASE = ["model.path=/m", "data.train_files=[/d.jsonl]"]
 
@@ -157,7 +157,8 @@ def test_controller_sends_ids_and_counts_every_byte() -> None:
         "score": lambda r: [[1.0, {"accuracy": 1.0}] for _ in r["items"]],
     }
     cluster = FakeCluster(replies)
-    controller = Controller(load_config(None, BASE), cluster, None, [], [])  # type: ignore[arg-type]
+    config = load_config(None, BASE)
+    controller = Controller(config, cluster, None, [], [], algorithm=built(config))  # type: ignore[arg-type]
     controller.step = 3
     timer = StageTimer()
     prompts, outputs, version, baselines = controller._generate(
@@ -227,8 +228,7 @@ def test_ray_driver_runs_the_parity_check_on_the_first_step_only(tmp_path: Any, 
     ranks' means; the last step is checkpointed with each rank's data position."""
     from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
-    from videorl.train.loop import RunIO
-    from videorl.train.loop import run
+    from videorl.train.loop import RunIO, run
 
     def update(worker: str, r: dict[str, Any]) -> dict[str, Any]:
         rank = int(worker[-1])
@@ -254,7 +254,7 @@ def test_ray_driver_runs_the_parity_check_on_the_first_step_only(tmp_path: Any, 
     samples = [_sample(i) for i in range(4)]
     data = [TrainData(samples, seed=0, shuffle=False, rank=r, world_size=2) for r in range(2)]
     backend = type("Backend", (), {"forbidden_token_ids": lambda self: set()})()
-    controller = Controller(config, cluster, backend, data, [])  # type: ignore[arg-type]
+    controller = Controller(config, cluster, backend, data, [], algorithm=built(config))  # type: ignore[arg-type]
     rows: list[dict[str, float]] = []
     try:
         run(config, controller, RunIO(CheckpointManager(tmp_path)), 0, on_step=lambda s, m: rows.append(m))
@@ -340,8 +340,7 @@ def test_greedy_baseline_is_generated_scored_and_left_out_of_the_update(
     from videorl.cluster.async_driver import AsyncController
     from videorl.runs.checkpoint import CheckpointManager
     from videorl.train.data import TrainData
-    from videorl.train.loop import RunIO
-    from videorl.train.loop import run
+    from videorl.train.loop import RunIO, run
 
     asynchronous = ["trainer.max_staleness=1", "algorithm.rollout_correction=tis"] if staleness else []
     config = load_config(
@@ -354,7 +353,7 @@ def test_greedy_baseline_is_generated_scored_and_left_out_of_the_update(
     data = [TrainData([_sample(i) for i in range(4)], seed=0, shuffle=False)]
     backend = type("Backend", (), {"forbidden_token_ids": lambda self: set()})()
     driver = AsyncController if staleness else Controller
-    controller = driver(config, cluster, backend, data, [])  # type: ignore[arg-type]
+    controller = driver(config, cluster, backend, data, [], algorithm=built(config))  # type: ignore[arg-type]
     rows: list[dict[str, float]] = []
     try:
         run(config, controller, RunIO(CheckpointManager(tmp_path)), 0, on_step=lambda s, m: rows.append(m))
@@ -516,7 +515,7 @@ def test_rollout_workers_are_told_the_samples_their_rank_takes_next(prefetch: bo
     config = load_config(None, [*BASE, "rollout.n=2", f"data.prefetch={str(prefetch).lower()}"])
     data = TrainData([_sample(i) for i in range(6)], seed=0, shuffle=False)
     backend = SimpleNamespace(forbidden_token_ids=set, processor=None)
-    controller = Controller(config, cluster, backend, [data], [])  # type: ignore[arg-type]
+    controller = Controller(config, cluster, backend, [data], [], algorithm=built(config))  # type: ignore[arg-type]
     rollout = controller._rollout(0, StageTimer(), 1)
     rollout(data.take(2), 11, 0)
     (request,) = [wire.loads(m) for _, method, m in cluster.sent if method == "generate"]
@@ -574,3 +573,11 @@ def test_kept_benchmark_weights_round_trip_tied_tensors_and_refuse_another_versi
     assert all(torch.equal(loaded[k], v) and loaded[k].dtype == v.dtype for k, v in state.items())
     with pytest.raises(ValueError, match="does not hold the weights of policy version 6"):
         worker.load_weights_file(str(path), 6)
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from videorl.errors import ConfigError
-from videorl.rollout.placement import EnginePlacement, engine_placement
-from videorl.rollout.vllm_common import engine_process_environment, platform_defaults
 from videorl.actor.build import fused_adamw_options
 from videorl.devices import attention_implementation
+from videorl.errors import ConfigError
 from videorl.parallel import backend_devices, process_group_options
+from videorl.rollout.placement import EnginePlacement, engine_placement
+from videorl.rollout.vllm_common import engine_process_environment, platform_defaults
 
 
 def test_the_gpu_process_group_serves_cpu_and_cuda_tensors() -> None:
@@ -266,8 +266,8 @@ def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
 
 def test_refreshed_weights_are_gathered_in_the_engine_s_dtype() -> None:
     """A bf16 vLLM engine's refresh needs half the host memory (and /dev/shm) of a float32 one."""
-    from videorl.rollout.vllm_common import weights_dtype as engine_dtype
     from videorl.actor.policy import Actor, refresh_state
+    from videorl.rollout.vllm_common import weights_dtype as engine_dtype
 
     model = torch.nn.Linear(3, 2)
     model.register_buffer("steps", torch.tensor([1, 2]))

@@ -26,7 +26,8 @@ from videorl.errors import ConfigError
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded
 from videorl.parallel import Parallel, mean_over_ranks
 from videorl.rollout import Completion
-from videorl.rollout.single_turn import Rollout, collect_groups, rollout_groups, rollout_seed
+from videorl.rollout.single_turn import rollout_groups
+from videorl.rollout.workflow import Rollout, collect_groups, rollout_seed
 from videorl.timing import StageTimer
 from videorl.train.step import assign_advantages
 
@@ -110,8 +111,14 @@ def test_the_loss_is_the_token_mean_and_does_not_depend_on_micro_batching() -> N
     results = []
     for budget in (10_000, 6):  # one micro-batch, then one per trajectory
         a = copy.deepcopy(start)
+        cfg = config(f"actor.max_tokens_per_micro_batch={budget}")
         metrics = update(
-            config(f"actor.max_tokens_per_micro_batch={budget}"), a, batch(), Parallel(), StageTimer()
+            cfg,
+            a,
+            built(cfg),
+            batch(),
+            Parallel(),
+            StageTimer(),
         )
         results.append((metrics, params(a)))
     (one, p_one), (many, p_many) = results
@@ -129,7 +136,7 @@ def test_two_ranks_step_as_one_rank_on_the_whole_batch() -> None:
     world size, so the average of the two ranks' steps is the one-rank step on both halves."""
     start, trajectories = actor(lr=1.0), batch()
     whole = copy.deepcopy(start)
-    update(config(), whole, trajectories, Parallel(), StageTimer())
+    update(config(), whole, built(config()), trajectories, Parallel(), StageTimer())
 
     halves = [trajectories[:2], trajectories[2:]]
     counts = [
@@ -138,7 +145,7 @@ def test_two_ranks_step_as_one_rank_on_the_whole_batch() -> None:
     deltas = []
     for rank, half in enumerate(halves):
         a = copy.deepcopy(start)
-        update(config(), a, half, TwoRanks(rank, counts[1 - rank], 1), StageTimer())
+        update(config(), a, built(config()), half, TwoRanks(rank, counts[1 - rank], 1), StageTimer())
         deltas.append(params(a) - params(start))
     averaged = params(start) + (deltas[0] + deltas[1]) / 2
     torch.testing.assert_close(averaged, params(whole), atol=1e-6, rtol=0)
@@ -234,7 +241,9 @@ def test_group_advantages_are_normalised_within_each_group() -> None:
     ]
     for t, r in zip([*groups[0], *groups[1]], [1.0, 0.0, 0.5, 0.5]):
         t.reward = r
-    flat = assign_advantages(config("algorithm.norm_adv_by_std=true"), groups)
+    flat = assign_advantages(
+        config("algorithm.norm_adv_by_std=true"), built(config("algorithm.norm_adv_by_std=true")), groups
+    )
     std = math.sqrt(0.5)  # sample std of (1, 0)
     assert [t.advantage for t in flat] == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0], rel=1e-4)
 
@@ -260,9 +269,9 @@ def pinned_step(*overrides: str) -> tuple[list[float], dict[str, float], torch.T
     for t, r in zip(trajectories, [1.0, 0.0, 0.25, 1.0]):
         t.reward = r
     cfg = config("data.rollout_batch_size=2", "actor.global_batch_size=1", "rollout.n=2", *overrides)
-    flat = assign_advantages(cfg, groups)
+    flat = assign_advantages(cfg, built(cfg), groups)
     a = actor(lr=2.0)
-    metrics = update(cfg, a, flat, Parallel(), StageTimer())
+    metrics = update(cfg, a, built(cfg), flat, Parallel(), StageTimer())
     return [t.advantage for t in flat], metrics, params(a)
 
 
@@ -314,7 +323,7 @@ def test_overlong_shaping_lowers_the_reward_of_long_responses_before_the_estimat
     cfg = config(
         "rollout.max_response_length=8", "algorithm.overlong_buffer=4", "algorithm.adv_estimator=rloo"
     )
-    flat = assign_advantages(cfg, groups)
+    flat = assign_advantages(cfg, built(cfg), groups)
     # shaped rewards 1 + 0 and 1 - 1 (8 tokens = the limit); RLOO: ±1; the logged rewards stay 1
     assert [t.advantage for t in flat] == pytest.approx([1.0, -1.0])
     assert [t.reward for t in flat] == [1.0, 1.0]
@@ -326,11 +335,16 @@ def test_overlong_filtering_leaves_truncated_responses_out_of_the_loss() -> None
     truncated.completion = Completion(truncated.completion.token_ids, truncated.completion.logprobs, "length")
     filtered = actor()
     m_filtered = update(
-        config("algorithm.overlong_filtering=true"), filtered, trajectories, Parallel(), StageTimer()
+        config("algorithm.overlong_filtering=true"),
+        filtered,
+        built(config("algorithm.overlong_filtering=true")),
+        trajectories,
+        Parallel(),
+        StageTimer(),
     )
     without = actor()
     rest = [t for t in trajectories if t is not truncated]
-    m_without = update(config(), without, rest, Parallel(), StageTimer())
+    m_without = update(config(), without, built(config()), rest, Parallel(), StageTimer())
     # ratio 1: -(1·2 - 1·1 - 0.5·3) / 6 tokens, the 5-token truncated response left out
     assert m_filtered["actor/loss"] == pytest.approx(-(2 - 1 - 1.5) / 6, abs=1e-6)
     assert m_without["actor/loss"] == pytest.approx(m_filtered["actor/loss"], abs=1e-7)
@@ -351,14 +365,14 @@ def test_the_environment_s_tokens_of_a_multi_turn_episode_are_not_trained_on() -
     a = actor()
     logp, _, mask = forward_responses(a.model, a.backend, [episode], [])
     assert mask.tolist() == [[1, 1, 0, 0, 1]] and logp.shape == (1, 5)
-    metrics = update(config(), a, [episode], Parallel(), StageTimer())
+    metrics = update(config(), a, built(config()), [episode], Parallel(), StageTimer())
     assert metrics["actor/loss"] == pytest.approx(-1.0, abs=1e-6)
     assert metrics["rollout/logprob_diff"] >= 0  # compared on the policy's 3 tokens only
 
 
 def test_dr_grpo_divides_the_loss_by_responses_times_the_length_limit() -> None:
     cfg = config("algorithm.preset=dr_grpo", "rollout.max_response_length=8")
-    metrics = update(cfg, actor(), batch(), Parallel(), StageTimer())
+    metrics = update(cfg, actor(), built(cfg), batch(), Parallel(), StageTimer())
     # ratio 1: -sum(A · |response|) / (4 responses × 8) = -(2 - 1 + 2.5 - 1.5) / 32, not / 11 tokens
     assert metrics["actor/loss"] == pytest.approx(-2 / 32, abs=1e-6)
 
@@ -381,7 +395,7 @@ def test_rollout_correction_weighs_the_advantages_and_logs_per_modality(
         gap = math.log(3.0) if t is trajectories[2] else 0.0
         t.completion = Completion(t.completion.token_ids, (logp - gap).tolist(), "stop")
     cfg = config(f"algorithm.rollout_correction={mode}", "algorithm.rollout_correction_cap=2")
-    metrics = update(cfg, a, trajectories, Parallel(), StageTimer())
+    metrics = update(cfg, a, built(cfg), trajectories, Parallel(), StageTimer())
     assert metrics["actor/loss"] == pytest.approx(loss, abs=1e-5)
     for suffix in ("", "/text"):  # the batch is all text
         assert metrics[f"rollout_correction/weight_mean{suffix}"] == pytest.approx(weight_mean, abs=1e-5)
@@ -411,7 +425,8 @@ def test_remax_generates_a_greedy_baseline_that_is_scored_but_not_trained_on() -
     cfg = config("algorithm.preset=remax")
     engine = GreedyAwareEngine()
     prompts = [trajectory("a", [1, 2], [4], 0.0).prompt]
-    groups, _ = rollout_groups(cfg, prompts, engine, token_scorer, FakeBackend(), seed=0)  # type: ignore[arg-type]
+    assert built(cfg).greedy_baseline
+    groups, _ = rollout_groups(cfg, prompts, engine, token_scorer, FakeBackend(), seed=0, baseline=True)  # type: ignore[arg-type]
     # the sampled pair, then one greedy response (n=1, temperature 0) marked as the baseline
     assert [(p.n, p.temperature) for p in engine.params] == [(2, 1.0), (1, 0)]
     assert [(t.completion.token_ids, t.baseline) for t in groups[0]] == [
@@ -419,13 +434,22 @@ def test_remax_generates_a_greedy_baseline_that_is_scored_but_not_trained_on() -
         ([5], False),
         ([3], True),
     ]
-    flat = assign_advantages(cfg, groups)
+    flat = assign_advantages(cfg, built(cfg), groups)
     assert [t.completion.token_ids for t in flat] == [[4], [5]]  # the baseline is left out of the update
     assert [t.advantage for t in flat] == pytest.approx([1.0 - 0.5, 0.0 - 0.5])
-    metrics = update(cfg, actor(), flat, Parallel(), StageTimer())
+    metrics = update(cfg, actor(), built(cfg), flat, Parallel(), StageTimer())
     assert metrics["actor/loss"] == pytest.approx(-(0.5 - 0.5) / 2, abs=1e-6)  # ratio 1, one token each
 
 
 def test_remax_without_baselines_is_an_error_not_a_silent_grpo() -> None:
     with pytest.raises(ConfigError, match="needs a greedy baseline response per prompt"):
-        assign_advantages(config("algorithm.adv_estimator=remax"), [batch()[:2]])
+        cfg = config("algorithm.adv_estimator=remax")
+        assign_advantages(cfg, built(cfg), [batch()[:2]])
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())

@@ -13,9 +13,8 @@ import pytest
 
 from videorl.config import TrainConfig, load_config
 from videorl.runs.checkpoint import CheckpointManager
-from videorl.train.loop import RunIO
 from videorl.timing import StageTimer
-from videorl.train.loop import periodic_due, run
+from videorl.train.loop import RunIO, periodic_due, run
 
 
 class Clock:

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from videorl.backend import VisualBudget
+from videorl.encoding import PromptEncoder
 from videorl.errors import DataError
 from videorl.eval.inputs import RowInputs
 from videorl.media import DecodeParams, ImageParams, MediaCache, VideoMetadata
+from videorl.media.info import MediaInfo
 from videorl.media.loader import MediaLoader
 from videorl.media.synthetic import textured_frames, write_video
-from videorl.media.info import MediaInfo
-from videorl.encoding import PromptEncoder
 
 
 class _Geometry:

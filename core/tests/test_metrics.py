@@ -15,8 +15,15 @@ import torch
 from videorl.config import load_config
 from videorl.errors import DataError, VideorlError
 from videorl.plugins import load_plugins
+from videorl.runs.records import (
+    CompletionLog,
+    MetricsWriter,
+    ProgressBar,
+    git_revision,
+    read_metrics,
+    write_run_metadata,
+)
 from videorl.runs.trackers import JsonlLogger, RunContext, TensorBoardLogger
-from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, git_revision, read_metrics, write_run_metadata
 
 
 def _steps(path: Path) -> list[int]:

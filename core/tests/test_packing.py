@@ -203,7 +203,7 @@ def test_the_update_is_the_same_packed_and_padded() -> None:
             "algorithm.use_kl_loss=true",
             "algorithm.entropy_coef=0.01",
         )
-        metrics = update(cfg, actor, batch(), Parallel(), StageTimer())
+        metrics = update(cfg, actor, built(cfg), batch(), Parallel(), StageTimer())
         rows = {shape[0] for shape in model.shapes}
         assert rows == ({1} if padding_free else {2, 4})  # packed: one row per micro-batch
         results.append((metrics, torch.cat([p.detach().flatten() for p in model.parameters()])))
@@ -258,3 +258,11 @@ def test_packed_sdpa_attends_within_each_sequence_only() -> None:
     padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
     mask = _packed_sdpa_mask(**shape, attention_mask=padding, allow_is_causal_skip=True)
     assert mask is not None and not bool(mask[0, 0, 5, 0]) and bool(mask[0, 0, 5, 1])
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())

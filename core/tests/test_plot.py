@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from videorl.commands.plot import curves
+from videorl.runs.plot import curves
 
 ROWS = [
     {

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from videorl.api import hookimpl
+from videorl.config import load_rewards
 from videorl.data.sample import Sample
 from videorl.errors import ConfigError, DataError
 from videorl.rewards import RewardConfig, RewardInput, RewardOutput, RewardRouter, TaskReward
@@ -94,9 +95,7 @@ def test_validate_creates_each_reward_once() -> None:
 
 
 def test_weighted_routes_and_abstention() -> None:
-    config = RewardConfig.from_dict(
-        {"routes": {"qa": {"a": 0.5, "b": 2.0}, "solo": [{"reward": "b", "weight": 0.5}]}}
-    )
+    config = load_rewards({"routes": {"qa": {"a": 0.5, "b": 2.0}, "solo": [{"reward": "b", "weight": 0.5}]}})
     router = RewardRouter.of({"a": Const(0.4), "b": Const(0.3), "c": Echo()}, config=config)
     qa, solo = router.score([inp("qa"), inp("solo")])
     assert qa is not None and solo is not None
@@ -105,7 +104,7 @@ def test_weighted_routes_and_abstention() -> None:
     assert solo.score == pytest.approx(0.15)
     assert router.score([inp("c", "none")]) == [None]
     both = RewardRouter.of(
-        {"a": Const(0.4), "c": Echo()}, config=RewardConfig.from_dict({"routes": {"x": {"a": 1, "c": 1}}})
+        {"a": Const(0.4), "c": Echo()}, config=load_rewards({"routes": {"x": {"a": 1, "c": 1}}})
     )
     only_a = both.score([inp("x", "none")])[0]
     assert only_a is not None and only_a.score == pytest.approx(0.4)
@@ -208,7 +207,7 @@ def test_batch_rewards() -> None:
 
 
 def test_config_parsing() -> None:
-    config = RewardConfig.from_dict(
+    config = load_rewards(
         {
             "routes": {"Free Form": "open_ended", "qa": [["a", 0.5], {"reward": "b"}]},
             "format": {"think": "required"},
@@ -217,13 +216,13 @@ def test_config_parsing() -> None:
     assert config.routes == {"free_form": [("open_ended", 1.0)], "qa": [("a", 0.5), ("b", 1.0)]}
     assert config.format.think == "required"
     with pytest.raises(ConfigError, match="unknown key 'rewards.accuracy_wieght'. Did you mean"):
-        RewardConfig.from_dict({"accuracy_wieght": 1})
+        load_rewards({"accuracy_wieght": 1})
     with pytest.raises(ConfigError, match="weight of 'a' must be a non-negative number"):
-        RewardConfig.from_dict({"routes": {"qa": {"a": -1}}})
+        load_rewards({"routes": {"qa": {"a": -1}}})
     with pytest.raises(ConfigError, match="rewards.timeout"):
-        RewardConfig.from_dict({"timeout": 0})
+        load_rewards({"timeout": 0})
     with pytest.raises(ConfigError, match="rewards.routes.qa names reward 'zzz', which is not registered"):
-        RewardRouter.of({"a": Const(1)}, config=RewardConfig.from_dict({"routes": {"qa": "zzz"}}))
+        RewardRouter.of({"a": Const(1)}, config=load_rewards({"routes": {"qa": "zzz"}}))
 
 
 class Plugin:
@@ -245,21 +244,19 @@ class Plugin:
 
 def test_from_registry_passes_common_and_own_options(videorl_plugins: Any) -> None:
     plugins = videorl_plugins(Plugin)
-    config = RewardConfig.from_dict(
+    config = load_rewards(
         {"accuracy_weight": 0.8, "format_weight": 0.2, "options": {"scaled": {"factor": 0.5}}}
     )
     router = RewardRouter.from_registry(plugins.rewards, config)
     out = router.score([inp("Scaled Reward")])[0]
     assert out is not None and out.score == pytest.approx(0.4)  # factor 0.5 × accuracy_weight 0.8
-    bad = RewardRouter.from_registry(
-        plugins.rewards, RewardConfig.from_dict({"options": {"scaled": {"factr": 2}}})
-    )
+    bad = RewardRouter.from_registry(plugins.rewards, load_rewards({"options": {"scaled": {"factr": 2}}}))
     with pytest.raises(
         ConfigError, match=r"reward 'scaled' takes no option 'factr'\. Did you mean 'factor'\?"
     ):
         bad.validate([row("scaled")])
     with pytest.raises(ConfigError, match="rewards.options names reward 'nope'"):
-        RewardRouter.from_registry(plugins.rewards, RewardConfig.from_dict({"options": {"nope": {}}}))
+        RewardRouter.from_registry(plugins.rewards, load_rewards({"options": {"nope": {}}}))
 
 
 def test_reward_input_from_sample() -> None:
@@ -347,23 +344,23 @@ def test_a_plain_function_is_a_reward_not_a_factory(videorl_plugins: Any) -> Non
     with pytest.raises(
         ConfigError, match="'parity' is a plain function of the RewardInput and takes no options"
     ):
-        RewardRouter.from_registry(
-            plugins.rewards, RewardConfig.from_dict({"options": {"parity": {"x": 1}}})
-        ).reward("parity")
+        RewardRouter.from_registry(plugins.rewards, load_rewards({"options": {"parity": {"x": 1}}})).reward(
+            "parity"
+        )
 
 
 def test_an_option_typo_gets_did_you_mean_also_through_kwargs(videorl_plugins: Any) -> None:
     plugins = videorl_plugins(FunctionPlugin)
     for typo, meant in (("tolerence", "tolerance"), ("acuracy_weight", "accuracy_weight")):
         router = RewardRouter.from_registry(
-            plugins.rewards, RewardConfig.from_dict({"options": {"counted": {typo: 1}}})
+            plugins.rewards, load_rewards({"options": {"counted": {typo: 1}}})
         )
         with pytest.raises(
             ConfigError, match=rf"rewards\.options\.counted: .*no option '{typo}'\. Did you mean '{meant}'"
         ):
             router.validate([row("counted")])
     good = RewardRouter.from_registry(
-        plugins.rewards, RewardConfig.from_dict({"options": {"counted": {"tolerance": 1}}})
+        plugins.rewards, load_rewards({"options": {"counted": {"tolerance": 1}}})
     )
     out = good.score([RewardInput("<answer>4</answer>", "counted", "3")])[0]
     assert out is not None and out.score == pytest.approx(1.0)  # |4 - 3| <= 1
@@ -383,9 +380,7 @@ def test_a_ground_truth_of_the_wrong_shape_fails_validation(videorl_plugins: Any
 
 
 def test_canonical_type_and_reward_names_follow_aliases_and_routes() -> None:
-    config = RewardConfig.from_dict(
-        {"routes": {"Counting": "numerical", "mix": {"numerical": 0.5, "mc": 0.5}}}
-    )
+    config = load_rewards({"routes": {"Counting": "numerical", "mix": {"numerical": 0.5, "mc": 0.5}}})
     router = RewardRouter.of(
         {"multiple_choice": Const(1), "numerical": Const(1)},
         aliases={"mc": "multiple_choice", "multiple choice": "multiple_choice"},

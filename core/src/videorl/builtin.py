@@ -24,6 +24,15 @@ def register_rollout_engines(register: Register) -> None:
 
 
 @hookimpl
+def register_rollout_workflows(register: Register) -> None:
+    register(
+        "single_turn",
+        "videorl.rollout.single_turn:SingleTurn",
+        description="one response per episode (mix-policy, greedy baselines)",
+    )
+
+
+@hookimpl
 def register_loggers(register: Register) -> None:
     register("jsonl", "videorl.runs.trackers:JsonlLogger", description="output_dir/metrics.jsonl (required)")
     register("tensorboard", "videorl.runs.trackers:TensorBoardLogger", description="TensorBoard scalars")

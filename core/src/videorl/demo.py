@@ -287,7 +287,7 @@ def run(
 def _plot(run_dir: Path, control_rows: Sequence[dict[str, Any]], *, title: str) -> Path | None:
     """``curves.png`` of the run's metrics with ``control_rows`` (step 0 and the control) merged in."""
     from videorl.atomic import atomic_write_bytes
-    from videorl.commands.plot import curves, render
+    from videorl.runs.plot import curves, render
     from videorl.runs.records import METRICS_FILE, read_metrics
 
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from videorl.errors import ConfigError
 
@@ -71,3 +71,43 @@ class RolloutEngine(Protocol):
     def close(self) -> None:
         """Release the engine's resources."""
         ...
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What a rollout engine declares about itself (a ``capabilities`` attribute of its class or
+    factory), so that the trainer asks the engine instead of comparing engine names.
+
+    - ``weights_layout``: the names ``update_weights`` expects, ``"hub"`` (the Hub checkpoint's names
+      and layout, which vLLM's loaders read; :func:`~videorl.backend.hub_checkpoint_layout`) or
+      ``"transformers"`` (the transformers module's own ``state_dict``).
+    - ``weights_in_engine_dtype``: refreshed in the dtype the engine runs in (``weights_dtype`` of the
+      instance, or the engine option ``dtype``): a bf16 engine then needs half the host memory of
+      float32 masters. False: in the actor's dtype.
+    - ``can_sleep``: ``sleep()`` frees its device memory for the update; the next refresh wakes it.
+    - ``shares_actor_module``: in one process it can generate with the actor's own module (no copy,
+      never refreshed); the factory then takes ``model=`` and ``owns_model=``.
+    - ``own_devices``: it runs on accelerators of its own beside the actor's (placement asks).
+    - ``incremental``: it can continue a generation with new tokens and media without encoding the
+      earlier turns again (multi-turn workflows use it when true).
+    """
+
+    weights_layout: Literal["hub", "transformers"] = "hub"
+    weights_in_engine_dtype: bool = True
+    can_sleep: bool = False
+    shares_actor_module: bool = False
+    own_devices: bool = True
+    incremental: bool = False
+
+
+def capabilities_of(engine: object) -> EngineCapabilities:
+    """The capabilities ``engine`` (an engine, its class or factory, or a wrapper holding one as
+    ``engine``) declares; an engine that declares none gets the defaults (a vLLM-like engine)."""
+    declared = getattr(engine, "capabilities", None)
+    if declared is None and getattr(engine, "engine", None) is not None:
+        return capabilities_of(engine.engine)  # type: ignore[attr-defined]
+    if declared is None:
+        return EngineCapabilities()
+    if not isinstance(declared, EngineCapabilities):
+        raise TypeError(f"{engine!r}.capabilities is {type(declared).__name__}, not EngineCapabilities")
+    return declared

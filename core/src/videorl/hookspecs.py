@@ -55,6 +55,7 @@ __all__ = [
     "register_prompt_templates",
     "register_rewards",
     "register_rollout_engines",
+    "register_rollout_workflows",
 ]
 
 
@@ -110,6 +111,18 @@ def register_rollout_engines(register: Register) -> None:
 
     An engine target is a class or factory that returns an object implementing
     :class:`videorl.api.RolloutEngine`.
+    """
+
+
+@hookspec
+def register_rollout_workflows(register: Register) -> None:
+    r"""Register rollout workflows, the names ``rollout.workflow`` refers to.
+
+    A workflow target is a class or factory called with no arguments that returns an object
+    implementing :class:`videorl.api.RolloutWorkflow`: ``rollout(prompts, engine, scorer, ...)`` turns
+    each prompt into the scored :class:`videorl.api.Episode`\ s of its group (a multi-turn workflow
+    appends the environment's segments with loss mask 0). Check one with
+    :func:`videorl.testing.assert_workflow_contract`.
     """
 
 

@@ -41,6 +41,7 @@ KINDS: dict[str, str] = {
     "model_backends": "register_model_backends",
     "prompt_templates": "register_prompt_templates",
     "rollout_engines": "register_rollout_engines",
+    "rollout_workflows": "register_rollout_workflows",
     "loggers": "register_loggers",
     "advantage_estimators": "register_advantage_estimators",
     "policy_losses": "register_policy_losses",
@@ -53,6 +54,7 @@ _SINGULAR = {
     "model_backends": "model backend",
     "prompt_templates": "prompt template",
     "rollout_engines": "rollout engine",
+    "rollout_workflows": "rollout workflow",
     "loggers": "logger",
     "advantage_estimators": "advantage estimator",
     "policy_losses": "policy loss",
@@ -125,6 +127,10 @@ class Plugins:
     @property
     def rollout_engines(self) -> Registry[Any]:
         return self.registries["rollout_engines"]
+
+    @property
+    def rollout_workflows(self) -> Registry[Any]:
+        return self.registries["rollout_workflows"]
 
     @property
     def loggers(self) -> Registry[Any]:

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from videorl.backend import hub_checkpoint_layout
+from videorl.generation import EngineCapabilities, capabilities_of
+
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.stateful import Stateful
 
@@ -70,17 +73,25 @@ def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str
 
 
 def refresh_state(actor: Actor, engine: RolloutEngine) -> dict[str, torch.Tensor]:
-    """The actor's weights for ``engine``'s refresh, in the dtype it runs in when it says
-    (``weights_dtype``: a bf16 vLLM engine needs half the host memory and /dev/shm of float32), and in
-    the Hub checkpoints' names and layout (:func:`~videorl.backend.hub_checkpoint_layout`), which vLLM's
-    loaders expect, except for the hf engine, which loads them into a transformers model."""
-    from videorl.backend import hub_checkpoint_layout
-    from videorl.rollout.hf import HFEngine
+    """The actor's weights for ``engine``'s refresh (a collective under FSDP), as it declares it wants
+    them (:func:`engine_weights`)."""
+    capabilities = capabilities_of(engine)
+    state = actor.weights(
+        getattr(engine, "weights_dtype", None) if capabilities.weights_in_engine_dtype else None
+    )
+    return engine_weights(actor.backend, capabilities, state)
 
-    state = actor.weights(getattr(engine, "weights_dtype", None))
-    if isinstance(getattr(engine, "engine", engine), HFEngine):  # alone or a tensor-parallel group's
+
+def engine_weights(
+    backend: ModelBackend, capabilities: EngineCapabilities, state: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``state`` (the actor's full weights) in the names an engine loads: the Hub checkpoints' names and
+    layout (:func:`~videorl.backend.hub_checkpoint_layout`), which vLLM's loaders expect, or the
+    transformers module's own. The one place that decides it, for a refresh in place and for weights
+    published to the rollout workers of a Ray run."""
+    if capabilities.weights_layout == "transformers":
         return state
-    return hub_checkpoint_layout(actor.backend, state)
+    return hub_checkpoint_layout(backend, state)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, config: TrainConfig, step: int) -> None:

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from videorl import algorithms
 from videorl.actor.parity import modality_gaps
-from videorl.actor.policy import Actor
+from videorl.algorithms import LossScale
 from videorl.algorithms import formulas as algo
 from videorl.episode import Episode
 from videorl.model_inputs import response_stats
@@ -21,6 +20,8 @@ from videorl.parallel import Parallel
 from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
+    from videorl.actor.policy import Actor
+    from videorl.algorithms import Algorithm
     from videorl.backend import ModelBackend
     from videorl.config import AlgorithmConfig, TrainConfig
 
@@ -90,7 +91,12 @@ def _rows(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
 
 
 def update(
-    config: TrainConfig, actor: Actor, trajectories: Sequence[Episode], dist: Parallel, timer: StageTimer
+    config: TrainConfig,
+    actor: Actor,
+    algorithm: Algorithm,
+    trajectories: Sequence[Episode],
+    dist: Parallel,
+    timer: StageTimer,
 ) -> dict[str, float]:
     """The actor update of one step: ``rollout_batch_size / global_batch_size`` optimizer steps.
 
@@ -103,7 +109,7 @@ def update(
     gradient of the mini-batch's token-mean loss however it is split into micro-batches and ranks.
     """
     cfg = config.algorithm
-    policy_loss = algorithms.build(cfg).loss
+    policy_loss = algorithm.loss
     forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
     n = config.rollout.n
     groups = [list(trajectories[i : i + n]) for i in range(0, len(trajectories), n)]
@@ -150,7 +156,7 @@ def update(
             adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
             if cfg.rollout_correction != "none":
                 adv = adv.unsqueeze(-1) * _rollout_correction(cfg, batch, old_logp, mask, sums)
-            scale = algorithms.LossScale(tokens, responses, config.rollout.max_response_length)
+            scale = LossScale(tokens, responses, config.rollout.max_response_length)
             pl = policy_loss.loss(logp, old_logp, adv, mask, scale)
             loss, valid = pl.loss, mask.float()
             if cfg.entropy_coef > 0:

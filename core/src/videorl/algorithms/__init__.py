@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -40,7 +39,6 @@ __all__ = [
     "build",
     "component_options",
     "resolve",
-    "use_plugins",
 ]
 
 
@@ -106,6 +104,12 @@ class Algorithm:
     estimator: AdvantageEstimator
     loss: PolicyLossFunction
 
+    @property
+    def greedy_baseline(self) -> bool:
+        """Whether the estimator asks the rollout for one extra greedy response per prompt, scored and
+        never trained on (its class says ``greedy_baseline = True``, e.g. ReMax)."""
+        return bool(getattr(self.estimator, "greedy_baseline", False))
+
 
 #: ``algorithm.*`` keys that are also the defaults of component options of the same name
 SHARED_OPTIONS = ("norm_adv_by_std", "adv_eps", "clip_low", "clip_high", "loss_agg_mode")
@@ -130,27 +134,6 @@ def component_options(target: Any) -> dict[str, tuple[Any, str]]:
 # --- resolution -----------------------------------------------------------------------------------
 
 
-_recorded: Plugins | None = None
-
-
-def use_plugins(plugins: Plugins) -> None:
-    """Record the run's plugins (``videorl train`` does, once they are loaded), so that :func:`build`
-    finds components of run plugins too; without it, :func:`build` loads the installed plugins."""
-    global _recorded
-    _recorded = plugins
-
-
-@functools.lru_cache(maxsize=1)
-def _installed() -> Plugins:
-    from videorl.plugins import load_plugins
-
-    return load_plugins()
-
-
-def _plugins(plugins: Plugins | None) -> Plugins:
-    return plugins or _recorded or _installed()
-
-
 def _registry(plugins: Plugins, kind: str) -> Registry[Any]:
     return plugins.registries[kind]
 
@@ -167,7 +150,7 @@ def _preset(plugins: Plugins, name: str) -> Preset:
     return preset
 
 
-def resolve(cfg: AlgorithmConfig, plugins: Plugins | None = None) -> AlgorithmConfig:
+def resolve(cfg: AlgorithmConfig, plugins: Plugins) -> AlgorithmConfig:
     """``cfg`` with the preset applied and every option of its estimator and loss spelled out.
 
     A preset's setting applies where ``cfg`` keeps the schema default (for the two ``*_options``
@@ -178,7 +161,6 @@ def resolve(cfg: AlgorithmConfig, plugins: Plugins | None = None) -> AlgorithmCo
     """
     from videorl.config import AlgorithmConfig
 
-    plugins = _plugins(plugins)
     defaults = AlgorithmConfig()
     values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     if cfg.preset is not None:
@@ -228,9 +210,10 @@ def resolve(cfg: AlgorithmConfig, plugins: Plugins | None = None) -> AlgorithmCo
     return AlgorithmConfig(**values)
 
 
-def build(cfg: AlgorithmConfig, plugins: Plugins | None = None) -> Algorithm:
-    """The estimator and loss ``cfg`` names, made with their resolved options."""
-    plugins = _plugins(plugins)
+def build(cfg: AlgorithmConfig, plugins: Plugins) -> Algorithm:
+    """The estimator and loss ``cfg`` names in ``plugins`` (the run's: installed, run plugins and
+    ``--plugin`` modules), made with their resolved options. A run builds its algorithm once, where it
+    is composed, and hands the object to the step; nothing later looks components up by name."""
     cfg = resolve(cfg, plugins)
     made = []
     for kind, name, options in (

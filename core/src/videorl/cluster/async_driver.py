@@ -60,6 +60,7 @@ from videorl.data.sample import DATA_TYPES
 from videorl.errors import VideorlError
 
 if TYPE_CHECKING:
+    from videorl.algorithms import Algorithm
     from videorl.backend import ModelBackend
     from videorl.cluster.runtime import Cluster
     from videorl.config import TrainConfig
@@ -98,10 +99,14 @@ class AsyncController(Controller):
         validation: list[Sample],
         canonical: Callable[[str], str] | None = None,
         completions: CompletionLog | None = None,
+        *,
+        algorithm: Algorithm,
     ) -> None:
         if cluster.colocated:
             raise VideorlError("the asynchronous controller needs ray.placement: split")
-        super().__init__(config, cluster, backend, data, validation, canonical, completions)
+        super().__init__(
+            config, cluster, backend, data, validation, canonical, completions, algorithm=algorithm
+        )
         self.max_staleness = config.trainer.max_staleness
         self._producer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videorl-ahead")
         self._ahead: dict[int, Future[_Collected]] = {}

@@ -37,17 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
+from videorl.cluster.benchmark_rows import rows_runner, shared_rows
 from videorl.cluster.runtime import WorkerFailure
 from videorl.cluster.weights import Published
 from videorl.errors import VideorlError
-from videorl.train.benchmarks import (
-    CHUNK_ROWS,
-    PASSES_DIR,
-    BenchmarkPasses,
-    rows_runner,
-    shared_rows,
-    summary_metrics,
-)
+from videorl.train.benchmarks import CHUNK_ROWS, PASSES_DIR, BenchmarkPasses, summary_metrics
 from videorl.train.loop import periodic_due
 
 if TYPE_CHECKING:

@@ -37,25 +37,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from videorl.cluster import wire
-from videorl.cluster.runtime import Cluster, WorkerFailure, WorkerHandle, cpus_needed, start_ray
+from videorl.cluster.runtime import Cluster, WorkerHandle
 from videorl.cluster.weights import ObjectStoreTransport, Published, WeightTransport
-from videorl.errors import VideorlError
 from videorl.parallel import mean_over_ranks
 
 if TYPE_CHECKING:
+    from videorl.algorithms import Algorithm
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.encoding import Prompt
     from videorl.episode import Episode
-    from videorl.plugins import Plugins
     from videorl.rollout import Completion
     from videorl.rollout.scoring import Scorer
     from videorl.runs.checkpoint import Checkpoint
     from videorl.runs.records import CompletionLog
     from videorl.timing import StageTimer
     from videorl.train.data import TrainData
-    from videorl.train.loop import OnStep, PeriodicEvaluation
 
 WORKERS_FILE = "ray-workers.json"
 
@@ -82,11 +80,14 @@ class Controller:
         validation: list[Sample],
         canonical: Callable[[str], str] | None = None,
         completions: CompletionLog | None = None,
+        *,
+        algorithm: Algorithm,
     ) -> None:
-        """``data``: each actor rank's data order; ``canonical``: the spelling of a problem type in
-        metrics (the router's ``canonical_type``); ``completions``: where ``trainer.log_completions``
-        writes the step's responses."""
-        self.config, self.cluster, self.backend = config, cluster, backend
+        """``data``: each actor rank's data order; ``algorithm``: the run's estimator and loss (built by
+        the composition root; the workers build theirs from the same config and plugins);
+        ``canonical``: the spelling of a problem type in metrics (the router's ``canonical_type``);
+        ``completions``: where ``trainer.log_completions`` writes the step's responses."""
+        self.config, self.cluster, self.backend, self.algorithm = config, cluster, backend, algorithm
         self.data, self.validation = data, validation
         self.canonical, self.completions = canonical, completions
         self.step = 0
@@ -180,13 +181,13 @@ class Controller:
     def _rollout(self, rank: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
         """A :data:`~videorl.train.grpo.Rollout` for rank ``rank`` on the workers, for ``step``: each
         trajectory carries the weight version that generated it. When the estimator asks for a greedy
-        baseline (:func:`~videorl.train.grpo.wants_greedy_baseline`), the same call to the rollout
+        baseline (:attr:`~videorl.algorithms.Algorithm.greedy_baseline`), the same call to the rollout
         worker also generates one greedy response per prompt (so with the same weights), scored on the
         reward workers and appended to its group as in one process
-        (:func:`~videorl.train.grpo.add_baselines`)."""
-        from videorl.rollout.single_turn import add_baselines, finish_groups, wants_greedy_baseline
+        (:func:`~videorl.rollout.single_turn.add_baselines`)."""
+        from videorl.rollout.single_turn import add_baselines, finish_groups
 
-        baselines = wants_greedy_baseline(self.config)
+        baselines = self.algorithm.greedy_baseline
         data = self.data[rank]
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
@@ -211,14 +212,14 @@ class Controller:
     # --- the step ----------------------------------------------------------------------------------
 
     def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Episode], dict[str, float]]:
-        from videorl.rollout.single_turn import collect_groups
+        from videorl.rollout.workflow import collect_groups
         from videorl.train.step import assign_advantages
 
         per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))
         groups, extra = collect_groups(
             self.config, step, per_rank, self.data[rank], self._rollout(rank, timer, step), rank
         )
-        return assign_advantages(self.config, groups), extra
+        return assign_advantages(self.config, self.algorithm, groups), extra
 
     def _collected(self, step: int) -> tuple[list[StageTimer], list[tuple[list[Episode], dict[str, float]]]]:
         """Every rank's trajectories of ``step`` and rollout counters, with the stage times per rank
@@ -436,92 +437,3 @@ def _items(share: Sequence[Episode]) -> list[list[Any]]:
         ]
         for t in share
     ]
-
-
-def train_on_ray(
-    config: TrainConfig,
-    plugins: Plugins,
-    *,
-    address: str | None = None,
-    on_step: OnStep | None = None,
-    driver: type[Controller] | None = None,
-) -> int:
-    """Train as ``config`` says with a controller here and worker groups on Ray; the last step done.
-
-    Everything that can be checked without the workers is checked first (datasets, rewards, the frame
-    cache in ``preprocessed_only`` mode, the checkpoint to resume), then Ray is started or joined.
-    ``driver``: the controller class; default :class:`Controller`, or with ``trainer.max_staleness``
-    the asynchronous :class:`~videorl.cluster.async_driver.AsyncController`.
-    """
-    import ray
-
-    from videorl.atomic import atomic_write_text
-    from videorl.cluster.async_driver import AsyncController
-    from videorl.cluster.benchmark_group import BenchmarkGroup
-    from videorl.rewards.router import RewardRouter
-    from videorl.train.benchmarks import BenchmarkPasses, ray_evaluations
-    from videorl.train.compose import begin_run, close_io, load_datasets, make_backend, make_encoder
-    from videorl.train.data import TrainData
-    from videorl.train.loop import run
-
-    config = absolute_paths(config)
-    workers = config.ray.actor_workers
-    begun = begin_run(config, workers, "ray.actor_workers")
-    backend = make_backend(config, plugins)
-    rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
-    samples, val = load_datasets(config, rewards, make_encoder(config, backend, plugins))
-    # their rows, before the workers start
-    benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=begun.step)
-    data = [
-        TrainData(samples, seed=config.seed, shuffle=config.data.shuffle, rank=r, world_size=workers)
-        for r in range(workers)
-    ]
-    if begun.resume_from is not None:
-        states = begun.resume_from.rank_data_states(workers, "ray.actor_workers={n}")
-        for d, state in zip(data, states, strict=True):
-            d.load_state_dict(state)
-
-    started = start_ray(config.ray, address, cpus_needed(config))
-    cluster = Cluster(config, plugins)
-    clean = False
-    io = controller = None
-    evaluations: list[PeriodicEvaluation] = []
-    try:
-        cluster.start()
-        atomic_write_text(
-            Path(config.output_dir) / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n"
-        )
-        io = begun.open_io(config, plugins, writer=True)
-        driver = driver or (AsyncController if config.trainer.max_staleness > 0 else Controller)
-        controller = driver(config, cluster, backend, data, val, rewards.canonical_type, io.completions)
-        if begun.resume_from is not None:
-            controller.resume(begun.resume_from)
-        evaluations = ray_evaluations(benchmarks, controller)
-        last = run(config, controller, io, begun.step, evaluations=evaluations, on_step=on_step)
-        clean = True
-        return last
-    except WorkerFailure as exc:
-        latest = begun.checkpoints.latest()
-        if latest is None:
-            hint = "no checkpoint was written yet: start the run again" + (
-                "" if exc.died else " once the cause is fixed"
-            )
-        elif exc.died:
-            hint = f"the last complete checkpoint is {latest}: continue the run with --resume auto"
-        else:
-            hint = (
-                f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto "
-                "continues from it"
-            )
-        raise VideorlError(f"{exc}. {hint}") from None
-    finally:
-        for evaluation in evaluations:
-            if isinstance(evaluation, BenchmarkGroup):
-                evaluation.close()  # a job in flight keeps its weights on disk for --resume
-        if controller is not None:
-            controller.close()  # after a failure the workers are ended next
-        if io is not None:
-            close_io(io)
-        cluster.shutdown(clean=clean)
-        if started:
-            ray.shutdown()

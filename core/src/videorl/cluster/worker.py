@@ -23,12 +23,14 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from videorl import algorithms
 from videorl.cluster import wire
 
 if TYPE_CHECKING:
     import torch
 
     from videorl.actor.policy import Actor
+    from videorl.cluster.benchmark_rows import WorkerBenchmarks
     from videorl.data import Sample
     from videorl.encoding import Prompt, PromptEncoder
     from videorl.episode import Episode
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
     from videorl.rollout import RolloutEngine
     from videorl.rollout.scoring import Scorer
     from videorl.runs.checkpoint import CheckpointManager
-    from videorl.train.benchmarks import WorkerBenchmarks
 
 ROLES = ("actor", "rollout", "reference", "reward", "benchmark")
 
@@ -63,6 +64,8 @@ class Worker:
             plugins["modules"], disable=plugins["disable"], strict=plugins["strict"]
         )
         self.backend = make_backend(self.config, self.plugins)
+        # from this worker's plugins, run plugins included (the controller sends their modules)
+        self.algorithm = algorithms.build(self.config.algorithm, self.plugins)
         d: DataConfig = self.config.data
         self.samples: dict[str, dict[str, Sample]] = {
             split: {s.id: s for f in files for s in load_samples(f, media_root=d.media_root)}
@@ -123,7 +126,7 @@ class Worker:
             self.actor, _ = make_actor(config, self.backend, self.dist, reference=with_reference)
             if "rollout" in self.roles:
                 self.engine, self.engine_shares_actor = make_rank_engine(
-                    config, self.plugins, self.actor, self.dist
+                    config, self.plugins, self.backend, self.actor.model, self.dist
                 )
         else:
             self.dist = Parallel()
@@ -240,7 +243,7 @@ class Worker:
     def generate_benchmark(self, message: bytes) -> bytes:
         """A benchmark pass's rows (:func:`videorl.train.benchmarks.rows_request`) -> each row's answer
         or the stage where it failed, encoded from the frame cache here."""
-        from videorl.train.benchmarks import WorkerBenchmarks
+        from videorl.cluster.benchmark_rows import WorkerBenchmarks
 
         assert self.engine is not None, "generate_benchmark() on a worker without an engine"
         if self.benchmarks is None:
@@ -289,9 +292,7 @@ class Worker:
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
-        from videorl.actor.parity import first_step_check
-        from videorl.actor.policy import refresh_state, set_learning_rate, sleep_engine
-        from videorl.actor.update import update
+        from videorl.actor.step import train_step
         from videorl.timing import StageTimer
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
@@ -300,38 +301,31 @@ class Worker:
         with timer("data"):
             prompts = self._prompts("train", [row[0] for row in request["items"]], request["step"])
             trajectories = self._trajectories(request["items"], prompts)
-        parity: dict[str, float] = {}
-        if request.get("parity_check"):
-            with timer("parity_check"):
-                parity = first_step_check(self.config, self.actor, trajectories, self.dist)
-        set_learning_rate(self.actor.optimizer, self.config, request["step"])
-        if self.engine is not None and not self.engine_shares_actor:
-            sleep_engine(self.engine)
-        with timer("actor"):
-            metrics = update(self.config, self.actor, trajectories, self.dist, timer)
-        if self.engine is not None and not self.engine_shares_actor:
-            with timer("weight_sync"):
-                self.engine.update_weights(refresh_state(self.actor, self.engine))
+        engine = self.engine if not self.engine_shares_actor else None
+        metrics = train_step(
+            self.config, self.actor, self.algorithm, trajectories, self.dist, timer, step=request["step"],
+            engine=engine, parity_check=bool(request.get("parity_check")),
+        )  # fmt: skip
         self.weight_version = request["step"]  # a colocated engine (or the shared module) now holds it
-        return wire.dumps({"metrics": {**metrics, **parity}, "seconds": dict(timer.seconds)})
+        return wire.dumps({"metrics": metrics, "seconds": dict(timer.seconds)})
 
     def publish_weights(self) -> list[Any] | None:
         """Gather the full weights (collective over the actor ranks), in the rollout engines' dtype;
         rank 0 puts them in Ray's object store for the split rollout workers and returns ``[ref, bytes]``."""
         import ray
 
-        from videorl.backend import hub_checkpoint_layout
+        from videorl.actor.policy import engine_weights
+        from videorl.generation import capabilities_of
         from videorl.rollout.vllm_common import weights_dtype
 
         assert self.actor is not None, "publish_weights() on a worker without the actor role"
         c = self.config
-        engine_dtype = str(c.rollout.engine_options.get("dtype", c.model.dtype))
-        hf = self.plugins.rollout_engines.canonical(c.rollout.engine) == "hf"
-        state = self.actor.weights(None if hf else weights_dtype(engine_dtype))
+        capabilities = capabilities_of(self.plugins.rollout_engines.get(c.rollout.engine))
+        engine_dtype = weights_dtype(str(c.rollout.engine_options.get("dtype", c.model.dtype)))
+        state = self.actor.weights(engine_dtype if capabilities.weights_in_engine_dtype else None)
         if self.rank != 0:
             return None
-        if not hf:  # vLLM's loaders expect the Hub checkpoints' names and layout
-            state = hub_checkpoint_layout(self.actor.backend, state)
+        state = engine_weights(self.actor.backend, capabilities, state)
         return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> float:

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import click
 
+from videorl.config import load_rewards
 from videorl.errors import ConfigError, DataError, RegistryError, VideorlError
 from videorl.plugins import Plugins
 from videorl.registry import Registry
@@ -217,7 +218,7 @@ def load_reward_config(path: Path | None, timeout: float | None) -> RewardConfig
     if timeout is not None:
         data["timeout"] = timeout
     try:
-        return RewardConfig.from_dict(data)
+        return load_rewards(data)
     except ConfigError as exc:
         raise ConfigError(f"{path or 'reward config'}: {exc}") from exc
 

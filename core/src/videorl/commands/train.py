@@ -83,7 +83,6 @@ def train_command(
         config.algorithm = algorithms.resolve(config.algorithm, plugins)
     except VideorlError as exc:
         raise click.ClickException(f"{config_file}: {exc}") from None
-    algorithms.use_plugins(plugins)
     if print_config:  # after the run's plugins are loaded: they may provide the rewards it names
         from videorl.rewards.router import RewardRouter
 
@@ -94,7 +93,7 @@ def train_command(
         click.echo(dump_config(config), nl=False)
         return
     if use_ray or ray_address:
-        from videorl.cluster.controller import train_on_ray
+        from videorl.cluster.launch import train_on_ray
 
         try:
             last = train_on_ray(config, plugins, address=ray_address)

@@ -26,6 +26,7 @@ from videorl.config.schema import (
     TrainConfig,
     TrainerConfig,
 )
+from videorl.config.sections import load_rewards
 from videorl.option import Problems, option
 
 T = TypeVar("T")
@@ -74,6 +75,7 @@ __all__ = [
     "config_to_dict",
     "dump_config",
     "load_config",
+    "load_rewards",
     "markdown_reference",
     "option",
     "parse_yaml",

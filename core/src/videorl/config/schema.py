@@ -186,6 +186,11 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     engine: str = option("vllm", "Rollout engine (a registered engine: vllm or hf).")
+    workflow: str = option(
+        "single_turn",
+        "How a prompt becomes the episodes of its group (a registered rollout workflow; built in: "
+        "single_turn, one response per episode).",
+    )
     n: int = option(8, "Responses sampled per prompt (the GRPO group size).")
     temperature: float = option(1.0, "Sampling temperature.")
     top_p: float = option(1.0, "Nucleus sampling probability mass.")

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from videorl.errors import DataError
-from videorl.media.params import DecodeParams, ImageParams
+from videorl.media.params import DecodeParams, ImageParams, PatchGeometry, VisualBudget
 
 if TYPE_CHECKING:
     import torch
 
-    from videorl.backend import ModelBackend, VisualBudget
     from videorl.media.cache import MediaCache
     from videorl.media.metadata import VideoMetadata
 
@@ -42,8 +41,8 @@ class MediaLoader:
         self._locks_guard = threading.Lock()
 
     @classmethod
-    def for_budget(cls, cache: MediaCache, budget: VisualBudget, backend: ModelBackend) -> MediaLoader:
-        """The loader of ``budget`` (a :class:`~videorl.backend.VisualBudget`) at ``backend``'s geometry."""
+    def for_budget(cls, cache: MediaCache, budget: VisualBudget, backend: PatchGeometry) -> MediaLoader:
+        """The loader of ``budget`` at ``backend``'s geometry (its ``factor`` and temporal patch)."""
         video = DecodeParams.from_budget(
             budget, factor=backend.factor, temporal_patch_size=backend.temporal_patch_size
         )

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from videorl.errors import ConfigError
-
-if TYPE_CHECKING:
-    from videorl.backend import VisualBudget
 
 INTERPOLATIONS = ("bicubic", "bilinear", "area", "lanczos")
 #: The fields of a time range; absent from the canonical form when unset, so keys without one are unchanged.
@@ -23,6 +20,66 @@ RANGE_FIELDS = ("start", "end")
 def _check(cond: bool, what: str) -> None:
     if not cond:
         raise ConfigError(what)
+
+
+@dataclass(frozen=True)
+class VisualBudget:
+    """Pixel and frame budgets, independent for images and videos.
+
+    ``*_pixels`` are per image or per frame; ``video_total_pixels`` (optional) caps the pixels of all
+    frames of one video together. The data path resizes to these budgets with the backend's
+    :attr:`ModelBackend.factor`; a backend never resizes again. ``DecodeParams.from_budget`` and
+    ``ImageParams.from_budget`` are the one conversion to the data path's parameters.
+    """
+
+    image_min_pixels: int
+    image_max_pixels: int
+    video_min_pixels: int
+    video_max_pixels: int
+    video_total_pixels: int | None = None
+    video_max_frames: int = 128
+    video_fps: float = 2.0
+
+    def __post_init__(self) -> None:
+        for kind in ("image", "video"):
+            lo, hi = getattr(self, f"{kind}_min_pixels"), getattr(self, f"{kind}_max_pixels")
+            if not 0 < lo <= hi:
+                raise ConfigError(
+                    f"{kind}_min_pixels ({lo}) must be positive and at most {kind}_max_pixels ({hi})"
+                )
+        if self.video_total_pixels is not None and self.video_total_pixels < self.video_min_pixels:
+            raise ConfigError(
+                f"video_total_pixels ({self.video_total_pixels}) is below video_min_pixels "
+                f"({self.video_min_pixels}): not even one frame fits"
+            )
+        if self.video_max_frames < 1 or self.video_fps <= 0:
+            raise ConfigError(
+                f"video_max_frames ({self.video_max_frames}) must be >= 1 and video_fps "
+                f"({self.video_fps}) > 0"
+            )
+
+    @classmethod
+    def for_factor(cls, factor: int, **overrides: Any) -> VisualBudget:
+        """The default budget for a patch×merge ``factor`` (the seed's recipe), with ``overrides``."""
+        values: dict[str, Any] = {
+            "image_min_pixels": 4 * factor * factor,
+            "image_max_pixels": 1_048_576,
+            "video_min_pixels": 4 * factor * factor,
+            "video_max_pixels": 262_144,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+class PatchGeometry(Protocol):
+    """The patch geometry of a model family (a :class:`~videorl.backend.ModelBackend` has it): frames are
+    resized to multiples of ``factor`` pixels and sampled in multiples of ``temporal_patch_size``."""
+
+    @property
+    def factor(self) -> int: ...
+
+    @property
+    def temporal_patch_size(self) -> int: ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 The loader (:mod:`videorl.config.loader`) type-checks its keys, rewrites the route shorthands with
 :func:`parse_routes` and reports :meth:`RewardConfig._problems` with every other problem of the file;
-:meth:`RewardConfig.from_dict` runs the same loader on a bare mapping (``videorl reward --config``).
+:func:`videorl.config.load_rewards` runs the same loader on a bare mapping (``videorl reward --config``).
 """
 
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
@@ -124,14 +124,6 @@ class RewardConfig:
                     )
         return problems
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> RewardConfig:
-        """The section from a mapping (a config file's ``rewards:``), checked as in a config file: a
-        :class:`ConfigError` lists every problem, an unknown key with the closest valid ones."""
-        from videorl.config.loader import load  # here: the training schema imports this module
-
-        return load(_RewardsOnly, data={"rewards": dict(data or {})}).rewards
-
     def common_options(self) -> dict[str, Any]:
         """The options handed to every reward factory that accepts them."""
         return {
@@ -140,10 +132,3 @@ class RewardConfig:
             "format_rule": self.format,
             "fallback": self.fallback,
         }
-
-
-@dataclass
-class _RewardsOnly:
-    """A schema of the rewards section alone, so that its problems name ``rewards.KEY``."""
-
-    rewards: RewardConfig = option(factory=RewardConfig, help="The rewards section.")

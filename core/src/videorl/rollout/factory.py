@@ -1,4 +1,6 @@
-"""FACTORY"""
+"""Rollout engines made by name from the registry, and the engine of one training rank (its placement,
+tensor-parallel groups). What an engine can do is what it declares
+(:class:`~videorl.generation.EngineCapabilities`), never its name."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.devices import local_device
 from videorl.errors import ConfigError
+from videorl.generation import capabilities_of
 
 if TYPE_CHECKING:
-    from videorl.actor.policy import Actor
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.parallel import Parallel
@@ -36,11 +38,11 @@ def make_engine(
     """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options``
     (``rollout.engine_options``).
 
-    The ``hf`` engine generates with ``model`` when given (the actor itself, never refreshed), else
-    with a copy of its own on ``device``; every other engine loads ``model_path``, in ``dtype``,
-    seeded with ``seed``, with room for ``max_model_len`` tokens per sequence and on
-    ``visible_devices`` (:mod:`videorl.rollout.placement`), refreshed as ``weight_sync`` says with
-    buckets of ``weight_bucket_mb`` (``rollout.*``), each unless ``options`` say otherwise.
+    An engine that can share the actor's module (the ``hf`` engine) generates with ``model`` when given
+    (the actor itself, never refreshed), else with a copy of its own on ``device``; every other loads
+    ``model_path``, in ``dtype``, seeded with ``seed``, with room for ``max_model_len`` tokens per
+    sequence and on ``visible_devices`` (:mod:`videorl.rollout.placement`), refreshed as ``weight_sync``
+    says with buckets of ``weight_bucket_mb`` (``rollout.*``), each unless ``options`` say otherwise.
     An option the engine does not take is a :class:`ConfigError`.
     """
     import inspect
@@ -61,7 +63,7 @@ def make_engine(
                     f"rollout.engine_options.{key}: the {canonical} engine takes no option {key!r}; "
                     f"its options: {', '.join(valid)}"
                 )
-    if canonical == "hf":
+    if capabilities_of(factory).shares_actor_module:
         owns = model is None
         if owns:
             from videorl.devices import use_fast_attention
@@ -85,10 +87,10 @@ def make_engine(
 
 
 def make_rank_engine(
-    config: TrainConfig, plugins: Plugins, actor: Actor, dist: Parallel
+    config: TrainConfig, plugins: Plugins, backend: ModelBackend, model: Any, dist: Parallel
 ) -> tuple[RolloutEngine, bool]:
-    """This rank's rollout engine, and whether it generates with the actor's own module (the ``hf``
-    engine in one process: no copy, never refreshed).
+    """This rank's rollout engine, and whether it generates with the actor's own ``model`` (an engine
+    that can share it, in one process: no copy, never refreshed).
 
     A separate engine runs on this rank's GPUs (:func:`videorl.rollout.placement.engine_placement`);
     with tensor parallelism only the first rank of each group hosts one, the others hand it their
@@ -100,7 +102,8 @@ def make_rank_engine(
     from videorl.rollout.placement import GroupedEngine, engine_placement
 
     engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
-    shares = engine_name == "hf" and dist.world_size == 1
+    capabilities = capabilities_of(plugins.rollout_engines.get(engine_name))
+    shares = capabilities.shares_actor_module and dist.world_size == 1
     placement = engine_placement(
         rank=dist.rank,
         world_size=dist.world_size,
@@ -108,19 +111,19 @@ def make_rank_engine(
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.world_size))),
         tensor_parallel_size=int(config.rollout.engine_options.get("tensor_parallel_size", 1)),
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        cuda=torch.cuda.is_available() and engine_name != "hf",
+        cuda=torch.cuda.is_available() and capabilities.own_devices,
     )
     engine: RolloutEngine | None = None
     if placement.hosts_engine:
         engine = make_engine(
             plugins,
             engine_name,
-            actor.backend,
+            backend,
             model_path=config.model.path,
             dtype=config.model.dtype,
             seed=config.seed + dist.rank,
             options=config.rollout.engine_options,
-            model=actor.model if shares else None,
+            model=model if shares else None,
             device=local_device(),
             max_model_len=max_model_len(config),
             visible_devices=placement.visible_devices,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from videorl.generation import Completion, SamplingParams
+from videorl.generation import Completion, EngineCapabilities, SamplingParams
 from videorl.model_inputs import token_logprobs
 
 if TYPE_CHECKING:
@@ -83,6 +83,13 @@ class HFEngine:
     refreshed from the actor's state dict. Forbidden ids (visual placeholders, padded vocabulary) are
     suppressed in sampling and masked in the returned log-probs, exactly as in the training logits.
     """
+
+    capabilities = EngineCapabilities(
+        weights_layout="transformers",
+        weights_in_engine_dtype=False,
+        shares_actor_module=True,
+        own_devices=False,
+    )
 
     def __init__(
         self,

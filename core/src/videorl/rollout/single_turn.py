@@ -1,15 +1,15 @@
-"""SINGLE"""
+"""The single-turn rollout workflow (``rollout.workflow: single_turn``, the default): each prompt's ``n``
+responses are sampled in one engine call, checked for forbidden tokens, scored, and with mix-policy the
+last slot of a group may take the sample's offline trajectory; an estimator that asks for a greedy
+baseline (ReMax) gets one more response per prompt, scored and never trained on. Each response is an
+:class:`~videorl.episode.Episode` of one segment."""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
-
-from videorl import algorithms
 from videorl.algorithms import formulas as algo
 from videorl.alignment import check_response_tokens
 from videorl.episode import Episode
@@ -20,10 +20,8 @@ from videorl.timing import StageTimer
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
-    from videorl.data import Sample
     from videorl.encoding import Prompt
     from videorl.rollout import RolloutEngine
-    from videorl.train.data import TrainData
 
 
 def sampling_params(config: TrainConfig, *, seed: int | None) -> SamplingParams:
@@ -62,8 +60,10 @@ def rollout_groups(
     seed: int | None,
     first_group: int = 0,
     timer: StageTimer | None = None,
+    baseline: bool = False,
 ) -> tuple[list[list[Episode]], dict[str, float]]:
-    """Generate the groups of ``prompts`` with ``engine``, then :func:`finish_groups`.
+    """Generate the groups of ``prompts`` with ``engine``, then :func:`finish_groups`; with ``baseline``
+    (the algorithm's ``greedy_baseline``) also one greedy response per prompt (:func:`add_baselines`).
 
     ``timer`` receives the generation time as ``rollout`` and the scoring time as ``reward``.
     """
@@ -73,19 +73,13 @@ def rollout_groups(
     groups, metrics = finish_groups(
         config, prompts, outputs, scorer, backend, first_group=first_group, timer=timer
     )
-    if wants_greedy_baseline(config):
+    if baseline:
         with timer("rollout", f"{len(prompts)} greedy baselines"):
             greedy = engine.generate(
                 [p.require_encoded() for p in prompts], validation_params(config.rollout.max_response_length)
             )
         add_baselines(config, groups, [g[0] for g in greedy], scorer, backend, timer)
     return groups, metrics
-
-
-def wants_greedy_baseline(config: TrainConfig) -> bool:
-    """Whether the run's estimator asks the rollout layer for one greedy response per prompt (its class
-    says ``greedy_baseline = True``, e.g. ReMax), added by :func:`add_baselines`."""
-    return bool(getattr(algorithms.build(config.algorithm).estimator, "greedy_baseline", False))
 
 
 def add_baselines(
@@ -152,65 +146,26 @@ def finish_groups(
     return groups, metrics
 
 
-Rollout = Callable[[list["Sample"], int, int], tuple[list[list[Episode]], dict[str, float]]]
-"""``rollout(samples, seed, first_group)``: the scored groups of ``samples`` and the rollout's
-counters (:func:`rollout_groups` here; worker calls on the Ray controller)."""
+class SingleTurn:
+    """The :class:`~videorl.rollout.workflow.RolloutWorkflow` of one response per episode."""
 
-
-def local_rollout(
-    config: TrainConfig,
-    engine: RolloutEngine,
-    scorer: Scorer,
-    backend: ModelBackend,
-    encode: Callable[[Any], Prompt],
-    timer: StageTimer,
-) -> Rollout:
-    """A :data:`Rollout` in this process: encode (the ``data`` stage), generate, score."""
+    name = "single_turn"
 
     def rollout(
-        samples: list[Sample], seed: int, first_group: int
+        self,
+        config: TrainConfig,
+        prompts: Sequence[Prompt],
+        engine: RolloutEngine,
+        scorer: Scorer,
+        backend: ModelBackend,
+        *,
+        seed: int | None,
+        first_group: int = 0,
+        timer: StageTimer | None = None,
+        baseline: bool = False,
     ) -> tuple[list[list[Episode]], dict[str, float]]:
-        with timer("data"):
-            prompts = [encode(s) for s in samples]
+        """:func:`rollout_groups`."""
         return rollout_groups(
-            config, prompts, engine, scorer, backend, seed=seed, first_group=first_group, timer=timer
-        )
-
-    return rollout
-
-
-def rollout_seed(config: TrainConfig, step: int, attempt: int, rank: int) -> int:
-    """The sampling seed of a rank's rollout round (one per step, dynamic-sampling attempt and rank)."""
-    return config.seed * 100_003 + step * 1009 + attempt * 17 + rank
-
-
-def collect_groups(
-    config: TrainConfig, step: int, count: int, data: TrainData, rollout: Rollout, rank: int = 0
-) -> tuple[list[list[Episode]], dict[str, float]]:
-    """The ``count`` scored groups rank ``rank`` trains on in ``step``, and the counters of the rollout.
-
-    With dynamic sampling, a group whose rewards are all equal (zero advantage) is dropped and the
-    batch is refilled with new samples from the data, for at most ``dynamic_sampling_max_tries``
-    rounds; after that, dropped groups fill what is still missing (they contribute no gradient).
-    ``dynamic_sampling/dropped_groups`` counts the groups dropped.
-    """
-    cfg = config.algorithm
-    kept: list[list[Episode]] = []
-    dropped: list[list[Episode]] = []
-    extra: dict[str, float] = defaultdict(float)
-    for attempt in range(cfg.dynamic_sampling_max_tries if cfg.dynamic_sampling else 1):
-        samples = data.take(count - len(kept))
-        groups, mix_metrics = rollout(samples, rollout_seed(config, step, attempt, rank), len(kept))
-        for key, value in mix_metrics.items():
-            extra[key] += value
-        if not cfg.dynamic_sampling:
-            return groups, dict(extra)
-        informative = algo.informative_groups(torch.tensor([[t.reward for t in g] for g in groups])).tolist()
-        kept += [g for g, keep in zip(groups, informative) if keep]
-        dropped += [g for g, keep in zip(groups, informative) if not keep]
-        extra["dynamic_sampling/dropped_groups"] += float(informative.count(False))
-        if len(kept) >= count:
-            break
-    extra["dynamic_sampling/rounds"] = float(attempt + 1)
-    filled = kept + dropped[-(count - len(kept)) :] if len(kept) < count else kept
-    return filled[:count], dict(extra)
+            config, prompts, engine, scorer, backend, seed=seed, first_group=first_group, timer=timer,
+            baseline=baseline,
+        )  # fmt: skip

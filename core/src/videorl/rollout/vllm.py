@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from videorl.devices import release_cached_memory
 from videorl.errors import ConfigError
-from videorl.generation import Completion, SamplingParams
+from videorl.generation import Completion, EngineCapabilities, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
     check_engine_options,
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 class VLLMEngine:
     """``vllm.LLM`` behind the :class:`~videorl.rollout.RolloutEngine` interface."""
+
+    capabilities = EngineCapabilities(can_sleep=True)
 
     def __init__(
         self,

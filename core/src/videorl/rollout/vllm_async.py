@@ -24,7 +24,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from videorl.generation import Completion, SamplingParams
+from videorl.generation import Completion, EngineCapabilities, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
     check_engine_options,
@@ -48,6 +48,8 @@ T = TypeVar("T")
 
 class AsyncVLLMEngine:
     """``vllm.v1.engine.async_llm.AsyncLLM`` behind the :class:`~videorl.rollout.RolloutEngine` interface."""
+
+    capabilities = EngineCapabilities()
 
     def __init__(
         self,

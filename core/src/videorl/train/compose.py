@@ -14,13 +14,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from videorl import algorithms
 from videorl.actor.build import make_actor
-from videorl.errors import ConfigError, DataError
+from videorl.backend import backend_for_model
+from videorl.data import load_samples
+from videorl.encoding import PromptEncoder
+from videorl.errors import ConfigError, DataError, RegistryError
+from videorl.hub import resolve_model
+from videorl.media import MediaCache
+from videorl.media.loader import MediaLoader
+from videorl.prompt_length import check_cached_prompt_lengths
+from videorl.prompts import PromptTemplate
+from videorl.rewards.router import RewardRouter
 from videorl.rollout.factory import make_rank_engine
-from videorl.runs.checkpoint import CHECKPOINT_DIR
+from videorl.rollout.workflow import RolloutWorkflow
+from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager, agreed_checkpoint
+from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
+from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
+from videorl.train.data import TrainData
+from videorl.train.local import train
+from videorl.train.loop import RunIO
 
 if TYPE_CHECKING:
     from videorl.actor.policy import Actor
+    from videorl.algorithms import Algorithm
     from videorl.backend import ModelBackend, VisionSync
     from videorl.config import TrainConfig
     from videorl.data import Sample
@@ -31,7 +48,6 @@ if TYPE_CHECKING:
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
     from videorl.runs.checkpoint import Checkpoint, CheckpointManager
-    from videorl.train.data import TrainData
     from videorl.train.loop import OnStep, PeriodicEvaluation, RunIO
 
 log = logging.getLogger("videorl.train")
@@ -39,11 +55,13 @@ log = logging.getLogger("videorl.train")
 
 @dataclass
 class Training:
-    """Everything :func:`videorl.train.grpo.train` receives; ``evaluations`` run in the loop next to
+    """Everything :func:`videorl.train.local.train` receives; ``evaluations`` run in the loop next to
     validation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
 
     config: TrainConfig
     actor: Actor
+    algorithm: Algorithm
+    workflow: RolloutWorkflow
     engine: RolloutEngine
     rewards: RewardRouter
     data: TrainData
@@ -56,13 +74,14 @@ class Training:
     evaluations: list[PeriodicEvaluation] = field(default_factory=list)
 
     def run(self, on_step: OnStep | None = None) -> int:
-        """Train (:func:`videorl.train.grpo.train`), then close the run's writers; the last step."""
-        from videorl.train.local import train
+        """Train (:func:`videorl.train.local.train`), then close the run's writers; the last step."""
 
         try:
             return train(
                 self.config,
                 actor=self.actor,
+                algorithm=self.algorithm,
+                workflow=self.workflow,
                 engine=self.engine,
                 rewards=self.rewards,
                 data=self.data,
@@ -95,7 +114,6 @@ def seed_everything(seed: int) -> None:
 def load_training_samples(config: TrainConfig, rewards: RewardRouter, files: list[str]) -> list[Sample]:
     """Every row of ``files``, validated: fields, ``problem_type`` routed to a reward (error names the
     line and the registered types)."""
-    from videorl.data import load_samples
 
     samples: list[Sample] = []
     for file in files:
@@ -130,7 +148,6 @@ def check_cached(samples: list[Sample], encoder: PromptEncoder) -> None:
 
 def _dataset_template(spec: str | None, plugins: Plugins) -> PromptTemplate | None:
     """``data.prompt_template``: a ``.jinja`` file, or the name of a registered template."""
-    from videorl.prompts import PromptTemplate
 
     if spec is None:
         return None
@@ -144,8 +161,6 @@ def _dataset_template(spec: str | None, plugins: Plugins) -> PromptTemplate | No
 
 def make_backend(config: TrainConfig, plugins: Plugins) -> ModelBackend:
     """The model backend of ``model.family``, or the one serving the checkpoint's ``model_type``."""
-    from videorl.backend import backend_for_model
-    from videorl.hub import resolve_model
 
     path = resolve_model(config.model.path)  # a Hub id the cache lacks: the error names the download
     if config.model.family:
@@ -157,10 +172,6 @@ def make_backend(config: TrainConfig, plugins: Plugins) -> ModelBackend:
 def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -> PromptEncoder:
     """Samples to prompts as the ``data`` section says: frame cache (none: decode on the fly), video and
     image budgets, template, thinking, prompt limit."""
-    from videorl.encoding import PromptEncoder
-    from videorl.media import MediaCache
-    from videorl.media.loader import MediaLoader
-    from videorl.rewards.router import RewardRouter
 
     d = config.data
     cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
@@ -180,7 +191,6 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
 
 def checkpoint_manager(config: TrainConfig) -> CheckpointManager:
     """The checkpoints of the run in ``output_dir`` (``checkpoints/``), keeping ``trainer.keep_last``."""
-    from videorl.runs.checkpoint import CheckpointManager
 
     return CheckpointManager(Path(config.output_dir) / CHECKPOINT_DIR, keep_last=config.trainer.keep_last)
 
@@ -194,7 +204,6 @@ def open_checkpoints(
     rank 0 cuts the run's logs at this step. Nothing is created here: ``output_dir`` appears with the
     run's first file, once the model, data and engine are ready, so a start that fails leaves no empty
     run directory behind."""
-    from videorl.runs.checkpoint import agreed_checkpoint
 
     out, spec = Path(config.output_dir), config.trainer.resume
     checkpoints = checkpoint_manager(config)
@@ -226,8 +235,6 @@ class RunStart:
         """The run's writers, once the models, data and engines are ready: when ``writer`` (rank 0, the
         Ray controller) ``config.yaml``/``run.json``/``requirements.txt``, the metrics, the progress
         bar (``trainer.progress_bar``) and the completion log (``trainer.log_completions``)."""
-        from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
-        from videorl.train.loop import RunIO
 
         if not writer:
             return RunIO(self.checkpoints)
@@ -287,45 +294,90 @@ def load_datasets(
     if d.source_mode == "preprocessed_only":
         check_cached(samples + val_samples, encoder)
     if encoder.max_prompt_length is not None:  # at load, not mid-step: the cache's headers give the sizes
-        from videorl.prompt_length import check_cached_prompt_lengths
-
         check_cached_prompt_lengths(
             samples + val_samples, encoder, encoder.max_prompt_length, "data.max_prompt_length"
         )
     return samples, val_samples
 
 
-def build_training(config: TrainConfig, plugins: Plugins, *, dist: Parallel | None = None) -> Training:
-    """Build the actor, engine, rewards, data and run files that ``config`` describes."""
-    from videorl import algorithms
-    from videorl.parallel import Parallel
-    from videorl.rewards.router import RewardRouter
-    from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
-    from videorl.train.data import TrainData
+@dataclass
+class RunParts:
+    """What every launcher builds first, from the config and the plugins, before any model loads: the
+    one place where a run's components are looked up by name (the loop, the drivers, the actor and
+    the workers receive the objects)."""
 
-    dist = dist or Parallel()
-    # the preset applied (its section keys too: DAPO's dynamic_sampling, overlong_buffer), as the loop
-    # reads them and the run's config.yaml records them; resolving a resolved section changes nothing
+    start: RunStart
+    algorithm: Algorithm
+    workflow: RolloutWorkflow
+    backend: ModelBackend
+    rewards: RewardRouter
+    encoder: PromptEncoder
+    samples: list[Sample]
+    val_samples: list[Sample]
+    benchmarks: BenchmarkPasses
+
+    def data(self, config: TrainConfig, rank: int, size: int, *, prefetch: bool) -> TrainData:
+        """Data-parallel group ``rank`` of ``size``'s order over the training samples."""
+        d = config.data
+        return TrainData(
+            self.samples, seed=config.seed, shuffle=d.shuffle, rank=rank, world_size=size,
+            prefetcher=self.encoder if prefetch else None,
+        )  # fmt: skip
+
+
+def make_workflow(plugins: Plugins, name: str) -> RolloutWorkflow:
+    """The rollout workflow ``name`` (``rollout.workflow``) from the registry, made once."""
+    try:
+        workflow = plugins.rollout_workflows.create(name)
+    except RegistryError as exc:
+        raise ConfigError(f"rollout.workflow: {exc}") from None
+    if not isinstance(workflow, RolloutWorkflow):
+        raise ConfigError(
+            f"rollout.workflow {name!r} made a {type(workflow).__name__}, which has no rollout(...) method "
+            "(see videorl.api.RolloutWorkflow)"
+        )
+    return workflow
+
+
+def compose_run(
+    config: TrainConfig,
+    plugins: Plugins,
+    *,
+    ranks: int,
+    ranks_name: str,
+    dist: Parallel | None = None,
+    seed: int | None = None,
+) -> RunParts:
+    """The composition root both launchers use (:func:`build_training`, and
+    :func:`videorl.cluster.launch.train_on_ray`): the algorithm resolved (its preset applied, as the
+    loop reads it and ``config.yaml`` records it; resolving twice changes nothing) and built, the
+    checks of :func:`begin_run` over ``ranks`` data-parallel groups, the backend, rewards, prompt
+    encoder, validated datasets and benchmark rows. ``seed``: seed every generator first."""
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
-    run = begin_run(config, dist.data_size, "the number of data-parallel groups", dist)
-    seed_everything(config.seed + dist.rank)
-
+    algorithm = algorithms.build(config.algorithm, plugins)
+    workflow = make_workflow(plugins, config.rollout.workflow)
+    start = begin_run(config, ranks, ranks_name, dist)
+    if seed is not None:
+        seed_everything(seed)
     backend = make_backend(config, plugins)
     rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
     encoder = make_encoder(config, backend, plugins)
     samples, val_samples = load_datasets(config, rewards, encoder)
-    # their rows, before the model loads
-    benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=run.step)
-    d = config.data
+    benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=start.step)  # rows before models
+    return RunParts(start, algorithm, workflow, backend, rewards, encoder, samples, val_samples, benchmarks)
+
+
+def build_training(config: TrainConfig, plugins: Plugins, *, dist: Parallel | None = None) -> Training:
+    """Build the actor, engine, rewards, data and run files that ``config`` describes, for one process
+    or one torchrun rank ``dist``."""
+    dist = dist or Parallel()
+    parts = compose_run(
+        config, plugins, ranks=dist.data_size, ranks_name="the number of data-parallel groups", dist=dist,
+        seed=config.seed + dist.rank,
+    )  # fmt: skip
+    backend, encoder, val_samples = parts.backend, parts.encoder, parts.val_samples
     validation = [encoder(s) for s in val_samples[dist.data_rank :: dist.data_size]]
-    data = TrainData(
-        samples,
-        seed=config.seed,
-        shuffle=d.shuffle,
-        rank=dist.data_rank,
-        world_size=dist.data_size,
-        prefetcher=encoder if d.prefetch else None,
-    )
+    data = parts.data(config, dist.data_rank, dist.data_size, prefetch=config.data.prefetch)
 
     if (
         0 < len(val_samples) < dist.world_size
@@ -336,10 +388,10 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Parallel | No
             "tensor-parallel engines every process needs at least one: add samples or set data.val_files=[]"
         )
     actor, vision_sync = make_actor(config, backend, dist)
-    engine, shares = make_rank_engine(config, plugins, actor, dist)
+    engine, shares = make_rank_engine(config, plugins, backend, actor.model, dist)
 
-    io = run.open_io(config, plugins, writer=dist.rank == 0)
+    io = parts.start.open_io(config, plugins, writer=dist.rank == 0)
     return Training(
-        config, actor, engine, rewards, data, encoder, io, dist, shares, validation, vision_sync,
-        evaluations=local_evaluations(benchmarks, engine, dist.rank),
+        config, actor, parts.algorithm, parts.workflow, engine, parts.rewards, data, encoder, io, dist,
+        shares, validation, vision_sync, evaluations=local_evaluations(parts.benchmarks, engine, dist.rank),
     )  # fmt: skip

@@ -1,4 +1,10 @@
-"""LOCAL"""
+"""The driver of one process, or of one torchrun rank: :class:`LocalStep` runs a step on this rank's share
+of the prompts (encode, roll out with the rank's engine, score here, advantages, the actor's half of
+the step), and :func:`train` repeats it in :func:`videorl.train.loop.run`. On Ray,
+:class:`videorl.cluster.controller.Controller` drives the same stages across worker processes.
+
+It receives plain, already-built objects (``videorl.train.compose`` builds them) and looks nothing up
+by name."""
 
 from __future__ import annotations
 
@@ -6,22 +12,24 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from videorl.actor.parity import first_step_check
-from videorl.actor.policy import Actor, refresh_state, set_learning_rate, sleep_engine
-from videorl.actor.update import update
+from videorl.actor.policy import refresh_state
+from videorl.actor.step import train_step
 from videorl.parallel import Parallel
 from videorl.rollout.scoring import local_scorer
-from videorl.rollout.single_turn import collect_groups, local_rollout
+from videorl.rollout.workflow import collect_groups, local_rollout
 from videorl.runs.checkpoint import resume, save_checkpoint
 from videorl.timing import StageTimer
-from videorl.train.loop import RunIO
+from videorl.train.loop import RunIO, run
 from videorl.train.step import assign_advantages, evaluate, step_metrics
 
 if TYPE_CHECKING:
+    from videorl.actor.policy import Actor
+    from videorl.algorithms import Algorithm
     from videorl.config import TrainConfig
     from videorl.encoding import Prompt
     from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
+    from videorl.rollout.workflow import RolloutWorkflow
     from videorl.train.data import TrainData
     from videorl.train.loop import OnStep, PeriodicEvaluation
 
@@ -39,6 +47,8 @@ class LocalStep:
         config: TrainConfig,
         *,
         actor: Actor,
+        algorithm: Algorithm,
+        workflow: RolloutWorkflow,
         engine: RolloutEngine,
         rewards: RewardRouter,
         data: TrainData,
@@ -49,6 +59,7 @@ class LocalStep:
         validation: Sequence[Prompt] = (),
     ) -> None:
         self.config, self.actor, self.engine, self.rewards = config, actor, engine, rewards
+        self.algorithm, self.workflow = algorithm, workflow
         self.data, self.encode, self.io, self.dist = data, encode, io, dist or Parallel()
         self.engine_shares_actor, self.validation = engine_shares_actor, list(validation)
         self.scorer = local_scorer(rewards, actor.backend)
@@ -71,21 +82,17 @@ class LocalStep:
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         config, actor, engine, dist = self.config, self.actor, self.engine, self.dist
         prompts_per_rank = max(1, config.data.rollout_batch_size // dist.data_size)
-        rollout = local_rollout(config, engine, self.scorer, actor.backend, self.encode, timer)
+        rollout = local_rollout(
+            config, self.workflow, engine, self.scorer, actor.backend, self.encode, timer,
+            self.algorithm.greedy_baseline,
+        )  # fmt: skip
         kept, extra = collect_groups(config, step, prompts_per_rank, self.data, rollout, dist.data_rank)
-        flat = assign_advantages(config, kept)
-        if self._parity_due:  # before any update, after a resume too
-            self._parity_due = False
-            with timer("parity_check"):
-                extra.update(first_step_check(config, actor, flat, dist))
-        set_learning_rate(actor.optimizer, config, step)
-        if not self.engine_shares_actor:
-            sleep_engine(engine)
-        with timer("actor"):
-            actor_metrics = update(config, actor, flat, dist, timer)
-        if not self.engine_shares_actor:
-            with timer("weight_sync"):
-                engine.update_weights(refresh_state(actor, engine))
+        flat = assign_advantages(config, self.algorithm, kept)
+        actor_metrics = train_step(
+            config, actor, self.algorithm, flat, dist, timer, step=step,
+            engine=None if self.engine_shares_actor else engine, parity_check=self._parity_due,
+        )  # fmt: skip
+        self._parity_due = False  # the first step of this process only, after a resume too
         if dist.rank == 0 and self.io.completions is not None:
             decode = partial(actor.backend.processor.tokenizer.decode, skip_special_tokens=True)
             self.io.completions.log(step, flat, decode)
@@ -111,6 +118,8 @@ def train(
     config: TrainConfig,
     *,
     actor: Actor,
+    algorithm: Algorithm,
+    workflow: RolloutWorkflow,
     engine: RolloutEngine,
     rewards: RewardRouter,
     data: TrainData,
@@ -124,11 +133,11 @@ def train(
 ) -> int:
     """Train with :class:`LocalStep` in :func:`videorl.train.loop.run` until ``trainer.max_steps``,
     resuming when ``trainer.resume`` says so; the last step done."""
-    from videorl.train.loop import run  # the loop imports this module's StageTimer
-
     driver = LocalStep(
         config,
         actor=actor,
+        algorithm=algorithm,
+        workflow=workflow,
         engine=engine,
         rewards=rewards,
         data=data,

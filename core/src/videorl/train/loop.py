@@ -55,7 +55,7 @@ given: ``due(step, last_step)`` decides, ``evaluation(step)`` returns its metric
 
 Register evaluations with ``evaluations=`` of :func:`run`: locally through
 :class:`videorl.train.compose.Training` (``Training.evaluations``, passed by ``Training.run``), on Ray
-where :func:`videorl.cluster.controller.train_on_ray` calls :func:`run`.
+where :func:`videorl.cluster.launch.train_on_ray` calls :func:`run`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""STEP"""
+"""The step's stages between rollout and update, and its metrics: advantages by the run's estimator,
+reward/accuracy/length metrics, greedy validation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from videorl import algorithms
 from videorl.algorithms import formulas as algo
 from videorl.episode import Episode
 from videorl.errors import ConfigError
@@ -17,12 +17,15 @@ from videorl.rollout.scoring import Scorer, accuracy_of
 from videorl.rollout.single_turn import validation_params
 
 if TYPE_CHECKING:
+    from videorl.algorithms import Algorithm
     from videorl.config import TrainConfig
     from videorl.encoding import Prompt
     from videorl.rollout import RolloutEngine
 
 
-def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Episode]]) -> list[Episode]:
+def assign_advantages(
+    config: TrainConfig, algorithm: Algorithm, groups: Sequence[Sequence[Episode]]
+) -> list[Episode]:
     """Set every trajectory's advantage by the run's estimator (on the rewards with DAPO's overlong
     shaping, when on); the trajectories, flattened in group order."""
     cfg = config.algorithm
@@ -32,12 +35,12 @@ def assign_advantages(config: TrainConfig, groups: Sequence[Sequence[Episode]]) 
         rewards = rewards + algo.overlong_penalty(
             lengths, config.rollout.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
         )
-    estimator = algorithms.build(cfg).estimator
-    if getattr(estimator, "greedy_baseline", False) and not all(g and g[-1].baseline for g in groups):
+    estimator = algorithm.estimator
+    if algorithm.greedy_baseline and not all(g and g[-1].baseline for g in groups):
         raise ConfigError(
             f"algorithm.adv_estimator {cfg.adv_estimator!r} needs a greedy baseline response per prompt, "
-            "last in its group, which this rollout did not add: a rollout layer must call "
-            "videorl.train.grpo.add_baselines when wants_greedy_baseline(config) is true"
+            "last in its group, which this rollout did not add: a rollout workflow must call "
+            "videorl.rollout.single_turn.add_baselines when the algorithm's greedy_baseline is true"
         )
     advantages = estimator.advantages(rewards)
     flat = []

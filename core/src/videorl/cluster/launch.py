@@ -1,0 +1,112 @@
+"""Training on Ray: the launcher of ``videorl train --ray``.
+
+It composes the run with the same root as one process (:func:`videorl.train.compose.compose_run`:
+the algorithm, backend, rewards, datasets and benchmark rows, checked before any worker starts), then
+starts or joins Ray, starts the worker groups (:class:`~videorl.cluster.runtime.Cluster`), and runs
+the loop (:func:`videorl.train.loop.run`) with a :class:`~videorl.cluster.controller.Controller`
+(or, with ``trainer.max_staleness``, the asynchronous one) as its driver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from videorl.cluster import wire
+from videorl.cluster.controller import WORKERS_FILE, Controller, absolute_paths
+from videorl.cluster.runtime import Cluster, WorkerFailure, cpus_needed, start_ray
+from videorl.errors import ConfigError, VideorlError
+from videorl.rollout.single_turn import SingleTurn
+
+if TYPE_CHECKING:
+    from videorl.config import TrainConfig
+    from videorl.plugins import Plugins
+    from videorl.train.loop import OnStep, PeriodicEvaluation
+
+
+def train_on_ray(
+    config: TrainConfig,
+    plugins: Plugins,
+    *,
+    address: str | None = None,
+    on_step: OnStep | None = None,
+    driver: type[Controller] | None = None,
+) -> int:
+    """Train as ``config`` says with a controller here and worker groups on Ray; the last step done.
+
+    Everything that can be checked without the workers is checked first (datasets, rewards, the frame
+    cache in ``preprocessed_only`` mode, the checkpoint to resume), then Ray is started or joined.
+    ``driver``: the controller class; default :class:`Controller`, or with ``trainer.max_staleness``
+    the asynchronous :class:`~videorl.cluster.async_driver.AsyncController`.
+    """
+    import ray
+
+    from videorl.atomic import atomic_write_text
+    from videorl.cluster.async_driver import AsyncController
+    from videorl.cluster.benchmark_group import BenchmarkGroup
+    from videorl.cluster.benchmark_rows import ray_evaluations
+    from videorl.train.compose import close_io, compose_run
+    from videorl.train.loop import run
+
+    config = absolute_paths(config)
+    workers = config.ray.actor_workers
+    parts = compose_run(config, plugins, ranks=workers, ranks_name="ray.actor_workers")
+    if not isinstance(parts.workflow, SingleTurn):  # the controller generates through the workers
+        raise ConfigError(
+            f"rollout.workflow {config.rollout.workflow!r} runs in one process or under torchrun; on Ray "
+            "the controller drives single_turn only so far"
+        )
+    begun, backend, val, benchmarks = parts.start, parts.backend, parts.val_samples, parts.benchmarks
+    data = [parts.data(config, r, workers, prefetch=False) for r in range(workers)]
+    if begun.resume_from is not None:
+        states = begun.resume_from.rank_data_states(workers, "ray.actor_workers={n}")
+        for d, state in zip(data, states, strict=True):
+            d.load_state_dict(state)
+
+    started = start_ray(config.ray, address, cpus_needed(config))
+    cluster = Cluster(config, plugins)
+    clean = False
+    io = controller = None
+    evaluations: list[PeriodicEvaluation] = []
+    try:
+        cluster.start()
+        atomic_write_text(
+            Path(config.output_dir) / WORKERS_FILE, wire.dumps(cluster.workers()).decode() + "\n"
+        )
+        io = begun.open_io(config, plugins, writer=True)
+        driver = driver or (AsyncController if config.trainer.max_staleness > 0 else Controller)
+        controller = driver(
+            config, cluster, backend, data, val, parts.rewards.canonical_type, io.completions,
+            algorithm=parts.algorithm,
+        )  # fmt: skip
+        if begun.resume_from is not None:
+            controller.resume(begun.resume_from)
+        evaluations = ray_evaluations(benchmarks, controller)
+        last = run(config, controller, io, begun.step, evaluations=evaluations, on_step=on_step)
+        clean = True
+        return last
+    except WorkerFailure as exc:
+        latest = begun.checkpoints.latest()
+        if latest is None:
+            hint = "no checkpoint was written yet: start the run again" + (
+                "" if exc.died else " once the cause is fixed"
+            )
+        elif exc.died:
+            hint = f"the last complete checkpoint is {latest}: continue the run with --resume auto"
+        else:
+            hint = (
+                f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto "
+                "continues from it"
+            )
+        raise VideorlError(f"{exc}. {hint}") from None
+    finally:
+        for evaluation in evaluations:
+            if isinstance(evaluation, BenchmarkGroup):
+                evaluation.close()  # a job in flight keeps its weights on disk for --resume
+        if controller is not None:
+            controller.close()  # after a failure the workers are ended next
+        if io is not None:
+            close_io(io)
+        cluster.shutdown(clean=clean)
+        if started:
+            ray.shutdown()
