@@ -126,17 +126,8 @@ def _dev_args() -> list[str]:
         args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         args += ["--symlink", f"/proc/self/fd/{fd}", f"/dev/{name}"]
-    return [
-        *args,
-        "--symlink",
-        "/proc/self/fd",
-        "/dev/fd",
-        "--symlink",
-        SHM_DIR,
-        "/dev/shm",
-        "--remount-ro",
-        "/dev",
-    ]
+    args += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", SHM_DIR, "/dev/shm"]
+    return [*args, "--remount-ro", "/dev"]
 
 
 def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
