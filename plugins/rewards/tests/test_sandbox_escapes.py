@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -157,6 +158,60 @@ ATTACKS: dict[str, str] = {
     "raise_own_limits": (
         "import resource\nresource.setrlimit(resource.RLIMIT_NPROC, (10**6, 10**6))\n"
         "resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nESCAPED = True"
+    ),
+    # the namespace's init, PID 1: its memory, its descriptors (the scorer's stderr, once), its limits
+    "write_init_memory": (
+        "ESCAPED = False\n"
+        "for path, mode in (('/proc/1/mem', 'r+b'), ('/proc/1/fd/2', 'ab'), ('/proc/1/fd/1', 'ab')):\n"
+        "    try:\n        open(path, mode).close()\n        ESCAPED = True\n"
+        "    except OSError:\n        pass\n"
+        "try:\n    ESCAPED = ESCAPED or bool(os.listdir('/proc/1/fd'))\nexcept OSError:\n    pass"
+    ),
+    "take_init_descriptors": (  # pidfd_getfd is 438 on both ABIs
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\npidfd = os.pidfd_open(1)\n"
+        "ESCAPED = any(libc.syscall(438, pidfd, fd, 0) >= 0 for fd in range(64))"
+    ),
+    "process_vm_writev_into_init": (  # the program is a fork of PID 1: same addresses for old objects
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "class IoVec(ctypes.Structure):\n"
+        "    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "code = ctypes.create_string_buffer(b'\\xcc' * 64)\n"
+        "local, remote = IoVec(ctypes.addressof(code), 64), IoVec(id(os), 64)\n"
+        "nr = {{'x86_64': 311, 'aarch64': 271}}[os.uname().machine]\n"
+        "ESCAPED = libc.syscall(nr, 1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) >= 0"
+    ),
+    "a_process_without_limits": (  # every process of the sandbox, PID 1 included, has every limit
+        "def soft(pid):\n    rows = open(f'/proc/{{pid}}/limits').read().splitlines()[1:]\n"
+        "    return {{r[:26].strip(): r[26:47].strip() for r in rows}}\n"
+        "if os.fork() == 0:\n    time.sleep(5)\n"
+        "ESCAPED = False\nfor pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n    lim = soft(pid)\n"
+        "    keys = ('Max cpu time', 'Max address space', 'Max file size', 'Max processes')\n"
+        "    values = [lim[k] for k in keys]\n"
+        "    ESCAPED = ESCAPED or 'unlimited' in values or int(lim['Max processes']) > 32 or "
+        "int(lim['Max open files']) > 256"
+    ),
+    "signal_init": (
+        "pidfd = os.pidfd_open(1)\n"
+        "for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT, signal.SIGTERM):\n"
+        "    os.kill(1, sig)\n    signal.pidfd_send_signal(pidfd, sig)\n"
+        "time.sleep(0.2)\nESCAPED = False  # the init ending would end the run before the results"
+    ),
+    # every writable place counts against disk_mb (64 MiB), and memory outside it is refused
+    "fill_every_writable_place": (
+        "written = 0\n"
+        "for folder in ('/dev', '/dev/shm', '/tmp', '.', '/', '/var/tmp', '/run', '/dev/mqueue', "
+        "'/proc/self'):\n"
+        "    try:\n        for i in range(100):\n"
+        "            with open(f'{{folder}}/fill{{i}}', 'wb') as f:\n                f.write(b'x' * 2**20)\n"
+        "            written += 2**20\n"
+        "    except OSError:\n        pass\n"
+        "ESCAPED = written > 64 * 2**20"
+    ),
+    "memory_outside_the_tmpfs": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nESCAPED = False\n"
+        "try:\n    os.memfd_create('m')\n    ESCAPED = True\nexcept OSError:\n    pass\n"
+        "ESCAPED = ESCAPED or libc.shmget(0, 2**20, 0o1600) >= 0 or libc.msgget(0, 0o1600) >= 0 "
+        "or libc.mq_open(b'/' + MARK.encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0"
     ),
     # the network
     "sockets_of_every_family": (
@@ -353,19 +408,59 @@ def test_io_flood_is_capped_and_the_scorer_survives(host: dict[str, Any]) -> Non
     assert out is not None and out.score == 0.0
 
 
+def test_attacks_on_init_leave_the_program_a_normal_score(host: dict[str, Any]) -> None:
+    """The program tries every way at its namespace's init, then answers: it is scored as usual."""
+    names = ("write_init_memory", "take_init_descriptors", "process_vm_writev_into_init", "signal_init")
+    attacks = "".join(
+        f"try:\n    exec({ATTACKS[n].format(**{'victim': ''})!r})\nexcept OSError:\n    pass\n" for n in names
+    )
+    program = PRELUDE.format(mark=MARK, secret=SECRET) + attacks + "def add(a, b):\n    return a + b"
+    out = host["reward"](RewardInput(program, "code", "", extra={"tests": ["assert add(1, 2) == 3"]}))
+    assert out is not None and out.score == pytest.approx(0.9) and out.error is None, out
+
+
+def _fake_bwrap(script: str) -> Path:
+    """A ``bwrap`` that runs ``script`` (sh) instead, in a folder the sandbox user may enter."""
+    folder = Path(tempfile.mkdtemp(prefix="videorl-fake-bwrap-"))
+    folder.chmod(0o755)  # the sandbox user runs it when the scorer is root
+    fake = folder / "bwrap"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    return fake
+
+
+def test_stderr_is_a_bounded_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the sandbox's processes write to stderr reaches the scorer through a pipe of which it keeps
+    the last ``STDERR_KEPT`` bytes (it was a host file: 256 MiB written into it from PID 1)."""
+    from videorl_rewards import sandbox
+
+    fake = _fake_bwrap(
+        'yes x | head -c 20000000 >&2\necho "bwrap: stderr is $(readlink /proc/self/fd/2)" >&2\nexit 1\n'
+    )
+    real_which = sandbox.shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda n: str(fake) if n == "bwrap" else real_which(n))
+    try:
+        start = time.monotonic()
+        with pytest.raises(sandbox.SandboxUnavailable) as failed:
+            sandbox.run_python("", ["pass"], mode="assert", limits=sandbox.Limits())
+        assert time.monotonic() - start < 10.0
+    finally:
+        shutil.rmtree(fake.parent)
+    message = str(failed.value)
+    assert message.startswith("the code sandbox did not start (exit code 1): ")
+    assert re.search(r"bwrap: stderr is pipe:\[\d+\]$", message), message[-200:]
+    assert len(message) < sandbox.STDERR_KEPT + 100
+
+
 def test_refusal_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the kernel offers no user namespaces (simulated: a bwrap that fails as bwrap fails there),
     the code reward refuses to run, naming the cause and the opt-in."""
     from videorl_rewards import sandbox
 
-    folder = Path(tempfile.mkdtemp(prefix="videorl-fake-bwrap-"))
-    folder.chmod(0o755)  # the sandbox user runs it when the scorer is root
-    fake = folder / "bwrap"
-    fake.write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does "
+    fake = _fake_bwrap(
+        "echo 'bwrap: No permissions to create new namespace, likely because the kernel does "
         "not allow non-privileged user namespaces.' >&2\nexit 1\n"
     )
-    fake.chmod(0o755)
     real_which = sandbox.shutil.which
     monkeypatch.setattr(sandbox.shutil, "which", lambda n: str(fake) if n == "bwrap" else real_which(n))
     isolation.cache_clear()
@@ -376,7 +471,7 @@ def test_refusal_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
             CodeReward()
     finally:
         isolation.cache_clear()
-        shutil.rmtree(folder)
+        shutil.rmtree(fake.parent)
 
 
 def test_signals_do_not_reach_the_host() -> None:
@@ -404,8 +499,10 @@ def test_the_sandbox_dies_with_the_scorer(tmp_path: Path) -> None:
         "import os, signal, threading, time\nfrom videorl_rewards.sandbox import Limits, run_python\n"
         f"threading.Thread(target=run_python, args=({program!r}, ['pass']), "
         "kwargs=dict(mode='assert', limits=Limits(seconds=30)), daemon=True).start()\n"
-        "while len([p for p in os.listdir('/proc') if p.isdigit() and "
-        f"open(f'/proc/{{p}}/comm').read().strip() == {mark!r}]) < 2:\n"
+        "def named(pid):\n    try:\n"
+        f"        return open(f'/proc/{{pid}}/comm').read().strip() == {mark!r}\n"
+        "    except OSError:  # a process of the machine's that ended meanwhile\n        return False\n"
+        "while len([p for p in os.listdir('/proc') if p.isdigit() and named(p)]) < 2:\n"
         "    time.sleep(0.05)\n"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )

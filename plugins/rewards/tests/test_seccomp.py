@@ -44,6 +44,9 @@ def test_verdicts(machine: str) -> None:
     assert run(program, arch, nr["ptrace"]) == errno_of(errno.EPERM)
     assert run(program, arch, nr["mount"]) == errno_of(errno.EPERM)
     assert run(program, arch, nr["io_uring_setup"]) == errno_of(errno.EPERM)
+    for name in ("pidfd_getfd", "process_vm_writev", "memfd_create", "shmget", "msgget", "mq_open"):
+        assert run(program, arch, nr[name]) == errno_of(errno.EPERM), name
+    assert run(program, arch, {"x86_64": 434, "aarch64": 434}[machine]) == ALLOW  # pidfd_open
     assert run(program, arch, nr["clone3"]) == errno_of(errno.ENOSYS)  # libc falls back to clone
     assert run(program, arch, nr["clone"], 0x11) == ALLOW  # fork: SIGCHLD only
     assert run(program, arch, nr["clone"], 0x10000000 | 0x11) == errno_of(errno.EPERM)  # CLONE_NEWUSER

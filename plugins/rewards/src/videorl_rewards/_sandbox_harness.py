@@ -1,16 +1,19 @@
 """Runs untrusted Python for the code reward: ``python -I -B _sandbox_harness.py RESULT_FD``.
 
-Started by :mod:`videorl_rewards.sandbox` (inside bubblewrap when isolated). Reads
-``{"code", "tests", "mode", "audit_hook", "limits"}`` as JSON on stdin, points stdin, stdout and (once it
-is set up) stderr at ``/dev/null``, lowers its own resource limits, installs (with ``audit_hook``, the
-unisolated fallback only) an audit hook that refuses processes, signals, sockets, native-code loading and
-writes outside the working directory, then runs the code and reports one JSON line per test on ``RESULT_FD``,
-then ``{"done": true}``:
+Started by :mod:`videorl_rewards.sandbox` (inside bubblewrap when isolated), under the rlimits the
+scorer set before the sandbox started. Reads ``{"code", "tests", "mode", "audit_hook", "init",
+"limits"}`` as JSON on stdin, points stdin, stdout and (once it is set up) stderr at ``/dev/null``, lowers
+the process limit, installs (with ``audit_hook``, the unisolated fallback only) an audit hook that
+refuses processes, signals, sockets, native-code loading and writes outside the working directory, then
+runs the code and reports one JSON line per test on ``RESULT_FD``, then ``{"done": true}``:
 
 - ``mode="assert"``: the code runs once, then each test (Python statements, e.g. ``assert f(2) == 4``)
   runs in its namespace: ``{"test": i, "ok": bool}``;
 - ``mode="io"``: the code runs once per test as ``__main__`` with the test's input on stdin:
   ``{"test": i, "output": str}`` (the parent compares it with the expected output).
+
+With ``init`` (isolated: this process is the PID namespace's init), the code runs in a child, and this
+process only waits, out of the program's reach (see ``_become_init``).
 
 Neither the sandbox nor the hook protects the score: code running in this interpreter could forge its
 assert results, which is why input/output tests are compared by the parent. The hook is no security
@@ -24,6 +27,7 @@ import io
 import json
 import os
 import resource
+import signal
 import sys
 
 _REFUSED_EVENTS = {
@@ -48,6 +52,7 @@ _PATH_EVENTS = {
     "os.chflags": (0,), "os.lchflags": (0,), "shutil.rmtree": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
 }  # fmt: skip
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_PR_SET_DUMPABLE = 4
 
 
 def _install_hook(root: str) -> None:
@@ -97,6 +102,38 @@ def _lower(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
+def _set_dumpable(value: int) -> None:
+    import ctypes  # only here: the unisolated fallback's hook refuses ctypes to the program
+
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "sandbox: prctl(PR_SET_DUMPABLE) failed")
+
+
+def _become_init(devnull: int) -> None:
+    """As the PID namespace's init: fork, return in the child (which runs the program), and in this
+    process reap children until that child ends, then end with its status (which ends the namespace).
+
+    This process is not dumpable (no one in the namespace may open its ``/proc/1/mem`` or
+    ``/proc/1/fd``, or take its descriptors) and keeps only ``/dev/null`` open; it has the limits and
+    the seccomp filter of the program, and the kernel does not deliver it the namespace's signals that it
+    has no handler for, SIGINT included (Python's own handler would let a signal end it)."""
+    _set_dumpable(0)  # before the fork: the child cannot reach it in between
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _set_dumpable(1)  # the program's own process is an ordinary one
+        return
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, 2**31 - 1)  # the result pipe, whatever its number
+    while True:
+        pid, status = os.wait()  # orphans of the program too
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
 def main() -> None:
     config = json.load(sys.stdin)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -104,16 +141,15 @@ def main() -> None:
         os.dup2(devnull, fd)
     result = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     limits = config["limits"]
-    _lower(resource.RLIMIT_CPU, int(limits["cpu_seconds"]))
-    _lower(resource.RLIMIT_AS, limits["memory_bytes"])
-    _lower(resource.RLIMIT_FSIZE, limits["file_bytes"])
-    _lower(resource.RLIMIT_CORE, 0)
-    _lower(resource.RLIMIT_NOFILE, 256)
-    if limits.get("processes"):  # counted per user namespace, so only where the sandbox has its own
+    # The process limit is counted per user namespace: set here, inside the sandbox's, before the fork
+    # below, it bounds the whole sandbox (set before bwrap it would count the host user's processes).
+    if limits.get("processes"):
         _lower(resource.RLIMIT_NPROC, limits["processes"])
     sys.stdin = io.StringIO("")
     code = compile(config["code"], "<answer>", "exec")
     tests = config["tests"]
+    if config.get("init"):
+        _become_init(devnull)
     if config.get("audit_hook"):
         _install_hook(os.getcwd())
     os.dup2(devnull, 2)  # until here, stderr is the parent's: it reports a harness that failed to start

@@ -1,9 +1,11 @@
 """The seccomp filter of the code sandbox, as the classic-BPF program bubblewrap's ``--seccomp`` loads.
 
 A deny list on top of the namespaces: the kernel interfaces a Python program has no use for and that
-are the usual ways to attack the kernel or a neighbour (``ptrace``, ``process_vm_*``, mounts,
-``unshare``/``setns``, ``bpf``, ``perf_event_open``, ``userfaultfd``, keyrings, ``io_uring``, module and
-kexec loading, file handles, ``kcmp``, ``personality``) fail with ``EPERM``; ``socket`` for any family
+are the usual ways to attack the kernel or a neighbour (``ptrace``, ``process_vm_*``, ``pidfd_getfd``,
+mounts, ``unshare``/``setns``, ``bpf``, ``perf_event_open``, ``userfaultfd``, keyrings, ``io_uring``,
+module and kexec loading, file handles, ``kcmp``, ``personality``) or to hold memory outside the
+sandbox's size-capped tmpfs (``memfd_create``, ``memfd_secret``, System V shared memory and message
+queues, POSIX message queues) fail with ``EPERM``; ``socket`` for any family
 but ``AF_UNIX`` fails with ``EAFNOSUPPORT`` (the network namespace has no interfaces, but not every
 family is namespaced, e.g. ``AF_VSOCK``); ``clone3`` fails with ``ENOSYS`` so that libc falls back to
 ``clone``, which fails with ``EPERM`` when asked for a user namespace (the only kind a process without
@@ -39,7 +41,8 @@ _DENIED = (
     "io_uring_setup", "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load",
     "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "open_by_handle_at",
     "name_to_handle_at", "acct", "quotactl", "syslog", "kcmp", "fanotify_init", "personality", "fsopen",
-    "fsconfig", "fsmount", "move_mount", "open_tree", "mount_setattr",
+    "fsconfig", "fsmount", "move_mount", "open_tree", "mount_setattr", "pidfd_getfd", "memfd_create",
+    "memfd_secret", "shmget", "msgget", "mq_open",
 )  # fmt: skip
 
 # (audit architecture, syscall numbers), from the kernel's unistd headers
@@ -54,7 +57,8 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             finit_module=313, delete_module=176, reboot=169, swapon=167, swapoff=168,
             open_by_handle_at=304, name_to_handle_at=303, acct=163, quotactl=179, syslog=103, kcmp=312,
             fanotify_init=300, personality=135, fsopen=430, fsconfig=431, fsmount=432, move_mount=429,
-            open_tree=428, mount_setattr=442, socket=41, clone3=435, clone=56,
+            open_tree=428, mount_setattr=442, pidfd_getfd=438, memfd_create=319, memfd_secret=447,
+            shmget=29, msgget=68, mq_open=240, socket=41, clone3=435, clone=56,
         ),
     ),
     "aarch64": (
@@ -67,7 +71,8 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             finit_module=273, delete_module=106, reboot=142, swapon=224, swapoff=225,
             open_by_handle_at=265, name_to_handle_at=264, acct=89, quotactl=60, syslog=116, kcmp=272,
             fanotify_init=262, personality=92, fsopen=430, fsconfig=431, fsmount=432, move_mount=429,
-            open_tree=428, mount_setattr=442, socket=198, clone3=435, clone=220,
+            open_tree=428, mount_setattr=442, pidfd_getfd=438, memfd_create=279, memfd_secret=447,
+            shmget=194, msgget=186, mq_open=180, socket=198, clone3=435, clone=220,
         ),
     ),
 }  # fmt: skip

@@ -3,10 +3,15 @@ reference; without a judge, the answered preference label must equal the ground 
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
 import ipaddress
 import json
 import os
 import re
+import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -84,14 +89,119 @@ def _is_loopback(url: str) -> bool:
         return host == "localhost"
 
 
+def _remaining(deadline: float) -> float:
+    """Seconds left until ``deadline`` (``time.monotonic()``); ``TimeoutError`` once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out: the request's deadline passed")
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's socket reads, each waiting at most until the deadline: a reply dripped a byte at a
+    time ends there too (a socket timeout alone bounds each read, not their sum)."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._raw, self._sock, self._deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(_remaining(self._deadline))
+        return self._raw.readinto(buffer)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _Response(http.client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp = io.BufferedReader(_DeadlineReader(self.fp.detach(), sock, deadline))
+
+
+class _Connection(http.client.HTTPConnection):
+    """An HTTP connection whose connect, sends and reads all end by ``deadline``."""
+
+    def __init__(self, host: str, *, deadline: float, **kwargs: Any) -> None:
+        super().__init__(host, **kwargs)
+        self.deadline = deadline
+        self.response_class = functools.partial(_Response, deadline=deadline)  # type: ignore[assignment]
+
+    def connect(self) -> None:
+        self.timeout = _remaining(self.deadline)
+        super().connect()
+
+    def send(self, data: Any) -> None:
+        if self.sock is not None:
+            self.sock.settimeout(_remaining(self.deadline))
+        super().send(data)
+
+
+class _TLSConnection(_Connection):
+    """``_Connection`` over TLS to ``server_hostname`` (directly or through a proxy's tunnel)."""
+
+    default_port = http.client.HTTPS_PORT
+
+    def __init__(self, host: str, *, server_hostname: str, **kwargs: Any) -> None:
+        super().__init__(host, **kwargs)
+        self.server_hostname = server_hostname
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(_remaining(self.deadline))
+        self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=self.server_hostname)
+
+
+class _Handler(urllib.request.AbstractHTTPHandler):
+    """Opens http and https URLs through ``_Connection`` / ``_TLSConnection``."""
+
+    def __init__(self, deadline: float, host: str) -> None:
+        super().__init__()
+        self.deadline, self.host = deadline, host
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_Connection, deadline=self.deadline), req)
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        tls = functools.partial(_TLSConnection, deadline=self.deadline, server_hostname=self.host)
+        return self.do_open(tls, req)
+
+    http_request = https_request = urllib.request.AbstractHTTPHandler.do_request_
+
+
+def _opener(url: str, deadline: float) -> urllib.request.OpenerDirector:
+    """What opens one judge request: the environment's proxies (none for loopback), connections that
+    end by ``deadline``, and no redirect handler, so that a redirect is an ``HTTPError`` and the API
+    key never reaches another host (or the same one without TLS)."""
+    opener = urllib.request.OpenerDirector()
+    handlers = (
+        urllib.request.ProxyHandler({} if _is_loopback(url) else None),
+        _Handler(deadline, urllib.parse.urlparse(url).hostname or ""),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+    )
+    for handler in handlers:
+        opener.add_handler(handler)
+    return opener
+
+
 class CriticReward(TaskReward):
     """With ``judge_url`` (an OpenAI-compatible base URL such as ``http://127.0.0.1:8000/v1``):
     accuracy = the judge's 0–10 score / 10 for the answer against the reference, asked through
-    ``POST {judge_url}/chat/completions`` with model ``judge_model``, temperature 0, ``request_timeout``
-    seconds per request and ``retries`` retries (exponential backoff from ``backoff`` seconds) on
-    connection errors, HTTP 429/5xx and replies without a score. The API key, if any, is read from the
-    environment variable named by ``api_key_env``. A judge that keeps failing raises (the router scores
-    the sample 0 and records the event).
+    ``POST {judge_url}/chat/completions`` with model ``judge_model``, temperature 0, and ``retries``
+    retries (exponential backoff from ``backoff`` seconds) on connection errors, HTTP 429/5xx and replies
+    without a score. Each request is over within ``request_timeout`` seconds, however slowly the judge
+    answers: connecting, sending and every read end by that deadline, and the connection is closed. The
+    API key, if any, is read from the environment variable named by ``api_key_env`` and sent to
+    ``judge_url``'s host only: redirects are refused (an error naming the target), never followed. A
+    judge that keeps failing raises (the router scores the sample 0 and records the event).
 
     Without a judge: accuracy 1 when the answered preference label ("Response 1", "B", "tie", ...)
     equals the ground truth's, else 0.
@@ -164,14 +274,14 @@ class CriticReward(TaskReward):
         if key:
             headers["Authorization"] = f"Bearer {key}"
         url = f"{self.judge_url}/chat/completions"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if _is_loopback(url) else None))
         problem = "no attempt made"
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
+            deadline = time.monotonic() + self.request_timeout
             try:
                 request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-                with opener.open(request, timeout=self.request_timeout) as response:
+                with _opener(url, deadline).open(request, timeout=self.request_timeout) as response:
                     reply = json.loads(response.read(1_000_000))
                 content = reply["choices"][0]["message"]["content"]
                 score = parse_judge_score(str(content))
@@ -180,8 +290,11 @@ class CriticReward(TaskReward):
                 problem = f"reply without a 0-10 score: {str(content)[:200]!r}"
             except urllib.error.HTTPError as exc:
                 problem = f"HTTP {exc.code}"
+                if 300 <= exc.code < 400:
+                    target = str(exc.headers.get("Location", ""))[:200]
+                    problem += f": redirect to {target!r} refused (the API key goes to judge_url's host only)"
                 if exc.code != 429 and exc.code < 500:
                     break
-            except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
         raise RuntimeError(f"judge {url} failed after {attempt + 1} attempt(s): {problem}")

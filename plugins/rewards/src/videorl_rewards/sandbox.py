@@ -3,11 +3,15 @@
 Isolated (the default): the program runs under bubblewrap (``bwrap``) in new user, mount, PID, IPC, UTS,
 cgroup and network namespaces, as an unprivileged user (``nobody`` on the host when the scorer runs as
 root) with no capabilities and no way to create further user namespaces, under a seccomp filter
-(:mod:`videorl_rewards._seccomp`) where one exists for the CPU. It sees read-only ``/usr`` and the
-Python installation, and size-capped private tmpfs mounts (``/tmp``, which holds its working directory,
-and ``/dev/shm``) that vanish with it: nothing of the host's ``/tmp``, home, run directory, processes,
-network or shared memory. rlimits bound CPU time, address space, processes, open files and file size.
-The whole PID namespace is killed at the wall-clock limit, or as soon as the results are in.
+(:mod:`videorl_rewards._seccomp`) where one exists for the CPU. It sees read-only ``/usr``, the Python
+installation and ``/dev`` (five harmless devices), and one writable place: a private tmpfs ``/tmp`` of
+``disk_mb`` (its working directory, and ``/dev/shm`` links there), which vanishes with it; nothing of the
+host's ``/tmp``, home, run directory, processes, network or shared memory. rlimits on CPU time, address
+space, open files and file size are set before bubblewrap starts, so every process of the sandbox has
+them; the process limit is set by the harness, the namespace's init (bwrap's ``--as-pid-1``: there is
+no reaper of bwrap's), before it forks the program (see ``_sandbox_harness``). stderr is a pipe of which
+the scorer keeps the last ``STDERR_KEPT`` bytes. The whole PID namespace is killed at the wall-clock
+limit, or as soon as the results are in.
 
 Unisolated (only with the caller's explicit opt-in, where bubblewrap or user namespaces are missing):
 rlimits, a session of its own and an audit hook (see ``_sandbox_harness``) that a program can defeat.
@@ -20,6 +24,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -29,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from videorl_rewards import _seccomp
 
@@ -42,6 +47,14 @@ STARTUP_SECONDS = 30.0
 SANDBOX_UID = 65534
 #: the sandbox's working directory, inside its private /tmp
 WORKDIR = "/tmp/videorl-code"
+#: where ``/dev/shm`` points: POSIX shared memory lives in the sandbox's one size-capped tmpfs
+SHM_DIR = "/tmp/shm"
+#: the devices of the sandbox's read-only ``/dev`` (no ttys: ptys are a host-wide resource)
+DEVICES = ("null", "zero", "full", "random", "urandom")
+#: bytes of stderr (the sandbox's start-up errors) the scorer keeps, the last ones
+STDERR_KEPT = 4096
+#: open files per process in the sandbox
+OPEN_FILES = 256
 _INSIDE_HARNESS = "/.videorl/harness.py"
 
 
@@ -106,13 +119,24 @@ def _interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
+def _dev_args() -> list[str]:
+    """A read-only ``/dev``: the ``DEVICES`` of the host, the usual links, ``/dev/shm`` -> ``SHM_DIR``."""
+    args = ["--size", "65536", "--perms", "0755", "--tmpfs", "/dev"]
+    for name in DEVICES:
+        args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        args += ["--symlink", f"/proc/self/fd/{fd}", f"/dev/{name}"]
+    args += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", SHM_DIR, "/dev/shm"]
+    return [*args, "--remount-ro", "/dev"]
+
+
 def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
     prefix = os.path.realpath(sys.base_prefix)
     env = {"PATH": "/usr/bin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
     args = [
         bwrap,
         *("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"),
-        *("--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session"),
+        *("--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1"),
         *("--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)),
         *("--hostname", "sandbox", "--clearenv"),
         *(a for k, v in env.items() for a in ("--setenv", k, v)),
@@ -123,9 +147,9 @@ def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
         args += ["--ro-bind", prefix, prefix]
     args += [
         *("--ro-bind-data", str(fds["harness"]), _INSIDE_HARNESS),
-        *("--proc", "/proc", "--dev", "/dev"),
+        *("--proc", "/proc", *_dev_args()),
         *("--size", str(limits.disk_mb * 2**20), "--perms", "1777", "--tmpfs", "/tmp"),
-        *("--size", str(limits.disk_mb * 2**20), "--perms", "1777", "--tmpfs", "/dev/shm"),
+        *("--perms", "1777", "--dir", SHM_DIR),
         *("--dir", WORKDIR, "--chdir", WORKDIR, "--remount-ro", "/"),
         *("--info-fd", str(fds["info"])),
     ]
@@ -134,6 +158,28 @@ def _bwrap_args(bwrap: str, limits: Limits, fds: dict[str, int]) -> list[str]:
     if os.geteuid() == 0:
         args = _drop_root(prefix) + args
     return args
+
+
+def _rlimit_args(limits: Limits) -> list[str]:
+    """``prlimit`` and the limits the run's first process (and so every later one) starts under, each
+    only ever lowered. Not the process limit: before the sandbox's user namespace exists it would count
+    every process of the host user (see ``_sandbox_harness``)."""
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        raise SandboxUnavailable("prlimit (util-linux) is not installed")
+    wanted = {
+        "cpu": (resource.RLIMIT_CPU, int(limits.seconds) + 1),
+        "as": (resource.RLIMIT_AS, limits.memory_mb * 2**20),
+        "fsize": (resource.RLIMIT_FSIZE, max(limits.output_chars, 2**20)),
+        "nofile": (resource.RLIMIT_NOFILE, OPEN_FILES),
+        "core": (resource.RLIMIT_CORE, 0),
+    }
+    args = [prlimit]
+    for name, (kind, value) in wanted.items():
+        hard = resource.getrlimit(kind)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        args.append(f"--{name}={value}:{value}")
+    return [*args, "--"]
 
 
 # Run by unshare(1) in a mount namespace of its own: a tmpfs over $2 (the private directory above the
@@ -187,20 +233,15 @@ def run_python(code: str, tests: list[str], *, mode: str, limits: Limits, isolat
         "tests": tests,
         "mode": mode,
         "audit_hook": not isolated,
-        "limits": {
-            "cpu_seconds": int(limits.seconds) + 1,
-            "memory_bytes": limits.memory_mb * 2**20,
-            "file_bytes": max(limits.output_chars, 2**20),
-            "output_chars": limits.output_chars,
-            "processes": limits.processes if isolated else None,
-        },
+        "init": isolated,
+        "limits": {"output_chars": limits.output_chars, "processes": limits.processes if isolated else None},
     }
     fds: dict[str, int] = {}
     try:
         fds["stdin"] = _memfd("videorl-code-config", json.dumps(config).encode())
         fds["result_r"], fds["result_w"] = os.pipe()
+        fds["stderr_r"], fds["stderr_w"] = os.pipe()
         with contextlib.ExitStack() as stack:
-            stderr: IO[bytes] = stack.enter_context(tempfile.TemporaryFile())
             popen: dict[str, Any] = {}
             if isolated:
                 bwrap = shutil.which("bwrap")
@@ -221,23 +262,20 @@ def run_python(code: str, tests: list[str], *, mode: str, limits: Limits, isolat
                 popen.update(env=env, cwd=workdir)
             passed = [fds[k] for k in ("result_w", "info", "harness", "seccomp") if k in fds]
             proc = subprocess.Popen(
-                argv,
+                [*_rlimit_args(limits), *argv],
                 stdin=fds["stdin"],
                 stdout=subprocess.DEVNULL,
-                stderr=stderr,
+                stderr=fds["stderr_w"],
                 pass_fds=passed,
                 start_new_session=True,
                 **popen,
             )
-            for name in ("result_w", "info"):  # the child's copies must be the only ones left
+            for name in ("result_w", "stderr_w", "info"):  # the child's copies must be the only ones left
                 if name in fds:
                     os.close(fds.pop(name))
-            result, started, returncode = _collect(proc, fds, limits, code_tests=len(tests))
+            result, started, returncode, stderr = _collect(proc, fds, limits, code_tests=len(tests))
             if not started:
-                stderr.seek(0)
-                message = (
-                    stderr.read().decode("utf-8", "replace").strip()[-2000:]
-                )  # a traceback ends with its cause
+                message = stderr.decode("utf-8", "replace").strip()  # the last bytes: a traceback's cause
                 raise SandboxUnavailable(
                     f"the code sandbox did not start (exit code {returncode})"
                     + (f": {message}" if message else "")
@@ -250,19 +288,19 @@ def run_python(code: str, tests: list[str], *, mode: str, limits: Limits, isolat
 
 def _collect(
     proc: subprocess.Popen[bytes], fds: dict[str, int], limits: Limits, *, code_tests: int
-) -> tuple[RunResult, bool, int]:
+) -> tuple[RunResult, bool, int, bytes]:
     """Read the reports until the harness says it is done, the output cap or the deadline, then kill
-    everything the run started (the whole PID namespace when isolated)."""
+    everything the run started (the whole PID namespace when isolated). Also the run's exit code and
+    the last ``STDERR_KEPT`` bytes of its stderr."""
     result = RunResult()
     cap = (limits.output_chars + 1000) * max(1, code_tests) + 65536
     # the time limit runs from the moment the harness is ready, so a slow interpreter start on a busy
     # machine does not eat the program's time
     deadline = time.monotonic() + STARTUP_SECONDS + limits.seconds
     started = False
-    data = bytearray()
-    info = bytearray()
+    data, info, stderr = bytearray(), bytearray(), b""
     pidfd: int | None = None
-    watched = [fds["result_r"]] + ([fds["info_r"]] if "info_r" in fds else [])
+    watched = [fds[k] for k in ("result_r", "stderr_r", "info_r") if k in fds]
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -270,13 +308,15 @@ def _collect(
                 result.timed_out = True
                 break
             readable, _, _ = select.select(watched, [], [], remaining)
-            if "info_r" in fds and fds["info_r"] in readable:
-                chunk = os.read(fds["info_r"], 4096)
-                info += chunk
-                if not chunk or len(info) > 4096:
-                    watched.remove(fds["info_r"])
-                if pidfd is None:
-                    pidfd = _namespace_pidfd(info)
+            for fd in set(readable) - {fds["result_r"]}:
+                chunk = os.read(fd, 65536)
+                if fd == fds["stderr_r"]:
+                    stderr = (stderr + chunk)[-STDERR_KEPT:]
+                else:
+                    info += chunk
+                    pidfd = pidfd if pidfd is not None else _namespace_pidfd(info)
+                if not chunk or (fd != fds["stderr_r"] and len(info) > 4096):
+                    watched.remove(fd)
             if fds["result_r"] not in readable:
                 continue
             chunk = os.read(fds["result_r"], 65536)
@@ -293,12 +333,15 @@ def _collect(
                 break
     finally:
         returncode = _kill(proc, pidfd)
+    if not started:  # what the run wrote to stderr before it ended (its writers are gone now)
+        while select.select([fds["stderr_r"]], [], [], 0)[0] and (chunk := os.read(fds["stderr_r"], 65536)):
+            stderr = (stderr + chunk)[-STDERR_KEPT:]
     for line in bytes(data).decode("utf-8", "replace").splitlines():
         with contextlib.suppress(ValueError):
             report = json.loads(line)
             if isinstance(report, dict) and isinstance(report.get("test"), int):
                 result.reports.setdefault(report["test"], report)
-    return result, started, returncode
+    return result, started, returncode, stderr
 
 
 def _namespace_pidfd(info: bytearray) -> int | None:
