@@ -165,6 +165,21 @@ OPTIONS = ["A. red", "B. blue", "C. dark red", "D. green"]
         ("", None, None),
         ("Option B is the correct one", None, "B"),
         ("The best answer is: J", None, "J"),
+        # a lower-case letter in parentheses is unambiguous; bare lower-case stays a word, "I" a pronoun
+        ("(b)", OPTIONS, "B"),
+        ("Answer: (c)", OPTIONS, "C"),
+        ("Option (d)", OPTIONS, "D"),
+        ("I choose (b)", None, "B"),
+        ("(a) dark red", None, "A"),
+        ("I think (b)", None, "B"),
+        ("I think B", None, "B"),
+        ("Answer: I think it is b", None, None),
+        ("answer: b", None, None),
+        ("(a) or (b)", None, None),
+        ("(A) or (B)", None, None),
+        ("The answer is A or B", None, None),
+        ("A/B", None, None),
+        ("(e)", OPTIONS, None),
     ],
 )
 def test_extract_choice(text: str, options: list[str] | None, expected: str | None) -> None:
@@ -208,6 +223,8 @@ LETTERED = dict(zip("ABCD", BARE))
         ("A or B", None),  # a hedge
         ("", None),
         ("Final Answer: C", "C"),
+        ("<answer>Answer: (b)</answer>", "B"),
+        ("<think>maybe (a)</think><answer>Option (d)</answer>", "D"),
     ],
 )
 def test_answer_choice(response: str, letter: str | None) -> None:

@@ -46,23 +46,37 @@ def _norm_text(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
 
 
-_CHOICE_PATTERNS = [  # the letter itself is matched case-sensitively: "the answer is a dog" is no letter
-    re.compile(r"(?i:answer|option|choice)\s*(?i:is|would\s+be|should\s+be|:|：)\s*:?\s*\(?\**([A-J])\b"),
-    re.compile(r"\b(?i:choose|select|pick|go\s+with)\s+(?i:option\s+)?\(?([A-J])\b"),
-    re.compile(r"\b(?i:option)\s+\(?([A-J])\)?\s+(?i:is\s+(?:the\s+)?correct)"),
-    re.compile(r"\b([A-J])\)?\s+(?i:is\s+the\s+(?:correct|right|best)\s+(?:answer|option|choice))"),
-    re.compile(r"答案(?:是|为|选)\s*[:：]?\s*\(?([A-J])"),
+# One rule for what is a letter, used by every reading below: an upper-case A–J standing alone, or a
+# lower-case a–j in parentheses ("(b)"). A bare lower-case letter is a word ("the answer is a dog"), and an
+# "I" followed by a lower-case word is the pronoun ("I think B"), never option I.
+_LETTER = r"(?:\(([a-j])\)|\(?\**(?<![A-Za-z])(?!I\s+[a-z])([A-J])(?![A-Za-z]))"
+_LETTERS = re.compile(_LETTER)
+_LEAD = re.compile(r"^\s*(?:\(([a-j])\)|\(?([A-J])\s*[).:：、])")  # "(b) …", "B. …", "(B) …", "B: …"
+_HEDGE = re.compile(_LETTER + r"\)?\s*,?\s*(?:(?i:or)|/)\s*" + _LETTER)  # "A or B", "(a)/(b)"
+_CHOICE_PATTERNS = [
+    re.compile(r"(?i:answer|option|choice)\s*(?i:is|would\s+be|should\s+be|:|：)\s*:?\s*" + _LETTER),
+    re.compile(r"\b(?i:choose|select|pick|go\s+with)\s+(?i:option\s+)?" + _LETTER),
+    re.compile(r"\b(?i:option)\s+" + _LETTER + r"\)?\s+(?i:is\s+(?:the\s+)?correct)"),
+    re.compile(_LETTER + r"\)?\s+(?i:is\s+the\s+(?:correct|right|best)\s+(?:answer|option|choice))"),
+    re.compile(r"答案(?:是|为|选)\s*[:：]?\s*" + _LETTER),
 ]
+
+
+def _letters(match: re.Match[str]) -> list[str]:
+    """The letters a match of a pattern built on ``_LETTER`` read, upper-cased."""
+    return [g.upper() for g in match.groups() if g]
 
 
 def extract_choice(text: str | None, options: Options | None = None) -> str | None:
     """The option letter ``text`` answers with, or ``None`` when there is none or it is ambiguous.
 
-    In order: a letter in ``\\boxed{}``; the whole text is a letter (``B``, ``(B)``, ``B.``, ``b``); a
-    leading ``B.``/``B)``/``(B)``/``B:``; phrases such as "the answer is (B)", "I choose B", "答案是B";
-    the text equals an option's text, or contains exactly one option's text; a text of at most 20
-    characters with exactly one standalone letter. With ``options``, only their letters are accepted.
-    Hedges such as ``A or B`` give ``None``.
+    A letter is an upper-case ``A``–``J`` standing alone or a lower-case one in parentheses (``(b)``). In
+    order: a letter in ``\\boxed{}``; the whole text is a letter (``B``, ``(B)``, ``B.``, ``b``); a
+    leading ``B.``/``B)``/``(B)``/``B:``/``(b)``; phrases such as "the answer is (B)", "Answer: (c)",
+    "I choose B", "答案是B"; the text equals an option's text, or contains exactly one option's text; a
+    text of at most 20 characters with exactly one letter ("Option (d)"). With ``options``, only their
+    letters are accepted. Hedges such as ``A or B`` give ``None``; "I" before a lower-case word is the
+    pronoun, not a letter.
     """
     if not text:
         return None
@@ -80,11 +94,13 @@ def extract_choice(text: str | None, options: Options | None = None) -> str | No
     whole = re.fullmatch(r"\(?\**([A-Ja-j])\**\)?[.:)]?", text)
     if whole:
         return ok(whole.group(1))
-    lead = _OPTION_PREFIX.match(text)
+    if any(all(ok(x) for x in _letters(m)) for m in _HEDGE.finditer(text)):
+        return None
+    lead = _LEAD.match(text)
     if lead:
-        return ok(lead.group(1))
+        return ok(_letters(lead)[0])
     for pattern in _CHOICE_PATTERNS:
-        hits = {h for h in (m.group(1) for m in pattern.finditer(text)) if ok(h)}
+        hits = {h for m in pattern.finditer(text) for h in _letters(m) if ok(h)}
         if hits:
             return hits.pop() if len(hits) == 1 else None
     if choices:
@@ -92,8 +108,7 @@ def extract_choice(text: str | None, options: Options | None = None) -> str | No
         if found:
             return found
     if len(text) <= 20:
-        letters = {m.group(1) for m in re.finditer(r"(?<![A-Za-z])([A-J])(?![A-Za-z])", text)}
-        letters = {x for x in letters if ok(x)}
+        letters = {h for m in _LETTERS.finditer(text) for h in _letters(m) if ok(h)}
         if len(letters) == 1:
             return letters.pop()
     return None
