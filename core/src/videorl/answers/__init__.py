@@ -25,6 +25,7 @@ from videorl.answers.choice import (
 )
 from videorl.answers.measures import (
     BOX_CONVENTIONS,
+    MRA_FLOAT_THRESHOLDS,
     MRA_THRESHOLDS,
     box_iou,
     convert_box,
@@ -52,6 +53,7 @@ from videorl.answers.values import (
 __all__ = [
     "BOX_CONVENTIONS",
     "CHOICE_LETTERS",
+    "MRA_FLOAT_THRESHOLDS",
     "MRA_THRESHOLDS",
     "Options",
     "answer_candidates",

@@ -81,20 +81,31 @@ def _scale(convention: str, media: MediaInfo | None) -> tuple[float, float]:
 
 #: the MRA thresholds θ = 0.50, 0.55, …, 0.95, as hundredths (exact)
 MRA_THRESHOLDS = tuple(range(50, 100, 5))
+#: the same θ as VSI-Bench's official code makes them, ``numpy.linspace(0.5, 0.95, 10)``: 0.5 + i · 0.45 / 9,
+#: the last exactly 0.95 (so 1 − θ is 0.19999999999999996 at θ = 0.8, 0.10000000000000009 at θ = 0.9)
+MRA_FLOAT_THRESHOLDS = (*(0.5 + i * ((0.95 - 0.5) / 9) for i in range(9)), 0.95)
 
 
-def mean_relative_accuracy(pred: float, truth: float, *, inclusive: bool = False) -> float:
+def mean_relative_accuracy(
+    pred: float, truth: float, *, inclusive: bool = False, float_thresholds: bool = False
+) -> float:
     """MRA: the fraction of θ ∈ {0.50, 0.55, …, 0.95} with ``|pred − truth| / |truth| < 1 − θ``.
 
     Strict ``<`` by default (EasyVideoR1); ``inclusive=True`` uses ``≤`` (VSI-Bench's official code,
-    lmms-eval). The comparison is made in hundredths, so a relative error of exactly 0.05 meets θ =
-    0.95 only when inclusive. ``truth == 0`` counts only an exact ``0`` prediction. Non-finite inputs
-    give 0.
+    lmms-eval). By default the comparison is made in exact hundredths, so a relative error of exactly 0.05
+    meets θ = 0.95 only when inclusive. ``float_thresholds=True`` compares in floating point against
+    :data:`MRA_FLOAT_THRESHOLDS`, as VSI-Bench's official code does: inclusive, a relative error of exactly
+    0.2 then fails θ = 0.8 (0.2 > 1 − 0.8 in floats) while 0.1 meets θ = 0.9. ``truth == 0`` counts only an
+    exact ``0`` prediction. Non-finite inputs give 0.
     """
     if not (math.isfinite(pred) and math.isfinite(truth)):
         return 0.0
     if truth == 0:
         return 1.0 if pred == 0 else 0.0
+    if float_thresholds:
+        error = abs(pred - truth) / abs(truth)
+        hits = sum((error <= 1 - t) if inclusive else (error < 1 - t) for t in MRA_FLOAT_THRESHOLDS)
+        return hits / len(MRA_FLOAT_THRESHOLDS)
     rel = round(abs(pred - truth) / abs(truth) * 100, 9)
     hits = sum((rel <= 100 - t) if inclusive else (rel < 100 - t) for t in MRA_THRESHOLDS)
     return hits / len(MRA_THRESHOLDS)

@@ -108,31 +108,42 @@ def parse_number(text: Any) -> float | None:
 
 # --- yes / no ----------------------------------------------------------------------------------
 
-_YES_WORDS, _NO_WORDS = ("yes", "true", "y", "1"), ("no", "false", "n", "0")
+_YES, _NO = "yes|yeah|yep|yup", "no|nope|nah"  # the spoken words of each polarity
+_YES_WORDS, _NO_WORDS = ("true", "y", "1", *_YES.split("|")), ("false", "n", "0", *_NO.split("|"))
 _BOOLEAN_WORDS = dict.fromkeys(_YES_WORDS, "yes") | dict.fromkeys(_NO_WORDS, "no")
-_SPOKEN_BOOLEAN = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
-_WORD_YES, _WORD_NO = re.compile(r"\byes\b", re.IGNORECASE), re.compile(r"\bno\b", re.IGNORECASE)
+_SPOKEN_BOOLEAN = re.compile(rf"\b({_YES}|{_NO}|true|false)\b", re.IGNORECASE)
+_WORD_YES, _WORD_NO = (
+    re.compile(rf"\b(?:{_YES})\b", re.IGNORECASE),
+    re.compile(rf"\b(?:{_NO})\b", re.IGNORECASE),
+)
 _SPOKEN_YES, _SPOKEN_NO = (
-    re.compile(r"\b(?:yes|true)\b", re.IGNORECASE),
-    re.compile(r"\b(?:no|false)\b", re.IGNORECASE),
+    re.compile(rf"\b(?:{_YES}|true)\b", re.IGNORECASE),
+    re.compile(rf"\b(?:{_NO}|false)\b", re.IGNORECASE),
+)
+#: a short answer that is a bare negation: "Not.", "Definitely not.", "Of course not", "Not at all"
+_NEGATION = re.compile(
+    r"(?:(?:definitely|certainly|absolutely|surely|clearly|obviously|of course) )?not(?: at all)?"
 )
 
 
 def parse_boolean(text: Any, *, leading_wins: bool = False) -> str | None:
     """``"yes"`` or ``"no"``, or ``None`` when ``text`` states neither or both.
 
-    In order: the whole text is one of yes/no/true/false/y/n/1/0 (punctuation ignored); the word it
-    starts with ("No, it is not true." → no), unless both "yes" and "no" occur; the one polarity its
-    yes/no/true/false words share. ``leading_wins=True`` lets the first word decide even when both
-    occur ("yes and no" → yes), TempCompass's official rule; by default that is a hedge (rewards).
+    In order: the whole text is one of yes/no/true/false/y/n/1/0/yeah/yep/yup/nope/nah (punctuation
+    ignored) or a bare negation ("Definitely not.", "Not at all"); the word it starts with ("No, it is not
+    true." → no, "Nope, …" → no), unless words of both polarities occur; the one polarity its yes/no/true/
+    false words share. ``leading_wins=True`` lets the first word decide even when both occur ("yes and
+    no" → yes), TempCompass's official rule; by default that is a hedge (rewards).
     """
     if isinstance(text, bool):
         return "yes" if text else "no"
     text = str(text)
-    if len(text.strip()) <= 16:  # a longer text is no single word
-        whole = re.sub(r"[^\w]", "", text).casefold()
-        if whole in _BOOLEAN_WORDS:
-            return _BOOLEAN_WORDS[whole]
+    if len(text.strip()) <= 32:  # a longer text is no single word or short phrase
+        words = re.findall(r"\w+", text.casefold())
+        if len(words) == 1 and words[0] in _BOOLEAN_WORDS:
+            return _BOOLEAN_WORDS[words[0]]
+        if _NEGATION.fullmatch(" ".join(words)):
+            return "no"
     first = _SPOKEN_BOOLEAN.match(text.lstrip())
     if first and (leading_wins or not (_WORD_YES.search(text) and _WORD_NO.search(text))):
         return _BOOLEAN_WORDS[first.group(1).casefold()]
