@@ -106,11 +106,11 @@ class TempCompass(BaseBenchmark):
         ending = thinking_ending(row.problem_type) if thinking else _SUFFIX[fmt]
         return f"{row.extra['question']}\n{ending}"
 
-    def extract(self, row: BenchmarkRow, response: str) -> Any:
+    def read_answer(self, row: BenchmarkRow, response: str) -> Any:
         labels: list[str] | None = row.extra.get("labels")
         if labels and row.options:
             text = answers.answer_text(response).lower()
             named = {i for i, label in enumerate(labels) if label.lower() in text}
             if len(named) == 1:
                 return chr(65 + named.pop())
-        return super().extract(row, response)
+        return super().read_answer(row, response)

@@ -67,7 +67,7 @@ class VSIBench(BaseBenchmark):
             raise rec.error(f"unknown question_type {kind!r}")
         return row
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         per_type = group_means(rows, scores, "question_type")
         per_task: dict[str, list[float]] = {}
         for kind, value in per_type.items():
