@@ -38,6 +38,12 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
     ]
     for metric, value in (summary.get("metrics") or {}).items():
         lines.append(f"  {metric}: {100 * value:.2f}{ci(metric)}")
+    readings = summary.get("readings")
+    if readings:  # an adapter reporting the official reading and videorl's (Video-MME, VSI-Bench, ...)
+        lines.append(
+            f"  (the official figure counts {readings['counted']} rows; videorl reads "
+            f"{readings['differ']} rows differently)"
+        )
     for kind, values in summary.get("categories", {}).items():
         lines.append(f"  {kind}:")
         lines += [
