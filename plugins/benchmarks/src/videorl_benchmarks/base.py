@@ -226,7 +226,7 @@ class BaseBenchmark:
         mine: list[float] = []
         differ = 0
         for i, (row, score, prediction) in enumerate(zip(rows, scores, predictions, strict=True)):
-            if not isinstance(prediction, dict):  # a failed row: no reading, wrong in both figures
+            if not isinstance(prediction, dict):  # a failed row (or one scored before two readings)
                 counted.append(i)
                 mine.append(score)
                 continue
@@ -236,9 +236,8 @@ class BaseBenchmark:
             mine.append(self.score_reading(row, videorl))
             differ += official != videorl
         summary = self.summarize([rows[i] for i in counted], [scores[i] for i in counted])
-        summary.setdefault("metrics", {})[f"{self.metric}, videorl's reading"] = self.summarize(rows, mine)[
-            "overall"
-        ]
+        other = self.summarize(rows, mine)["overall"]
+        summary.setdefault("metrics", {})[f"{self.metric}, videorl's reading"] = other
         summary["readings"] = {"counted": len(counted), "differ": differ}
         return summary
 
