@@ -175,6 +175,7 @@ OPTIONS = ["A. red", "B. blue", "C. dark red", "D. green"]
         ("I think (b)", None, "B"),
         ("I think B", None, "B"),
         ("Answer: I think it is b", None, None),
+        ("I is the correct answer", None, "I"),  # option I, not the pronoun
         ("answer: b", None, None),
         ("(a) or (b)", None, None),
         ("(A) or (B)", None, None),

@@ -48,8 +48,8 @@ def _norm_text(text: str) -> str:
 
 # One rule for what is a letter, used by every reading below: an upper-case A–J standing alone, or a
 # lower-case a–j in parentheses ("(b)"). A bare lower-case letter is a word ("the answer is a dog"), and an
-# "I" followed by a lower-case word is the pronoun ("I think B"), never option I.
-_LETTER = r"(?:\(([a-j])\)|\(?\**(?<![A-Za-z])(?!I\s+[a-z])([A-J])(?![A-Za-z]))"
+# "I" followed by a lower-case word other than "is" is the pronoun ("I think B"), never option I.
+_LETTER = r"(?:\(([a-j])\)|\(?\**(?<![A-Za-z])(?!I\s+(?!is\b)[a-z])([A-J])(?![A-Za-z]))"
 _LETTERS = re.compile(_LETTER)
 _LEAD = re.compile(r"^\s*(?:\(([a-j])\)|\(?([A-J])\s*[).:：、])")  # "(b) …", "B. …", "(B) …", "B: …"
 _HEDGE = re.compile(_LETTER + r"\)?\s*,?\s*(?:(?i:or)|/)\s*" + _LETTER)  # "A or B", "(a)/(b)"
