@@ -48,22 +48,25 @@ def _norm_text(text: str) -> str:
 
 # One rule for what is a letter, used by every reading below: an upper-case A–J standing alone, or a
 # lower-case a–j in parentheses ("(b)"). A bare lower-case letter is a word ("the answer is a dog"), and an
-# "I" followed by a lower-case word other than "is" is the pronoun ("I think B"), never option I.
-_LETTER = r"(?:\(([a-j])\)|\(?\**(?<![A-Za-z])(?!I\s+(?!is\b)[a-z])([A-J])(?![A-Za-z]))"
-_LETTERS = re.compile(_LETTER)
+# "I" followed by a lower-case word other than "is" is the pronoun ("I think B"), never option I. The
+# checks sit after the letter so that a search can skip ahead to the next "(" or capital (fast on 1 MB).
+_UPPER = r"([A-J])(?<![A-Za-z][A-J])(?![A-Za-z])(?!(?<=I)\s+(?!is\b)[a-z])"
+_BARE = rf"(?:\(([a-j])\)|{_UPPER})"  # searched for anywhere
+_LETTER = rf"(?:\(([a-j])\)|\(?\**{_UPPER})"  # after a phrase: "is (B)", "is **B**"
+_LETTERS = re.compile(_BARE)
 _LEAD = re.compile(r"^\s*(?:\(([a-j])\)|\(?([A-J])\s*[).:：、])")  # "(b) …", "B. …", "(B) …", "B: …"
-_HEDGE = re.compile(_LETTER + r"\)?\s*,?\s*(?:(?i:or)|/)\s*" + _LETTER)  # "A or B", "(a)/(b)"
+_HEDGE = re.compile(_BARE + r"\)?\s*,?\s*(?:(?i:or)|/)\s*" + _LETTER)  # "A or B", "(a)/(b)"
 _CHOICE_PATTERNS = [
     re.compile(r"(?i:answer|option|choice)\s*(?i:is|would\s+be|should\s+be|:|：)\s*:?\s*" + _LETTER),
     re.compile(r"\b(?i:choose|select|pick|go\s+with)\s+(?i:option\s+)?" + _LETTER),
     re.compile(r"\b(?i:option)\s+" + _LETTER + r"\)?\s+(?i:is\s+(?:the\s+)?correct)"),
-    re.compile(_LETTER + r"\)?\s+(?i:is\s+the\s+(?:correct|right|best)\s+(?:answer|option|choice))"),
+    re.compile(_BARE + r"\)?\s+(?i:is\s+the\s+(?:correct|right|best)\s+(?:answer|option|choice))"),
     re.compile(r"答案(?:是|为|选)\s*[:：]?\s*" + _LETTER),
 ]
 
 
 def _letters(match: re.Match[str]) -> list[str]:
-    """The letters a match of a pattern built on ``_LETTER`` read, upper-cased."""
+    """The letters a match of a pattern built on ``_LETTER``/``_BARE`` read, upper-cased."""
     return [g.upper() for g in match.groups() if g]
 
 
