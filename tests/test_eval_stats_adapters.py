@@ -3,14 +3,19 @@ their ``resample_group`` makes the bootstrap resample whole groups, with values 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from videorl.benchmark import BenchmarkRow
+from videorl.eval import read_results
 from videorl.eval.compare import benchmark_comparison
 from videorl.eval.stats import ResampleError, benchmark_stats, resample_group
 from videorl.plugins import load_plugins
+from videorl.testing import CliResult
 
 
 def _create(name: str) -> Any:
@@ -69,3 +74,54 @@ def test_videomathqa_resamples_multi_binary_questions() -> None:
     assert stats.values["MBin"] == pytest.approx(0.3)
     interval = stats.intervals["MBin"]
     assert (interval.low, interval.high) == (pytest.approx(0.10, abs=0.011), pytest.approx(0.50, abs=0.011))
+
+
+def _videomme_run(run: Path, responses: list[str]) -> None:
+    (run / "video-mme").mkdir(parents=True)
+    lines = [json.dumps({"id": f"00{i}-1", "response": r}) for i, r in enumerate(responses, start=1)]
+    (run / "video-mme" / "predictions.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_video_mme_official_figure_through_eval_score_and_compare(
+    tmp_path: Path, run_cli: Callable[..., CliResult]
+) -> None:
+    """Video-MME's official figure leaves out the rows its regex reads no capital A-D from; ``eval score``
+    and ``eval compare`` (its intervals recomputed from scores.jsonl) must report the same figure.
+
+    Base: "B" right; "Best answer: C" → the "B" of "Best", wrong; "I cannot tell" → no letter, left out;
+    "D" right: official 2 / 3, videorl's reading 3 / 4 (C read), one row read differently. The other run
+    answers every row right: 4 / 4."""
+    data = tmp_path / "data"
+    (data / "videomme").mkdir(parents=True)
+    rows = [
+        {"question_id": f"00{i}-1", "videoID": f"v{i}", "duration": "short", "domain": "d",
+         "sub_category": "s", "task_type": "t", "question": "?", "options": ["A. a", "B. b", "C. c", "D. d"],
+         "answer": truth}
+        for i, truth in enumerate("BCAD", start=1)
+    ]  # fmt: skip
+    (data / "videomme" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _videomme_run(tmp_path / "base", ["B", "Best answer: C", "I cannot tell", "D"])
+    _videomme_run(tmp_path / "other", ["B", "C", "A", "D"])
+    for run in ("base", "other"):
+        scored = run_cli("eval", "score", "--benchmark", "video-mme", "--data-root", str(data),
+                         "--run", str(tmp_path / run), "--resamples", "200")  # fmt: skip
+        scored.assert_success()
+    lines = scored.output.splitlines()
+    assert lines[0].startswith("video-mme: accuracy 100.00 (n=4, failed=0)")
+    base = read_results(tmp_path / "base")["benchmarks"]["video-mme"]
+    assert base["overall"] == pytest.approx(2 / 3)
+    assert base["metrics"] == {"accuracy, videorl's reading": 0.75}
+    assert base["readings"] == {"counted": 3, "differ": 1}
+    shown = run_cli("eval", "score", "--benchmark", "video-mme", "--data-root", str(data),
+                    "--run", str(tmp_path / "base"), "--resamples", "0")  # fmt: skip
+    assert shown.output.splitlines()[:3] == [
+        "video-mme: accuracy 66.67 (n=4, failed=0)",
+        "  accuracy, videorl's reading: 75.00",
+        "  (the official figure counts 3 rows; videorl reads 1 rows differently)",
+    ]
+    compared = run_cli("eval", "compare", str(tmp_path / "base"), str(tmp_path / "other"),
+                       "--data-root", f"video-mme={data}", "--resamples", "200")  # fmt: skip
+    compared.assert_success()
+    overall = next(line for line in compared.output.splitlines() if "overall (accuracy)" in line)
+    assert "66.67" in overall and "100.00" in overall and "+33.33" in overall
+    assert "rescore" not in compared.output  # the intervals are of the recorded figures

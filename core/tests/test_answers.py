@@ -8,6 +8,7 @@ import time
 import pytest
 
 from videorl.answers import (
+    MRA_FLOAT_THRESHOLDS,
     answer_candidates,
     answer_choice,
     answer_text,
@@ -165,6 +166,22 @@ OPTIONS = ["A. red", "B. blue", "C. dark red", "D. green"]
         ("", None, None),
         ("Option B is the correct one", None, "B"),
         ("The best answer is: J", None, "J"),
+        # a lower-case letter in parentheses is unambiguous; bare lower-case stays a word, "I" a pronoun
+        ("(b)", OPTIONS, "B"),
+        ("Answer: (c)", OPTIONS, "C"),
+        ("Option (d)", OPTIONS, "D"),
+        ("I choose (b)", None, "B"),
+        ("(a) dark red", None, "A"),
+        ("I think (b)", None, "B"),
+        ("I think B", None, "B"),
+        ("Answer: I think it is b", None, None),
+        ("I is the correct answer", None, "I"),  # option I, not the pronoun
+        ("answer: b", None, None),
+        ("(a) or (b)", None, None),
+        ("(A) or (B)", None, None),
+        ("The answer is A or B", None, None),
+        ("A/B", None, None),
+        ("(e)", OPTIONS, None),
     ],
 )
 def test_extract_choice(text: str, options: list[str] | None, expected: str | None) -> None:
@@ -208,6 +225,8 @@ LETTERED = dict(zip("ABCD", BARE))
         ("A or B", None),  # a hedge
         ("", None),
         ("Final Answer: C", "C"),
+        ("<answer>Answer: (b)</answer>", "B"),
+        ("<think>maybe (a)</think><answer>Option (d)</answer>", "D"),
     ],
 )
 def test_answer_choice(response: str, letter: str | None) -> None:
@@ -272,6 +291,15 @@ def test_parse_number(text: object, expected: float | None) -> None:
         ("", None, None),
         (True, "yes", "yes"),
         (False, "no", "no"),
+        ("Nope", "no", "no"),  # colloquial words and bare negations are answers (TempCompass)
+        ("Nope, it goes left.", "no", "no"),
+        ("Yeah.", "yes", "yes"),
+        ("Definitely not.", "no", "no"),
+        ("Of course not", "no", "no"),
+        ("Not at all.", "no", "no"),
+        ("not sure", None, None),  # not a negation of the statement
+        ("Why not?", None, None),
+        ("nope, yes", None, "no"),
     ],
 )
 def test_parse_boolean(text: object, hedge: str | None, leading: str | None) -> None:
@@ -428,3 +456,24 @@ def test_convert_box() -> None:
 def test_mean_relative_accuracy(pred: float, truth: float, strict: float, inclusive: float) -> None:
     assert mean_relative_accuracy(pred, truth) == pytest.approx(strict)
     assert mean_relative_accuracy(pred, truth, inclusive=True) == pytest.approx(inclusive)
+
+
+@pytest.mark.parametrize(
+    ("pred", "truth", "expected"),
+    [
+        # VSI-Bench's official rule: abs(pred - gt) / gt <= 1 - np.linspace(0.5, 0.95, 10), in floats, where
+        # 1 - θ is 0.5, 0.44999999999999996, 0.4, 0.35, 0.30000000000000004, 0.25, 0.19999999999999996,
+        # 0.15000000000000002, 0.10000000000000009, 0.050000000000000044
+        (12, 10, 0.6),  # error 0.2 fails θ = 0.8 (exact hundredths would say 0.7)
+        (145, 100, 0.1),  # error 0.45 fails θ = 0.55 (exact: 0.2)
+        (90, 100, 0.9),  # error 0.1 meets θ = 0.9
+        (105, 100, 1.0),  # error 0.05 meets θ = 0.95
+        (13, 10, 0.5),  # error 0.3 meets θ = 0.7
+        (0, 0, 1.0),
+    ],
+)
+def test_mean_relative_accuracy_with_the_official_float_thresholds(
+    pred: float, truth: float, expected: float
+) -> None:
+    assert mean_relative_accuracy(pred, truth, inclusive=True, float_thresholds=True) == expected
+    assert MRA_FLOAT_THRESHOLDS[6] == 0.8 and 1 - MRA_FLOAT_THRESHOLDS[6] < 0.2

@@ -18,6 +18,8 @@ from videorl.eval import (
     score_predictions,
     summarize,
 )
+from videorl.eval.compare import benchmark_comparison
+from videorl.eval.scoring import aggregator
 
 
 class Letters:
@@ -91,6 +93,46 @@ def test_judge_score_only_replaces_open_ended_scores() -> None:
     rows = [_row("1", "A", "x")]
     result = score_predictions(Letters(), rows, {"1": _pred("1", "B", judge=1.0)})
     assert result.summary["overall"] == 0.0
+
+
+class ReadLetters(Letters):
+    """Its official figure leaves out the rows it read no letter from ("?"), as Video-MME's script does."""
+
+    aggregates_predictions = True
+
+    def aggregate(
+        self, rows: list[BenchmarkRow], scores: list[float], predictions: list[Any] | None = None
+    ) -> dict[str, Any]:
+        kept = [s for s, p in zip(scores, predictions or [None] * len(scores), strict=True) if p != "?"]
+        return benchmark_summary(mean(kept), {})
+
+
+def test_an_adapter_that_aggregates_predictions_gets_them_by_row() -> None:
+    """4 rows: right, wrong, unread ("?"), failed. Official accuracy over the rows read: 1 / 3 (the failed
+    row stays in); every row given the same figure by a bootstrap resample and by ``eval compare``."""
+    rows = [_row(i, "A", "x") for i in "1234"]
+    saved = {"1": _pred("1", "A"), "2": _pred("2", "B"), "3": _pred("3", "?"), "4": _pred("4", None, "oom")}
+    result = score_predictions(ReadLetters(), rows, saved)
+    assert result.summary["overall"] == pytest.approx(1 / 3)
+    by_id = {r.id: r.prediction for r in result.rows}
+    assert by_id == {"1": "A", "2": "B", "3": "?", "4": None}
+    # a resample carries its rows' predictions: rows 3, 3, 1 → only row 1 counts → 1.0
+    resampled = aggregator(ReadLetters(), by_id)([rows[2], rows[2], rows[0]], [0.0, 0.0, 1.0])
+    assert resampled["overall"] == 1.0
+    # two runs, each with its own predictions: run B reads row 3 as "A" (right)
+    other = {**by_id, "3": "A"}
+    scores_a = {r.id: r.score for r in result.rows}
+    scores_b = {**scores_a, "3": 1.0}
+    report = benchmark_comparison(
+        ReadLetters(), rows, [scores_a, scores_b], predictions=[by_id, other], resamples=50
+    )
+    runs = [run.values["overall (accuracy)"] for run in report.runs if run is not None]
+    assert runs == [pytest.approx(1 / 3), pytest.approx(2 / 4)]
+    paired = report.paired[0]
+    assert paired is not None and paired.deltas["overall (accuracy)"] == pytest.approx(2 / 4 - 1 / 3)
+    # an adapter without the attribute is called with rows and scores only, as before
+    letters = Letters()
+    assert aggregator(letters, by_id) == letters.aggregate
 
 
 def test_summarize_requires_aligned_results() -> None:

@@ -91,5 +91,13 @@ class Benchmark(Protocol):
         (``{kind: {value: float}}``). Optional: ``metric`` (the name of the overall figure, e.g.
         ``"accuracy"``, ``"M-Avg"``, ``"mIoU"``) and ``metrics`` (further official figures,
         ``{name: float}``, e.g. ``{"R@0.5": 0.41}``).
+
+        An adapter whose figures depend on what was read from each row, not only on its score (an
+        official denominator of the rows its scorer could read, a second reading reported beside the
+        official one), sets the class attribute ``aggregates_predictions = True`` and takes a third
+        argument, ``predictions``: each row's extracted prediction (``None`` for a failed row), aligned
+        with ``rows``, or ``None`` when the caller has none (then it reports what the scores alone give).
+        The evaluator, ``eval score`` and ``eval compare`` (its intervals too) pass them
+        (:func:`videorl.eval.scoring.aggregator`).
         """
         ...

@@ -33,6 +33,7 @@ import pytest
 
 from videorl import plugins as plugins_module
 from videorl.benchmark import Benchmark, BenchmarkRow
+from videorl.eval.scoring import aggregator
 from videorl.plugins import Plugins, load_plugins
 from videorl.rewards.types import RewardInput, RewardOutput
 
@@ -261,7 +262,8 @@ def assert_benchmark_contract(
     official prompt and for the Qwen families; extraction must survive an empty, a garbage and a 1 MB
     response and give JSON-serialisable predictions; an empty response scores 0 and a prediction equal
     to the ground truth scores 1; scores must lie in [0, 1] and be deterministic; the aggregate must carry
-    ``overall`` and ``categories`` and give 1 when every row scores 1 and 0 when none does. With
+    ``overall`` and ``categories`` and give 1 when every row scores 1 and 0 when none does (given no
+    predictions, for an adapter that aggregates them). With
     ``responses`` (row id -> response text; missing ids answer "") and ``expected`` (the hand-computed
     aggregate, or part of it: nested dicts compare key by key, numbers approximately), the aggregate of
     the responses' scores must equal it. Returns the rows.
@@ -288,6 +290,7 @@ def assert_benchmark_contract(
     assert not unknown, f"{name}: responses for ids that did not load: {sorted(unknown)}"
     root = Path(data_root).resolve()
     scores = []
+    predictions: dict[str, Any] = {}
     for row in rows:
         _check_row_media(row, root, name, require_media)
         _check_row_scoring_fields(row, name)
@@ -302,7 +305,7 @@ def assert_benchmark_contract(
             f"{row.id}: the ground truth does not score 1"
         )
         response = (responses or {}).get(row.id, "")
-        prediction = benchmark.extract(row, response)
+        prediction = predictions[row.id] = benchmark.extract(row, response)
         json.dumps(prediction)  # predictions are saved as JSON
         score = benchmark.score(row, prediction)
         assert 0.0 <= score <= 1.0, f"{row.id}: score {score} outside [0, 1]"
@@ -314,7 +317,7 @@ def assert_benchmark_contract(
     for value in (0.0, 1.0):
         overall = benchmark.aggregate(rows, [value] * len(rows))["overall"]
         assert overall == pytest.approx(value), f"{name}: every row scoring {value} gives overall {overall}"
-    summary = benchmark.aggregate(rows, scores)
+    summary = aggregator(benchmark, predictions)(rows, scores)  # with the predictions, where it reads them
     assert "overall" in summary and "categories" in summary, f"{name}: aggregate {summary}"
     assert 0.0 <= summary["overall"] <= 1.0
     json.dumps(summary)

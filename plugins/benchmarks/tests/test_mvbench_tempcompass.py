@@ -125,7 +125,7 @@ def test_tempcompass_formats_and_dimensions(tmp_path: Path, files: Files) -> Non
         "multi-choice/v1/speed/0": "A. slow",  # wrong
         "yes_no/v1/speed/0": "No, it is fast.",  # right
         "yes_no/v2/direction/0": "no",  # wrong
-        "caption_matching/v2/direction/0": "Caption A matches best.",  # right
+        "caption_matching/v2/direction/0": "Caption A matches best.",  # videorl: right; official: no match
     }
     bench = TempCompass()
     rows = assert_benchmark_contract(
@@ -133,10 +133,12 @@ def test_tempcompass_formats_and_dimensions(tmp_path: Path, files: Files) -> Non
         tmp_path,
         responses=responses,
         expected={
-            "overall": 3 / 5,
+            "overall": 2 / 5,
+            "metrics": {"accuracy, videorl's reading": 3 / 5},
+            "readings": {"counted": 5, "differ": 1},
             "categories": {
-                "format": {"multi-choice": 0.5, "yes_no": 0.5, "caption_matching": 1.0},
-                "dimension": {"action": 1.0, "speed": 0.5, "direction": 0.5},
+                "format": {"multi-choice": 0.5, "yes_no": 0.5, "caption_matching": 0.0},
+                "dimension": {"action": 1.0, "speed": 0.5, "direction": 0.0},
             },
         },
     )
@@ -153,7 +155,55 @@ def test_tempcompass_formats_and_dimensions(tmp_path: Path, files: Files) -> Non
     assert bench.build_prompt(rows[2], family=None, thinking=False).endswith("\nPlease answer yes or no:")
     caption = rows[-1]
     assert caption.options == ["a car turns left", "a car turns right"] and caption.answer == "A"
-    assert bench.extract(caption, "a car turns right") == "B"  # the option text names B
+    assert bench.read_answer(caption, "a car turns right") == "B"  # the option text names B
+
+
+def test_tempcompass_official_figure_by_the_official_rule(tmp_path: Path, files: Files) -> None:
+    """Eight rows in the official format, scored by TempCompass's rules (lmms-eval tempcompass/utils.py),
+    the ChatGPT fallback off (an unmatched answer counts as wrong):
+
+        yes/no:       pred.lower().startswith("yes") → "yes"; .startswith("no") → "no"; else unmatched
+        multi-choice: pred == doc["answer"]; pred in ["A", "B", "C", "D"];
+                      pred.startswith("B.") or "B)" → pred.split(".")[0] / split(")")[0] vs the answer letter
+
+    By hand: "Nope" → no, right; "Definitely not." unmatched; "Yes, the car turns left." → yes, right;
+    "The answer is yes." unmatched; "Nothing indicates that." → "no" (it starts with "no"), wrong; "B) fast"
+    → B, right; "(A) slow" unmatched; "b" unmatched (case-sensitive). Official: 3 / 8. videorl's reading:
+    no, no, yes, yes, none, B, A, B → 7 / 8 right; rows 2, 4, 5, 7, 8 read differently.
+    """
+    yes_no = [
+        ("no", "Nope"),
+        ("no", "Definitely not."),
+        ("yes", "Yes, the car turns left."),
+        ("yes", "The answer is yes."),
+        ("yes", "Nothing indicates that."),
+    ]
+    files.json(
+        tmp_path / "questions" / "yes_no.json",
+        {
+            "v1": {
+                "direction": [{"question": f"Statement {i}?", "answer": a} for i, (a, _) in enumerate(yes_no)]
+            }
+        },
+    )
+    mc = [("B. fast", "B) fast"), ("A. slow", "(A) slow"), ("B. fast", "b")]
+    files.json(
+        tmp_path / "questions" / "multi-choice.json",
+        {"v1": {"speed": [{"question": "How fast?\nA. slow\nB. fast", "answer": a} for a, _ in mc]}},
+    )
+    responses = {f"yes_no/v1/direction/{i}": r for i, (_, r) in enumerate(yes_no)}
+    responses |= {f"multi-choice/v1/speed/{i}": r for i, (_, r) in enumerate(mc)}
+    assert_benchmark_contract(
+        TempCompass(),
+        tmp_path,
+        responses=responses,
+        expected={
+            "overall": 3 / 8,
+            "metrics": {"accuracy, videorl's reading": 7 / 8},
+            "readings": {"counted": 8, "differ": 5},
+            "categories": {"format": {"yes_no": 2 / 5, "multi-choice": 1 / 3}},
+        },
+    )
 
 
 def test_tempcompass_bad_answer(tmp_path: Path, files: Files) -> None:

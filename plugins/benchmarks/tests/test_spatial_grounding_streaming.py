@@ -38,17 +38,20 @@ VSI_ROWS = [
 def test_vsibench_macro_average_with_mra(tmp_path: Path, files: Files) -> None:
     files.parquet(tmp_path / "test-00000-of-00001.parquet", VSI_ROWS)  # nyu-visionx/VSI-Bench as downloaded
     responses = {"1": "A", "2": "A", "3": "C", "4": "4", "5": "It is about 26 square meters."}
-    # rel_direction: easy 1, hard 0 → 0.5; route_planning 1; counting 1; room size |26-20|/20 = 0.3 → MRA 0.5
-    # 8-task macro over the 4 present: (0.5 + 1 + 1 + 0.5) / 4
+    # rel_direction: easy 1, hard 0 → 0.5; route_planning 1; counting 1; room size: the official first word
+    # "It" is no number → 0 (videorl reads 26: |26-20|/20 = 0.3 → MRA 0.5)
+    # 8-task macro over the 4 present: (0.5 + 1 + 1 + 0) / 4 official, (0.5 + 1 + 1 + 0.5) / 4 videorl
     rows = assert_benchmark_contract(
         VSIBench(),
         tmp_path,
         responses=responses,
         expected={
-            "overall": 0.75,
+            "overall": 0.625,
+            "metrics": {"8-task mean (accuracy / MRA), videorl's reading": 0.75},
+            "readings": {"counted": 5, "differ": 1},
             "categories": {
                 "task": {"object_rel_direction": 0.5, "route_planning": 1.0, "object_counting": 1.0,
-                         "room_size_estimation": 0.5},
+                         "room_size_estimation": 0.0},
                 "question_type": {"object_rel_direction_easy": 1.0, "object_rel_direction_hard": 0.0},
             },
         },
@@ -60,6 +63,62 @@ def test_vsibench_macro_average_with_mra(tmp_path: Path, files: Files) -> None:
         "These are frames of a video.\nQ5?\nPlease answer the question using a single word or phrase."
     )
     assert bench.score(rows[4], 21.0) == 1.0  # 5% off meets θ = 0.95 with the official inclusive rule
+
+
+def test_vsibench_official_figure_by_the_official_rule(tmp_path: Path, files: Files) -> None:
+    """Six rows in the official format, scored as VSI-Bench's official code (lmms-eval vsibench/utils.py):
+
+        fuzzy_matching(pred) = pred.split(' ')[0].rstrip('.').strip()
+        MCA: exact_match = 1. if pred.lower() == target.lower() else 0.
+        NA: mean_relative_accuracy: (abs(pred - target) / target <= 1 - np.linspace(.5, .95, 10)).mean()
+        overall = mean of the 8 task scores (here the 6 present)
+
+    By hand: "b." → "b" = "b", 1; "The answer is A." → "The", 0; "12" for 10: error 0.2 ≤ 1 - θ only for
+    θ ≤ 0.75 (1 - 0.8 is 0.19999999999999996 in floats) → 0.6; "145 cm" for 100: error 0.45 only for
+    θ = 0.5 (1 - 0.55 is 0.44999999999999996) → 0.1; "three" for 3 → 1; "About 20 square meters." → "About",
+    0. Official: (1 + 0 + 0.6 + 0.1 + 1 + 0) / 6 = 0.45. videorl's reading (A and 20 read): 4.7 / 6, two rows
+    read differently.
+    """
+    letters = ["A. near", "B. far", "C. same"]
+    files.jsonl(
+        tmp_path / "test.jsonl",
+        [
+            _vsi(1, "object_rel_distance", "B", letters),
+            _vsi(2, "route_planning", "A", letters),
+            _vsi(3, "object_abs_distance", "10"),
+            _vsi(4, "object_size_estimation", "100"),
+            _vsi(5, "object_counting", "3"),
+            _vsi(6, "room_size_estimation", "20"),
+        ],
+    )
+    responses = {
+        "1": "b.",
+        "2": "The answer is A.",
+        "3": "12",
+        "4": "145 cm",
+        "5": "<answer>three</answer>",
+        "6": "About 20 square meters.",
+    }
+    assert_benchmark_contract(
+        VSIBench(),
+        tmp_path,
+        responses=responses,
+        expected={
+            "overall": pytest.approx(0.45),
+            "metrics": {"8-task mean (accuracy / MRA), videorl's reading": pytest.approx(4.7 / 6)},
+            "readings": {"counted": 6, "differ": 2},
+            "categories": {
+                "task": {
+                    "object_rel_distance": 1.0,
+                    "route_planning": 0.0,
+                    "object_abs_distance": pytest.approx(0.6),
+                    "object_size_estimation": pytest.approx(0.1),
+                    "object_counting": 1.0,
+                    "room_size_estimation": 0.0,
+                }
+            },
+        },
+    )
 
 
 def test_vsibench_reads_the_jsonl_beside_the_parquet_without_pyarrow(

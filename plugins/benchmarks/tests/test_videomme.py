@@ -49,7 +49,7 @@ RESPONSES = {
     "001-1": "B",  # right
     "001-2": "The answer is (A).",  # wrong
     "002-1": "<think>it is not A</think>D",  # right
-    # 002-2: no response → wrong
+    # 002-2: an empty response: no letter, so the official figure leaves it out (videorl's counts it wrong)
 }
 
 
@@ -59,13 +59,15 @@ def test_videomme_scores_and_categories(videomme: Path) -> None:
         videomme,
         responses=RESPONSES,
         expected={
-            "overall": 0.5,
+            "overall": 2 / 3,
             "metric": "accuracy",
-            "categories": {
-                "duration": {"short": 0.5, "long": 0.5},
-                "domain": {"Knowledge": 0.5, "Sports Competition": 0.5},
-                "sub_category": {"Humanity": 0.5, "Football": 0.5},
-                "task_type": {"Counting Problem": 1.0, "OCR Problems": 0.0, "Action Recognition": 0.0},
+            "metrics": {"accuracy, videorl's reading": 0.5},
+            "readings": {"counted": 3, "differ": 0},
+            "categories": {  # over the 3 counted rows
+                "duration": {"short": 0.5, "long": 1.0},
+                "domain": {"Knowledge": 0.5, "Sports Competition": 1.0},
+                "sub_category": {"Humanity": 0.5, "Football": 1.0},
+                "task_type": {"Counting Problem": 1.0, "OCR Problems": 0.0},
             },
         },
     )
@@ -81,12 +83,62 @@ def test_videomme_scores_and_categories(videomme: Path) -> None:
 
 def test_videomme_with_subtitles(videomme: Path) -> None:
     bench = VideoMMESubtitles()
-    rows = assert_benchmark_contract(bench, videomme, responses=RESPONSES, expected={"overall": 0.5})
+    rows = assert_benchmark_contract(bench, videomme, responses=RESPONSES, expected={"overall": 2 / 3})
     prompt = bench.build_prompt(rows[0], family="qwen3_vl", thinking=False)
     assert prompt.startswith("This video's subtitles are listed below:\nHello there\nSecond line continued\n")
     assert prompt.endswith("The best answer is: ")
     no_subs = bench.build_prompt(rows[2], family=None, thinking=False)
     assert no_subs.startswith("Select the best answer")
+
+
+def test_videomme_official_figure_by_the_official_rule(tmp_path: Path, files: Files) -> None:
+    """Six rows in the official format, scored as Video-MME's eval_your_results.py scores them:
+
+        s = s.strip(); for answer_prefix in answer_prefixes: s = s.replace(answer_prefix, "")
+        matches = re.search(r'[ABCD]', s); return "" if matches is None else matches[0]
+        if extration != "": correct += extration == gt_answer; answered += 1   # accuracy = correct / answered
+
+    (``answer_prefixes`` with its two missing commas). By hand: row 1 "B" → B, right; row 2 "Best answer:
+    C" → the fused prefix is not removed, so the "B" of "Best" → wrong; row 3 has no capital A-D → left
+    out; row 4's answer "d" is lower-case → left out; row 5 "The answer is (A)." → A, wrong; row 6 "Based
+    on the video, D." → the "B" of "Based", wrong. Official: 1 right of 4 answered = 0.25. videorl's
+    reading: B, C, none, D, A, none → rows 1, 2, 4 right of all 6 = 0.5; rows 2, 4, 6 read differently.
+    """
+    truths = ["B", "C", "A", "D", "D", "D"]
+    files.jsonl(
+        tmp_path / "videomme" / "test.jsonl",
+        [
+            _q(
+                f"00{i}-1",
+                f"v{i}",
+                "short" if i <= 3 else "long",
+                "Knowledge",
+                "Humanity",
+                "Counting Problem",
+                t,
+            )
+            for i, t in enumerate(truths, start=1)
+        ],
+    )
+    responses = {
+        "001-1": "B",
+        "002-1": "Best answer: C",
+        "003-1": "I cannot tell from the video.",
+        "004-1": "<think>Compare A and B.</think><answer>d</answer>",
+        "005-1": "The answer is (A).",
+        "006-1": "Based on the video, D.",
+    }
+    assert_benchmark_contract(
+        VideoMME(),
+        tmp_path,
+        responses=responses,
+        expected={
+            "overall": 1 / 4,
+            "metrics": {"accuracy, videorl's reading": 3 / 6},
+            "readings": {"counted": 4, "differ": 3},
+            "categories": {"duration": {"short": 1 / 2, "long": 0.0}},  # short: rows 1, 2; long: 5, 6
+        },
+    )
 
 
 def test_parse_srt() -> None:

@@ -31,6 +31,10 @@ CASES = [
     case("B" * 1_000_000, 0.0),  # 1 MB: no tag, no single letter
     case("<answer>A. red</answer>", 1.0, truth="A"),
     case("<answer>It is dark red.</answer>", 1.0, truth="C"),
+    case("<answer>Answer: (b)</answer>", 1.0),  # a lower-case letter in parentheses is a letter
+    case("<answer>Option (d)</answer>", 1.0, truth="D"),
+    case("<answer>(a) or (b)</answer>", 0.05),  # still a hedge
+    case("<answer>I choose (c)</answer>", 1.0, truth="C"),  # "I" is the pronoun
 ]
 
 

@@ -38,6 +38,12 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
     ]
     for metric, value in (summary.get("metrics") or {}).items():
         lines.append(f"  {metric}: {100 * value:.2f}{ci(metric)}")
+    readings = summary.get("readings")
+    if readings:  # an adapter reporting the official reading and videorl's (Video-MME, VSI-Bench, ...)
+        lines.append(
+            f"  (the official figure counts {readings['counted']} rows; videorl reads "
+            f"{readings['differ']} rows differently)"
+        )
     for kind, values in summary.get("categories", {}).items():
         lines.append(f"  {kind}:")
         lines += [
@@ -114,6 +120,7 @@ def score_command(
     """
     from videorl.atomic import atomic_write_text
     from videorl.eval import predictions_path, read_predictions, record_result, score_predictions
+    from videorl.eval.scoring import aggregator
     from videorl.eval.stats import ResampleError, benchmark_stats, resample_group
 
     try:
@@ -130,7 +137,7 @@ def score_command(
                 scores = [r.score for r in result.rows]
                 stats = benchmark_stats(
                     canonical,
-                    benchmark.aggregate,
+                    aggregator(benchmark, {r.id: r.prediction for r in result.rows}),
                     rows,
                     scores,
                     resamples=resamples,
@@ -242,7 +249,7 @@ def _comparison_stats(
 ) -> dict[str, Any]:
     """Each benchmark's intervals and paired tests; one that lacks what they need gets a note instead."""
     from videorl.eval.compare import BenchmarkComparison, benchmark_comparison
-    from videorl.eval.results import read_scores
+    from videorl.eval.results import read_scored_rows
 
     out: dict[str, Any] = {}
     names = list(dict.fromkeys(n for r in results for n in r["benchmarks"]))
@@ -251,10 +258,12 @@ def _comparison_stats(
             r.get("settings", {}).get("benchmarks", {}).get(name, {}).get("data_root") for r in results
         ]
         root = roots.get(name) or next((Path(p) for p in recorded if p), None)
-        scores = [
-            read_scores(d, name) if name in r["benchmarks"] else None
+        scored = [
+            read_scored_rows(d, name) if name in r["benchmarks"] else None
             for d, r in zip(dirs, results, strict=True)
         ]
+        scores = [s[0] if s else None for s in scored]
+        predictions = [s[1] if s else None for s in scored]
         why = None
         if all(s is None for s in scores):
             why = f"no run has {name}/scores.jsonl (rescore with videorl eval score --run)"
@@ -275,7 +284,9 @@ def _comparison_stats(
                 [None] * len(dirs), [None] * (len(dirs) - 1), notes=[f"no intervals: {why}"]
             )
             continue
-        out[name] = found = benchmark_comparison(benchmark, rows, scores, resamples=resamples, seed=seed)
+        out[name] = found = benchmark_comparison(
+            benchmark, rows, scores, predictions=predictions, resamples=resamples, seed=seed
+        )
         for d, r, s, st in zip(dirs, results, scores, found.runs, strict=True):
             if s is None and name in r["benchmarks"]:
                 found.notes.append(f"no intervals for {d}: it has no {name}/scores.jsonl")

@@ -19,6 +19,7 @@ import numpy as np
 from videorl.atomic import atomic_write_bytes
 from videorl.benchmark import Benchmark, BenchmarkRow
 from videorl.eval.aggregate import mean
+from videorl.eval.scoring import aggregator
 from videorl.eval.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -87,16 +88,20 @@ def benchmark_comparison(
     rows: Sequence[BenchmarkRow],
     scores: Sequence[Mapping[str, float] | None],
     *,
+    predictions: Sequence[Mapping[str, Any] | None] | None = None,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> BenchmarkComparison:
     """Intervals and paired tests for one benchmark from each run's per-row ``scores`` (by id; ``None``
-    for a run without them). Rows are those of ``rows`` that a run scored; ids not in ``rows`` are noted."""
+    for a run without them). Rows are those of ``rows`` that a run scored; ids not in ``rows`` are noted.
+    ``predictions``: each run's extracted predictions by id, for an adapter that aggregates them
+    (:func:`videorl.eval.scoring.aggregator`)."""
+    aggregates = [aggregator(benchmark, predictions[i] if predictions else None) for i in range(len(scores))]
     name = benchmark.name
     group = resample_group(benchmark)
     known = {r.id for r in rows}
     out = BenchmarkComparison([], [], [[i for i in s or {} if i not in known] for s in scores])
-    for run_scores in scores:
+    for run_scores, aggregate in zip(scores, aggregates, strict=True):
         if run_scores is None:
             out.runs.append(None)
             continue
@@ -105,7 +110,7 @@ def benchmark_comparison(
             out.runs.append(
                 benchmark_stats(
                     name,
-                    benchmark.aggregate,
+                    aggregate,
                     mine,
                     [float(run_scores[r.id]) for r in mine],
                     resamples=resamples,
@@ -128,7 +133,7 @@ def benchmark_comparison(
             out.paired.append(
                 paired_stats(
                     name,
-                    benchmark.aggregate,
+                    aggregates[0],
                     rows,
                     base,
                     run_scores,
@@ -136,6 +141,7 @@ def benchmark_comparison(
                     seed=seed,
                     group=group,
                     known=(out.runs[0], out.runs[run]),
+                    aggregate_b=aggregates[run],
                 )
             )
         except ValueError as exc:

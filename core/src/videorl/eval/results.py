@@ -84,12 +84,12 @@ def read_results(run_dir: Path | str) -> dict[str, Any]:
     return data
 
 
-def read_scores(run_dir: Path | str, name: str) -> dict[str, float] | None:
-    """The per-row scores in ``RUN/NAME/scores.jsonl`` by id; ``None`` when the run has no such file."""
+def _score_records(run_dir: Path | str, name: str) -> list[tuple[str, float, Any]] | None:
+    """``(id, score, prediction)`` of each line of ``RUN/NAME/scores.jsonl``; ``None`` without the file."""
     path = scores_path(run_dir, name)
     if not path.is_file():
         return None
-    out: dict[str, float] = {}
+    out: list[tuple[str, float, Any]] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -98,13 +98,28 @@ def read_scores(run_dir: Path | str, name: str) -> dict[str, float] | None:
             score = record["score"]
             if isinstance(score, bool) or not isinstance(score, (int, float)):
                 raise TypeError
-            out[str(record["id"])] = float(score)
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            out.append((str(record["id"]), float(score), record.get("prediction")))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise DataError(
                 f'{path}:{number}: expected {{"id", "score": number, ...}} (rescore with videorl eval score '
                 "--run)"
             ) from exc
     return out
+
+
+def read_scores(run_dir: Path | str, name: str) -> dict[str, float] | None:
+    """The per-row scores in ``RUN/NAME/scores.jsonl`` by id; ``None`` when the run has no such file."""
+    found = read_scored_rows(run_dir, name)
+    return None if found is None else found[0]
+
+
+def read_scored_rows(run_dir: Path | str, name: str) -> tuple[dict[str, float], dict[str, Any]] | None:
+    """The per-row scores and extracted predictions in ``RUN/NAME/scores.jsonl``, each by id (an adapter
+    that aggregates predictions needs both); ``None`` when the run has no such file."""
+    records = _score_records(run_dir, name)
+    if records is None:
+        return None
+    return {i: score for i, score, _ in records}, {i: prediction for i, _, prediction in records}
 
 
 def _read_or_new(run_dir: Path) -> dict[str, Any]:

@@ -2,13 +2,14 @@
 
 Failure accounting: a row without a prediction, a prediction recorded with an ``error`` (or no
 response), and a row whose extraction or scoring raised all score 0 and are listed with their
-reason; none is ever dropped from the denominator.
+reason; none is ever dropped from the denominator by the core (an adapter's official figure may leave
+rows out, see :func:`aggregator`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,6 +17,29 @@ from videorl.benchmark import Benchmark, BenchmarkRow
 from videorl.eval.predictions import Prediction
 
 MISSING = "missing prediction"
+
+#: an adapter's aggregate as a function of rows and their scores (what a bootstrap resample recomputes)
+Aggregate = Callable[[list[BenchmarkRow], list[float]], Mapping[str, Any]]
+
+
+def aggregator(benchmark: Benchmark, predictions: Mapping[str, Any] | None = None) -> Aggregate:
+    """``benchmark.aggregate`` as a function of rows and scores.
+
+    An adapter whose official figures depend on what was read from a row, not only on its score (a
+    denominator of the rows its official scorer could read, a second reading reported beside the official
+    one), sets ``aggregates_predictions = True``. Its aggregate is then called as ``aggregate(rows, scores,
+    predictions)`` with each row's extracted prediction, looked up by row id in ``predictions`` (``None``
+    where there is none), so that a bootstrap resample of rows carries its rows' predictions.
+    """
+    if not getattr(benchmark, "aggregates_predictions", False):
+        return benchmark.aggregate
+    full: Callable[..., Mapping[str, Any]] = benchmark.aggregate
+    found = predictions or {}
+
+    def aggregate(rows: list[BenchmarkRow], scores: list[float]) -> Mapping[str, Any]:
+        return full(rows, scores, [found.get(row.id) for row in rows])
+
+    return aggregate
 
 
 @dataclass
@@ -73,7 +97,7 @@ def summarize(
     if [r.id for r in rows] != [r.id for r in results]:
         raise ValueError("results must be aligned with rows (same ids, same order)")
     scores = [r.score for r in results]
-    summary = dict(benchmark.aggregate(list(rows), scores))
+    summary = dict(aggregator(benchmark, {r.id: r.prediction for r in results})(list(rows), scores))
     failed = [{"id": r.id, "reason": r.failed} for r in results if r.failed is not None]
     summary["n"] = len(rows)
     summary["n_failed"] = len(failed)

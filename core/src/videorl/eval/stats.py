@@ -343,13 +343,16 @@ def paired_stats(
     seed: int = DEFAULT_SEED,
     group: str | None = None,
     known: tuple[BenchmarkStats | None, BenchmarkStats | None] = (None, None),
+    aggregate_b: Aggregate | None = None,
 ) -> PairedStats:
     """Compare two runs' per-row scores (by id) on ``rows``: rows scored by one run only are listed,
     not used; the rest are resampled together (whole groups with ``group``) and aggregated for both runs.
     McNemar's test needs independent rows: with groups of several rows there is none.
 
     ``known``: the runs' own :func:`benchmark_stats`; where one was made on exactly the shared rows (the
-    usual case) its replicates are these resamples already and are reused instead of recomputed."""
+    usual case) its replicates are these resamples already and are reused instead of recomputed.
+    ``aggregate_b``: run B's aggregate where it is not ``aggregate`` (an adapter given each run's own
+    predictions, :func:`videorl.eval.scoring.aggregator`)."""
     only_a = [r.id for r in rows if r.id in scores_a and r.id not in scores_b]
     only_b = [r.id for r in rows if r.id in scores_b and r.id not in scores_a]
     common = [r for r in rows if r.id in scores_a and r.id in scores_b]
@@ -358,20 +361,23 @@ def paired_stats(
     a = [float(scores_a[r.id]) for r in common]
     b = [float(scores_b[r.id]) for r in common]
     values_a = summary_lines(aggregate(common, a))
-    values_b = summary_lines(aggregate(common, b))
+    aggregate_b = aggregate_b or aggregate
+    values_b = summary_lines(aggregate_b(common, b))
     labels = [label for label in values_a if label in values_b]
     deltas = {label: values_b[label] - values_a[label] for label in labels}
     units = Units(common, group)
     picks = resample_indices(len(units.members), resamples, seed, name)
     ids = tuple(r.id for r in common)
 
-    def replicates(scores: list[float], stats: BenchmarkStats | None) -> dict[str, np.ndarray]:
+    def replicates(
+        run: Aggregate, scores: list[float], stats: BenchmarkStats | None
+    ) -> dict[str, np.ndarray]:
         same = stats is not None and (stats.ids, stats.resamples, stats.seed) == (ids, resamples, seed)
         if stats is not None and same and all(label in stats.replicates for label in labels):
             return stats.replicates
-        return _replicates(aggregate, units, scores, picks, labels)
+        return _replicates(run, units, scores, picks, labels)
 
-    reps_a, reps_b = replicates(a, known[0]), replicates(b, known[1])
+    reps_a, reps_b = replicates(aggregate, a, known[0]), replicates(aggregate_b, b, known[1])
     intervals = {
         label: iv
         for label in labels

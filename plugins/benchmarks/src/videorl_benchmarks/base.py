@@ -1,14 +1,23 @@
 """What every adapter shares: loading checks, prompts per family, extraction and scoring per problem type.
 
 An adapter subclasses :class:`BaseBenchmark`, sets ``name``, implements :meth:`BaseBenchmark.read` and
-describes its official prompt with class attributes; it overrides ``extract``/``score``/``aggregate``
-only where its official protocol differs from the shared rules below.
+describes its official prompt with class attributes; it overrides ``read_answer``/``score_reading``/
+``summarize`` only where its official protocol differs from the shared rules below.
+
+Two readings: where the official scorer reads answers differently from these rules (Video-MME's first
+letter, VSI-Bench's first word, TempCompass's exact matches), the adapter implements
+:meth:`BaseBenchmark.official_read` and sets ``aggregates_predictions``. A prediction is then
+``{"official": …, "videorl": …}``, a row's score is the official reading's, and the summary's
+``overall`` is the official figure (with the official denominator: ``official_leaves_out_unread``);
+``metrics`` adds the same figure from videorl's reading over every row and ``readings`` counts the rows
+the official figure counts and those read differently.
 
 Shared rules per ``problem_type`` (extraction → score):
 
 - ``multiple_choice``: the option letter (:func:`videorl.answers.answer_choice`) → exact match;
 - ``numerical``: the one number of the final answer → equal after rounding to 2 decimals;
-- ``regression``: the number → mean relative accuracy with VSI-Bench's inclusive thresholds;
+- ``regression``: the number → mean relative accuracy as VSI-Bench's official code computes it
+  (inclusive, float thresholds);
 - ``counting``: the number → exact match;
 - ``yes_no``: ``"yes"``/``"no"``, the first word deciding (TempCompass) → exact match;
 - ``temporal_grounding``: a ``[start, end]`` span in seconds (a reversed one swapped) → temporal IoU;
@@ -49,6 +58,10 @@ class BaseBenchmark:
     name: ClassVar[str] = ""
     #: the name of the ``overall`` figure
     metric: ClassVar[str] = "accuracy"
+    #: set by an adapter with an official reading (:meth:`official_read`); see the module docstring
+    aggregates_predictions: ClassVar[bool] = False
+    #: whether the official scorer leaves a row it reads no answer from out of its denominator
+    official_leaves_out_unread: ClassVar[bool] = False
 
     #: the official annotation file(s), relative to the data root (globs allowed), first found wins
     official_files: ClassVar[tuple[str, ...]] = ()
@@ -148,6 +161,14 @@ class BaseBenchmark:
     # --- extraction and scoring ---------------------------------------------------------------------
 
     def extract(self, row: BenchmarkRow, response: str) -> Any:
+        """videorl's reading (:meth:`read_answer`), with the official one beside it where it differs."""
+        mine = self.read_answer(row, response)
+        if not self.aggregates_predictions:
+            return mine
+        return {"official": self.official_read(row, response), "videorl": mine}
+
+    def read_answer(self, row: BenchmarkRow, response: str) -> Any:
+        """The answer in ``response`` by the shared rules of ``row.problem_type``."""
         kind = row.problem_type
         if kind == "multiple_choice":  # options are bare texts: lettered by position, never re-parsed
             return answers.answer_choice(response, dict(zip(answers.CHOICE_LETTERS, row.options or ())))
@@ -162,7 +183,19 @@ class BaseBenchmark:
             return answers.parse_boolean(text, leading_wins=True)
         return text.strip() or None
 
+    def official_read(self, row: BenchmarkRow, response: str) -> Any:
+        """The official scorer's reading of ``response`` (``None``: it reads no answer); adapters that set
+        ``aggregates_predictions`` implement it on :func:`official_text`."""
+        raise NotImplementedError(f"{self.name} has no official reading of its own")
+
     def score(self, row: BenchmarkRow, prediction: Any) -> float:
+        """The official score: of the official reading where the prediction carries both."""
+        if self.aggregates_predictions and isinstance(prediction, dict) and "official" in prediction:
+            prediction = prediction["official"]
+        return self.score_reading(row, prediction)
+
+    def score_reading(self, row: BenchmarkRow, prediction: Any) -> float:
+        """The score of one reading of the answer, by the shared rule of ``row.problem_type``."""
         if prediction is None:
             return 0.0
         kind, truth = row.problem_type, row.answer
@@ -171,7 +204,9 @@ class BaseBenchmark:
         if kind == "spatial_temporal_grounding":
             return st_score(prediction, truth)
         if kind == "regression":
-            return answers.mean_relative_accuracy(float(prediction), float(truth), inclusive=True)
+            return answers.mean_relative_accuracy(
+                float(prediction), float(truth), inclusive=True, float_thresholds=True
+            )
         if kind == "numerical":
             return float(round(float(prediction), 2) == round(float(truth), 2))
         if kind == "counting":
@@ -180,9 +215,42 @@ class BaseBenchmark:
             return float(open_match(str(prediction), str(truth)))
         return float(prediction == truth)
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def aggregate(
+        self, rows: list[BenchmarkRow], scores: list[float], predictions: list[Any] | None = None
+    ) -> dict[str, Any]:
+        """The official summary (:meth:`summarize`); with both readings in ``predictions``, over the rows
+        the official scorer counts, with videorl's reading's figure and the counts beside it."""
+        if predictions is None or not self.aggregates_predictions:
+            return self.summarize(rows, scores)
+        counted: list[int] = []
+        mine: list[float] = []
+        differ = 0
+        for i, (row, score, prediction) in enumerate(zip(rows, scores, predictions, strict=True)):
+            if not isinstance(prediction, dict):  # a failed row (or one scored before two readings)
+                counted.append(i)
+                mine.append(score)
+                continue
+            official, videorl = prediction.get("official"), prediction.get("videorl")
+            if official is not None or not self.official_leaves_out_unread:
+                counted.append(i)
+            mine.append(self.score_reading(row, videorl))
+            differ += official != videorl
+        summary = self.summarize([rows[i] for i in counted], [scores[i] for i in counted])
+        other = self.summarize(rows, mine)["overall"]
+        summary.setdefault("metrics", {})[f"{self.metric}, videorl's reading"] = other
+        summary["readings"] = {"counted": len(counted), "differ": differ}
+        return summary
+
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         """Overall = the mean score; one breakdown per category kind."""
         return benchmark_summary(mean(scores), breakdown(rows, scores), metric=self.metric)
+
+
+def official_text(response: str) -> str:
+    """What an official scorer is given: the last ``<answer>`` content, else the response after its
+    reasoning (``</think>``), stripped; the official scripts read a plain answer, not a reasoning trace."""
+    tagged = answers.extract_tag(response)
+    return tagged if tagged is not None else answers.strip_think(response)
 
 
 # --- open-ended ------------------------------------------------------------------------------------

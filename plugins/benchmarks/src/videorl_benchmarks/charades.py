@@ -86,6 +86,6 @@ class CharadesSTA(BaseBenchmark):
         prompt = PROMPT.format(sentence=row.problem)
         return f"{prompt}\n{thinking_ending(row.problem_type)}" if thinking else prompt
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         metrics = {f"R@{t}": mean(float(s >= t) for s in scores) for t in THRESHOLDS}
         return benchmark_summary(mean(scores), {}, metric=self.metric, metrics=metrics)

@@ -72,7 +72,7 @@ class MLVU(BaseBenchmark):
                 )
         return rows
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         if rows and all("task" in r.categories for r in rows):
             overall = macro_mean(group_means(rows, scores, "task"))
         else:

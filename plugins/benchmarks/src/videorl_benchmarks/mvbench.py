@@ -93,7 +93,7 @@ class MVBench(BaseBenchmark):
         row.clip = _clip(rec)
         return row
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         """Mean of the per-task accuracies when every row has a task, else the plain accuracy."""
         if rows and all("task" in r.categories for r in rows):
             overall = macro_mean(group_means(rows, scores, "task"))

@@ -147,10 +147,10 @@ class OVOBench(BaseBenchmark):
 
     # --- scoring ------------------------------------------------------------------------------------
 
-    def extract(self, row: BenchmarkRow, response: str) -> Any:
+    def read_answer(self, row: BenchmarkRow, response: str) -> Any:
         return answers.answer_text(response).strip() or None
 
-    def score(self, row: BenchmarkRow, prediction: Any) -> float:
+    def score_reading(self, row: BenchmarkRow, prediction: Any) -> float:
         if not prediction:
             return 0.0
         text = str(prediction)
@@ -162,7 +162,7 @@ class OVOBench(BaseBenchmark):
             return float(str(row.answer) in text)
         return float(str(row.answer) in text)
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         tasks = group_means(rows, scores, "task")
         categories = {
             cat: macro_mean({t: tasks[t] for t in members if t in tasks})

@@ -5,11 +5,17 @@ Official files: ``questions/{multi-choice,yes_no,caption_matching}.json``, each
 Multi-choice questions carry their options ("A. ...") and answers are an option line ("B. ...");
 yes/no answers are "yes"/"no"; caption-matching options are lines such as "Caption A: ..." /
 "Sentence A: ..." / "Option 1: ..." and the answer is one of them. Prompts append the official
-"Please directly give the best option:" / "Please answer yes or no:". Scoring is the official
-rule-based part (an answer naming exactly one option, or starting with yes/no); the official ChatGPT
-fallback for unmatched answers is not used (they count as wrong). Captioning (free captions judged by
-an LLM) is not loaded. Reported: accuracy by task format and by temporal dimension (action, speed,
+"Please directly give the best option:" / "Please answer yes or no:". Captioning (free captions judged
+by an LLM) is not loaded. Reported: accuracy by task format and by temporal dimension (action, speed,
 direction, order, attribute_change); overall = accuracy over all loaded questions.
+
+Official figure: the official rule-based matching on the answer part of the response (TempCompass's
+``eval_*.py`` as lmms-eval ports them): multi-choice, the answer equals the option line, is a bare
+letter A–D, or starts with "A." / "A)"; yes/no, ``pred.lower().startswith("yes")`` / ``("no")``;
+caption matching, the answer equals an option line, its sentence (also after "X) "), or its label
+("Caption A", "A", a trailing "." ignored). The official ChatGPT fallback for the rest is not used:
+they count as wrong, every row staying in the denominator. videorl's reading (a letter, an option's
+text or label anywhere in the answer; yes/no also from "Definitely not.") is reported beside it.
 
 EasyVideoR1's ``tempcompass.json`` (7,540 items, schema not seen: its file was too large to read) is
 read through the unified schema when ``questions/`` is absent.
@@ -22,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from videorl.api import BenchmarkRow, answers
-from videorl_benchmarks.base import BaseBenchmark, letter_answer
+from videorl_benchmarks.base import BaseBenchmark, letter_answer, official_text
 from videorl_benchmarks.files import Record, read_json_object, split_inline_options
 from videorl_benchmarks.prompts import thinking_ending
 
@@ -49,10 +55,50 @@ def _caption_options(rec: Record, question: str) -> tuple[str, list[str], list[s
     return "\n".join(stem).strip(), labels, options
 
 
+def official_choice(pred: str, options: list[str]) -> str | None:
+    """The official multi-choice match: ``pred == doc["answer"]`` (an option line "B. text"), a bare
+    letter in A–D, or ``pred.startswith("B.")`` / ``("B)")`` for a letter in A–D."""
+    for i, text in enumerate(options):
+        if pred == f"{chr(65 + i)}. {text}":
+            return chr(65 + i)
+    if pred in ("A", "B", "C", "D"):
+        return pred
+    if pred[:1] in ("A", "B", "C", "D") and pred[1:2] in (".", ")"):
+        return pred[0]
+    return None
+
+
+def official_yes_no(pred: str) -> str | None:
+    """The official yes/no rule: the lower-cased answer starts with "yes" or "no" ("Nope" is no)."""
+    pred = pred.lower()
+    return "yes" if pred.startswith("yes") else "no" if pred.startswith("no") else None
+
+
+def official_caption(pred: str, labels: list[str], options: list[str]) -> str | None:
+    """The official caption-matching ``eval_rule``: the last option whose line ("Caption A: text"),
+    sentence (also the part after ") "), or label ("Caption A" or "A"; "." removed) ``pred`` equals, in
+    the official order (lines, then sentences, then labels)."""
+    after = pred.split(") ")[1] if ") " in pred else None
+    found = None
+    for i, (label, text) in enumerate(zip(labels, options, strict=True)):
+        if pred == f"{label}: {text}":
+            found = i
+    for i, text in enumerate(options):
+        if text in (pred, after):
+            found = i
+    bare = pred.replace(".", "")
+    for i, label in enumerate(labels):
+        short = label.split(" ", 1)[-1]  # "Caption A" → "A", "Option 1" → "1"
+        if pred in (label, short) or bare in (label, short):
+            found = i
+    return None if found is None else chr(65 + found)
+
+
 class TempCompass(BaseBenchmark):
     name = "tempcompass"
     official_files = ("questions",)
     unified_file = "tempcompass.json"
+    aggregates_predictions = True
 
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         rows = []
@@ -106,11 +152,20 @@ class TempCompass(BaseBenchmark):
         ending = thinking_ending(row.problem_type) if thinking else _SUFFIX[fmt]
         return f"{row.extra['question']}\n{ending}"
 
-    def extract(self, row: BenchmarkRow, response: str) -> Any:
+    def official_read(self, row: BenchmarkRow, response: str) -> Any:
+        pred = official_text(response)
+        labels: list[str] | None = row.extra.get("labels")
+        if row.problem_type == "yes_no":
+            return official_yes_no(pred)
+        if labels and row.options:
+            return official_caption(pred, labels, row.options)
+        return official_choice(pred, row.options or [])
+
+    def read_answer(self, row: BenchmarkRow, response: str) -> Any:
         labels: list[str] | None = row.extra.get("labels")
         if labels and row.options:
             text = answers.answer_text(response).lower()
             named = {i for i, label in enumerate(labels) if label.lower() in text}
             if len(named) == 1:
                 return chr(65 + named.pop())
-        return super().extract(row, response)
+        return super().read_answer(row, response)

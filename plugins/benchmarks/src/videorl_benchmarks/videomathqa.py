@@ -76,7 +76,7 @@ class VideoMathQA(BaseBenchmark):
             return body + thinking_ending(row.problem_type)
         return body + f"\nAnswer with the option's letter ({letters}) from the given choices directly."
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         mcq: list[tuple[dict[str, Any], float]] = []
         groups: dict[str, tuple[dict[str, Any], list[float]]] = {}
         for row, score in zip(rows, scores, strict=True):

@@ -6,6 +6,12 @@ Official files: ``videomme/test-00000-of-00001.parquet`` (or the same rows as ``
 ``data/<videoID>.mp4`` (lmms-eval), ``videos/`` (EasyVideoR1) or ``video/`` (VLMEvalKit); subtitles
 ``subtitle/<videoID>.srt``. EasyVideoR1's ``videomme.json`` is read when the parquet is absent.
 Metric: accuracy, by duration, domain, sub-category and task type.
+
+Official figure: the rule of Video-MME's ``eval_your_results.py`` (``extract_characters_regex``) on the
+answer part of the response (:func:`~videorl_benchmarks.base.official_text`): the answer prefixes are
+removed, then the **first** capital A–D anywhere is the answer; a response with none is left out of the
+denominator (not counted wrong). videorl's reading (the option letter by the shared rules, every row
+counted) is reported beside it in ``metrics``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from videorl.api import BenchmarkRow, answers
-from videorl_benchmarks.base import BaseBenchmark, letter_answer
+from videorl_benchmarks.base import BaseBenchmark, letter_answer, official_text
 from videorl_benchmarks.files import Record, read_records, resolve_media
 
 _CATEGORIES = ("duration", "domain", "sub_category", "task_type")
@@ -53,6 +59,29 @@ def parse_srt(text: str) -> list[tuple[float, float, str]]:
     return cues
 
 
+# eval_your_results.py's answer_prefixes as written there: two commas are missing, so "The best option is"
+# "The correct option is" and "Best answer:" "Best option:" are each one fused string (rarely present)
+_OFFICIAL_PREFIXES = (
+    "The best answer is",
+    "The correct answer is",
+    "The answer is",
+    "The answer",
+    "The best option isThe correct option is",
+    "Best answer:Best option:",
+)
+_OFFICIAL_LETTER = re.compile(r"[ABCD]")
+
+
+def official_letter(text: str) -> str | None:
+    """Video-MME's official ``extract_characters_regex``: strip, remove each answer prefix, then the first
+    ``[ABCD]`` match (the script's "more than 10 words and no letter" case gives none as well)."""
+    text = text.strip()
+    for prefix in _OFFICIAL_PREFIXES:
+        text = text.replace(prefix, "")
+    found = _OFFICIAL_LETTER.search(text)
+    return found.group(0) if found else None
+
+
 class VideoMME(BaseBenchmark):
     """Video-MME without subtitles (the setting EasyVideoR1 reports)."""
 
@@ -69,6 +98,11 @@ class VideoMME(BaseBenchmark):
     )
     question_label = "Question: "
     instructions: ClassVar[dict[str, str]] = {"multiple_choice": "The best answer is:"}
+    aggregates_predictions = True
+    official_leaves_out_unread = True
+
+    def official_read(self, row: BenchmarkRow, response: str) -> Any:
+        return official_letter(official_text(response))
 
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         return [self._row(root, rec) for rec in read_records(path)]

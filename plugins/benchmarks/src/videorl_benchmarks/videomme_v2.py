@@ -120,7 +120,7 @@ class VideoMMEv2(BaseBenchmark):
             )
         return rows
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         groups: dict[int, list[tuple[BenchmarkRow, float]]] = {}
         for row, score in zip(rows, scores, strict=True):
             groups.setdefault(int(row.extra["group"]), []).append((row, score))

@@ -34,7 +34,7 @@ class VideoReasonBench(BaseBenchmark):
         row.categories["family"] = Path(rec.text("path")).parts[0]
         return row
 
-    def extract(self, row: BenchmarkRow, response: str) -> Any:
+    def read_answer(self, row: BenchmarkRow, response: str) -> Any:
         matches = list(_FINAL.finditer(response))
         text = response[matches[-1].end() :] if matches else answers.answer_text(response)
         return text.strip() or None

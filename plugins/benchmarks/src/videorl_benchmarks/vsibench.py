@@ -8,18 +8,25 @@ multiple-choice types, null otherwise), ``ground_truth`` (letter, or a number).
 Multiple-choice types (object_rel_direction_easy/medium/hard, object_rel_distance, route_planning,
 obj_appearance_order) score by letter; numeric types (object_abs_distance, object_counting,
 object_size_estimation, room_size_estimation) by mean relative accuracy over θ ∈ {0.50, …, 0.95} with
-the official inclusive rule (|pred − truth| / truth ≤ 1 − θ; EasyVideoR1 uses <). Overall = the mean of
-8 task scores, the three rel_direction difficulties averaged into one. EasyVideoR1's ``vsibench.json``
-is read when the official file is absent.
+the official inclusive rule in floats (|pred − truth| / truth ≤ 1 − θ, θ from ``np.linspace``, so an
+error of exactly 0.2 fails θ = 0.8; EasyVideoR1 uses <). Overall = the mean of 8 task scores, the three
+rel_direction difficulties averaged into one. EasyVideoR1's ``vsibench.json`` is read when the official
+file is absent.
+
+Official figure: the official code reads only the first word of the answer (``fuzzy_matching``:
+``pred.split(' ')[0].rstrip('.').strip()``), compared case-insensitively with the letter, or as a
+number (``float``, or an English number word); anything else scores 0. videorl's reading (the letter or
+the one number anywhere in the answer) is reported beside it in ``metrics``.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, ClassVar
 
 from videorl.api import BenchmarkRow, answers, benchmark_summary, group_means, macro_mean, mean
-from videorl_benchmarks.base import BaseBenchmark, letter_answer
+from videorl_benchmarks.base import BaseBenchmark, letter_answer, official_text
 from videorl_benchmarks.files import Record, read_records
 
 MC_TYPES = (
@@ -31,6 +38,20 @@ MC_TYPES = (
     "obj_appearance_order",
 )
 NUMERIC_TYPES = ("object_abs_distance", "object_counting", "object_size_estimation", "room_size_estimation")
+
+
+def official_word(text: str) -> str:
+    """VSI-Bench's official ``fuzzy_matching``: the text's first space-separated word, trailing dots off."""
+    return text.split(" ")[0].rstrip(".").strip()
+
+
+def official_number(word: str) -> float | None:
+    """The official ``to_float`` of a word (``float(word)``), or an English number word ("three")."""
+    try:
+        value = float(word)
+    except ValueError:
+        return answers.parse_number(word) if word.isalpha() else None
+    return value if math.isfinite(value) else None  # nan/inf score 0 officially too
 
 
 def task_of(question_type: str) -> str:
@@ -45,6 +66,13 @@ class VSIBench(BaseBenchmark):
     unified_categories: ClassVar[dict[str, str]] = {"original_question_type": "question_type"}
     preamble = "These are frames of a video."
     options_header = "Options:"
+    aggregates_predictions = True
+
+    def official_read(self, row: BenchmarkRow, response: str) -> Any:
+        word = official_word(official_text(response))
+        if row.problem_type == "multiple_choice":  # exact_match: pred.lower() == target.lower()
+            return word.upper() if len(word) == 1 else word or None
+        return official_number(word)
 
     def read_official(self, root: Path, path: Path) -> list[BenchmarkRow]:
         return [self._row(root, rec) for rec in read_records(path)]
@@ -67,7 +95,7 @@ class VSIBench(BaseBenchmark):
             raise rec.error(f"unknown question_type {kind!r}")
         return row
 
-    def aggregate(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
+    def summarize(self, rows: list[BenchmarkRow], scores: list[float]) -> dict[str, Any]:
         per_type = group_means(rows, scores, "question_type")
         per_task: dict[str, list[float]] = {}
         for kind, value in per_type.items():
