@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from videorl.actor.lora import Adapters
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
-    from videorl.rollout import RolloutEngine
+    from videorl.generation import RolloutEngine
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.answers.values import finite_numbers
 
 if TYPE_CHECKING:
-    from videorl.rewards.types import MediaInfo
+    from videorl.media.info import MediaInfo
 
 
 def interval_iou(pred: Any, truth: Any) -> float:
