@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +221,14 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def _exit_on_sigterm() -> None:
+    """``SIGTERM`` ends the command as an exception does (exit code 143), so that the worker pool is
+    closed and its busy workers killed; a ``SIGKILL`` runs no code, so the workers also die with their
+    parent by themselves (:class:`~videorl.workers.WorkerPool`)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 @cache_group.command("build")
 @click.argument("data", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
@@ -314,6 +325,7 @@ def build_command(
     """
     from videorl.media import build_cache
 
+    _exit_on_sigterm()
     settings = _build_settings(plugins, config_file, model_dir, decode)
     data = data or settings.data
     cache_dir = cache_dir or settings.cache_dir
@@ -383,8 +395,6 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
     Exit code 1 when an entry is corrupt: the next `videorl cache build` of its video rebuilds it (or
     delete it with --delete-bad). Symbolic links in the cache are listed, never followed.
     """
-    import sys
-
     from tqdm import tqdm
 
     from videorl.media import CorruptEntryError, MediaCache, read_entry
