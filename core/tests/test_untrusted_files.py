@@ -101,6 +101,16 @@ def test_cache_build_reports_fifo_and_device_videos_and_builds_the_rest(
     }
 
 
+@pytest.mark.timeout(30)
+def test_a_playlist_with_network_segments_is_still_refused(tmp_path: Path) -> None:
+    playlist = tmp_path / "remote.m3u8"
+    playlist.write_text(
+        "#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\nhttp://127.0.0.1:9/a.ts\n#EXT-X-ENDLIST\n"
+    )
+    with pytest.raises(MediaError, match=r"remote\.m3u8: not a media file FFmpeg can read"):
+        decode_video(playlist, PARAMS)
+
+
 # --- columnar files whose values expand past the budget ---------------------------------------------
 
 
