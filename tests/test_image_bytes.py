@@ -124,7 +124,7 @@ def test_image_bytes_from_save_to_disk_and_parquet_train_two_steps_through_the_c
             _png_header(10_000, 10_000),
             f"10000×10000 \\(100000000 pixels\\), over the limit of {MAX_IMAGE_PIXELS}",
         ),
-        (_png_header(20_000, 20_000), "too large to decode"),  # past Pillow's own hard limit
+        (_png_header(20_000, 20_000), f"larger \\(400000000 pixels\\) than the limit of {MAX_IMAGE_PIXELS}"),
     ],
 )
 def test_a_corrupt_or_oversized_image_names_its_row_and_column(

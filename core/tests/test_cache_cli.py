@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +14,7 @@ from typing import Any
 import pytest
 
 from videorl.media import DecodeParams, MediaCache, read_entry
+from videorl.media.cache import ENTRY_SUFFIX
 from videorl.media.synthetic import write_audio_only
 from videorl.testing import CliResult
 
@@ -192,8 +197,9 @@ def test_verify_finds_corrupt_entries_and_leftovers(
     data = bytearray(entry.read_bytes())
     data[-100] ^= 0xFF
     entry.write_bytes(bytes(data))
-    leftover = entry.with_name(f".{entry.name}.tmp-999-deadbeef")
+    leftover = entry.with_name(f".{entry.name}.tmp-999-deadbeef")  # an older videorl's: no writer named
     leftover.write_bytes(b"half")
+    os.utime(leftover, (time.time() - 7200, time.time() - 7200))  # so removed after the grace period
     bad = run_cli(*verify, "--json")
     assert bad.exit_code == 1
     result = bad.json()
@@ -238,6 +244,7 @@ def test_gc_keeps_only_what_the_datasets_refer_to(
     keep_a.write_text("10.mp4\n")
     keep_b.write_text(json.dumps({"problem": "Q", "answer": "A", "videos": ["20.mp4"]}) + "\n")
     (root / "entries" / ".orphan.tmp-1-abcd").write_bytes(b"x")
+    os.utime(root / "entries" / ".orphan.tmp-1-abcd", (0, 0))  # no writer named, older than the grace
 
     dry = run_cli("cache", "gc", str(root), "--keep", str(keep_a), str(keep_b), "--dry-run").assert_success()
     assert "would delete 1 entries" in dry.output and len(list(cache.entry_paths())) == 3
@@ -250,3 +257,44 @@ def test_gc_keeps_only_what_the_datasets_refer_to(
     run_cli("cache", "gc", str(root), "--keep", str(keep_a)).assert_success()
     assert {read_entry(p, framework="numpy")[1].metadata.total_frames for p in cache.entry_paths()} == {10}
     assert run_cli("cache", "gc", str(root)).exit_code == 2  # no --keep: refuse rather than delete all
+
+
+def test_gc_and_verify_spare_the_temporary_files_of_live_writers(
+    run_cli: RunCli, make_clip: MakeClip, tmp_path: Path
+) -> None:
+    from videorl.atomic import temp_path
+
+    root = tmp_path / "cache"
+    cache = MediaCache(root)
+    ref = cache.get_or_build(make_clip("a.mp4", frames=20), P)
+    keep = tmp_path / "keep.txt"
+    keep.write_text("a.mp4\n")
+    entry = cache.entry_path(ref.key or "")
+    live = temp_path(entry.with_name("new" + ENTRY_SUFFIX))  # this process is writing it
+    live.write_bytes(b"being written")
+    os.utime(live, (0, 0))  # however old: its writer runs
+    code = "import sys; from videorl.atomic import temp_path; print(temp_path(sys.argv[1]))"
+    dead_writer = subprocess.run(
+        [sys.executable, "-c", code, str(entry.with_name("old" + ENTRY_SUFFIX))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = Path(dead_writer.stdout.strip())
+    dead.write_bytes(b"left by a killed writer")  # its writer has exited: removed at once
+    elsewhere = entry.with_name(f".x{ENTRY_SUFFIX}.tmp-0badc0de-{os.getpid()}-1-abcd1234.tmp")
+    elsewhere.write_bytes(b"another machine's, written just now")  # its writer cannot be checked here
+
+    result = run_cli("cache", "verify", str(root), "--json").assert_success().json()
+    assert result["temp_files"] == [str(dead)] and result["temp_files_being_written"] == 2
+    run_cli("cache", "verify", str(root), "--delete-bad", "--quiet").assert_success()
+    assert live.exists() and elsewhere.exists() and not dead.exists()
+    dead.write_bytes(b"again")
+    gc = run_cli("cache", "gc", str(root), "--keep", str(keep)).assert_success()
+    assert "deleted 0 entries and 1 other files" in gc.output
+    assert live.exists() and elsewhere.exists() and not dead.exists()
+    os.replace(live, entry.with_name("new" + ENTRY_SUFFIX))  # the live writer's rename still works
+
+    os.utime(elsewhere, (time.time() - 3601, time.time() - 3601))  # past the grace period
+    run_cli("cache", "gc", str(root), "--keep", str(keep)).assert_success()
+    assert not elsewhere.exists() and not cache.temp_files()

@@ -252,3 +252,59 @@ def test_cli_path_imports_neither_torch_nor_vllm() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "HEAVY []"
+
+
+class ExitingHookPlugin:
+    @hookimpl
+    def register_rewards(self, register: Register) -> None:
+        register("gone", lambda: None)
+        raise SystemExit("plugin says goodbye")
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("raise SystemExit(3)", "SystemExit: 3"),
+        ("import sys; sys.exit('no GPU here')", "SystemExit: no GPU here"),
+        ("raise KeyboardInterrupt('from the plugin')", "KeyboardInterrupt: from the plugin"),
+    ],
+)
+def test_a_plugin_ending_the_process_on_import_is_one_failed_plugin(
+    run_cli: Any,
+    fake_entry_points: Any,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str,
+    error: str,
+) -> None:
+    (tmp_path / "exiting_plugin.py").write_text(body + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake_entry_points({"videorl-exiting": "exiting_plugin", "videorl-counting": CountingPlugin()})
+    data = run_cli("plugins", "--json").assert_success().json()
+    by_name = {p["name"]: p for p in data}
+    assert by_name["videorl-exiting"]["status"] == "failed" and by_name["videorl-exiting"]["error"] == error
+    assert by_name["videorl-counting"]["status"] == "ok"
+
+
+def test_a_plugin_hook_raising_system_exit_is_one_failed_plugin(
+    videorl_plugins: Any, fake_entry_points: Any
+) -> None:
+    fake_entry_points({"videorl-exits": ExitingHookPlugin(), "videorl-counting": CountingPlugin()})
+    plugins = videorl_plugins(entry_points=True)
+    assert plugins.infos["videorl-exits"].status == "failed"
+    assert plugins.infos["videorl-exits"].error == "SystemExit: plugin says goodbye"
+    assert plugins.rewards.get("counting")() == "counting-reward" and "gone" not in plugins.rewards
+
+
+def test_a_real_ctrl_c_while_a_plugin_imports_still_stops(
+    videorl_plugins: Any, fake_entry_points: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    (tmp_path / "slow_plugin.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake_entry_points({"videorl-slow": "slow_plugin"})
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        videorl_plugins(entry_points=True)
+    assert signal.getsignal(signal.SIGINT) is before  # the watch is removed again

@@ -2,15 +2,20 @@
 then the directory fsynced. Readers, and later runs, see the old file or the whole new one, never a part,
 even when the writer is killed (or the machine loses power) at any moment.
 
-Temporary files are hidden and unique per write (``.NAME.tmp-PID-RANDOM.tmp``), so concurrent writers of
-one target never share one; :func:`is_temp` recognises those a killed writer left behind.
+Temporary files are hidden and unique per write, and name their writer (``.NAME.tmp-MACHINE-PID-START-
+RANDOM.tmp``), so concurrent writers of one target never share one; :func:`is_temp` recognises them and
+:func:`is_stale_temp` tells those a dead writer left behind from those a live one is still writing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import hashlib
 import os
 import shutil
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +32,10 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "is_disk_full",
+    "is_stale_temp",
     "is_temp",
     "temp_path",
+    "temp_writer_alive",
 ]
 
 #: what every temporary name holds (after its leading dot)
@@ -69,11 +76,64 @@ def disk_full(path: str | Path, what: str) -> DiskFullError:
     return DiskFullError(f"disk full at {path} ({free}): {what}. Free some space and run it again")
 
 
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, Linux), or None (no such process, or no
+    ``/proc``): with the pid, it names one process for the whole life of the machine's boot."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read(4096).rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+        return int(fields[19])  # field 22 of proc(5), counted from field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _machine_id() -> str:
+    """This machine, boot and PID namespace (8 hex digits): where a pid names the same process."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError):
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:8]
+
+
+_MACHINE = _machine_id()
+
+
 def temp_path(path: str | Path) -> Path:
-    """A unique hidden temporary name beside ``path``. The ``.tmp`` suffix keeps it out of globs for the
-    target's own suffix (``*.json``, ``*.safetensors``)."""
+    """A unique hidden temporary name beside ``path``, naming its writer: ``.NAME.tmp-MACHINE-PID-START-
+    RANDOM.tmp`` (:func:`temp_writer_alive`). The ``.tmp`` suffix keeps it out of globs for the target's
+    own suffix (``*.json``, ``*.safetensors``)."""
     path = Path(path)
-    return path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    pid = os.getpid()
+    writer = f"{_MACHINE}-{pid}-{_start_ticks(pid) or 0}"
+    return path.with_name(f".{path.name}{TEMP_MARK}{writer}-{uuid.uuid4().hex[:8]}.tmp")
+
+
+def temp_writer_alive(path: str | Path) -> bool | None:
+    """Whether the process that writes the temporary file ``path`` is still running: None when that
+    cannot be told here (written on another machine, boot or PID namespace, by an older videorl, or
+    no ``/proc``)."""
+    parts = Path(path).name.removesuffix(".tmp").rsplit(TEMP_MARK, 1)[-1].split("-")
+    if len(parts) != 4 or parts[0] != _MACHINE or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    if parts[2] == "0":  # its writer could not read its own start time
+        return None
+    if not Path("/proc/self/stat").exists():
+        return None
+    return _start_ticks(int(parts[1])) == int(parts[2])
+
+
+def is_stale_temp(path: str | Path, grace: float) -> bool:
+    """Whether the temporary file ``path`` may be removed: its writer is dead, or, when that cannot be
+    told, it was last written more than ``grace`` seconds ago. A live writer's file is never stale."""
+    alive = temp_writer_alive(path)
+    if alive is not None:
+        return not alive
+    try:
+        return time.time() - os.stat(path, follow_symlinks=False).st_mtime > grace
+    except FileNotFoundError:
+        return False
 
 
 def is_temp(path: str | Path) -> bool:

@@ -2,12 +2,13 @@
 
 Used by the CLI and the composition layer only; the training loop receives plain objects.
 
-A plugin that fails to import, implements a hook that does not exist, or raises while registering is
-reported (``videorl plugins`` shows it as failed with the error) and skipped, never fatal, unless
-``strict`` is set. A disabled plugin (``VIDEORL_DISABLE_PLUGINS=a,b`` or ``--disable-plugin``) is
-blocked before it is imported. Two components claiming one name or alias both fail on use, with one
-error naming both distributions (see :mod:`videorl.registry`); the rest of both plugins stays usable,
-and ``strict`` makes the collision fatal at load.
+A plugin that fails to import (also by raising ``SystemExit`` or ``KeyboardInterrupt``), implements a
+hook that does not exist, or raises while registering is reported (``videorl plugins`` shows it as
+failed with the error) and skipped, never fatal, unless ``strict`` is set. A disabled plugin
+(``VIDEORL_DISABLE_PLUGINS=a,b`` or ``--disable-plugin``) is blocked before it is imported. Two
+components claiming one name or alias both fail on use, with one error naming both distributions (see
+:mod:`videorl.registry`); the rest of both plugins stays usable, and ``strict`` makes the collision
+fatal at load.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import difflib
 import importlib
 import importlib.metadata as md
 import os
+import signal
+import threading
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from types import ModuleType
-from typing import Any
+from types import FrameType, ModuleType
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -33,6 +37,7 @@ CORE_DISTRIBUTION = "videorl"
 BUILTIN_PLUGINS: tuple[str, ...] = ("videorl.builtin",)
 DISABLE_ENV = "VIDEORL_DISABLE_PLUGINS"
 STRICT_ENV = "VIDEORL_STRICT_PLUGINS"
+T = TypeVar("T")
 
 #: registry kind -> the hook that fills it
 KINDS: dict[str, str] = {
@@ -96,6 +101,45 @@ def _format_exc(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
+#: what plugin code may raise and still be one failed plugin: ``SystemExit`` and a ``KeyboardInterrupt``
+#: that the plugin raises itself end no command (a real Ctrl-C still does: see :func:`_run_plugin`)
+_PLUGIN_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+
+
+@contextmanager
+def _sigint_watch() -> Iterator[list[bool]]:
+    """``[received]``: whether a real ``SIGINT`` came while the block ran (the handler in place is still
+    called: it raises ``KeyboardInterrupt`` as usual). Only the main thread receives signals; with
+    ``SIGINT`` ignored, or left to kill the process (``SIG_DFL``), there is nothing to tell apart."""
+    received = [False]
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield received
+        return
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        received[0] = True
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_plugin(code: Callable[[], T]) -> tuple[T | None, BaseException | None]:
+    """``(code(), None)``, or ``(None, what it raised)`` when plugin code failed: any exception,
+    ``SystemExit``, or a ``KeyboardInterrupt`` that it raised itself; one from a real ``SIGINT`` goes on."""
+    with _sigint_watch() as received:
+        try:
+            return code(), None
+        except _PLUGIN_FAILURES as exc:
+            if isinstance(exc, KeyboardInterrupt) and received[0]:
+                raise
+            return None, exc
+
+
 class Plugins:
     """The loaded plugins: the pluggy manager, what each plugin is, and the filled registries."""
 
@@ -151,10 +195,9 @@ class Plugins:
             other = self.infos.get(info.name)
             self._fail(info, f"the plugin name {info.name!r} is already used ({other and other.module})")
             return
-        try:
-            self.pm.register(plugin, name=info.name)
-        except Exception as exc:
-            self._fail(info, exc)
+        _, error = _run_plugin(lambda: self.pm.register(plugin, name=info.name))
+        if error is not None:
+            self._fail(info, error)
             return
         unknown = [c.name for c in self.pm.get_hookcallers(plugin) or [] if not c.has_spec()]
         if unknown:
@@ -200,12 +243,11 @@ class Plugins:
         plugin = self.pm.get_plugin(name)
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
-        try:
-            caller(**kwargs)
-        except Exception as exc:
+        _, error = _run_plugin(lambda: caller(**kwargs))
+        if error is not None:
             for registry in self.registries.values():
                 registry.remove_origin(name)
-            self._fail(self.infos[name], exc)
+            self._fail(self.infos[name], error)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -263,11 +305,10 @@ def load_plugins(
                     "the distribution name",
                 )
                 continue
-            try:
-                obj = ep.load()
-            except Exception as exc:
+            obj, error = _run_plugin(ep.load)
+            if error is not None:
                 plugins.infos[ep.name] = info
-                plugins._fail(info, exc)
+                plugins._fail(info, error)
                 continue
             plugins.add(obj, info)
     for item in extra:

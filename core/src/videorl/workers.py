@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import multiprocessing as mp
+import multiprocessing.forkserver as mp_forkserver
 import os
 import pickle
 import queue
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -57,7 +60,37 @@ class TaskResult:
     stage: str = "task"  # "task" | "timeout" | "crash"
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when its parent dies, whatever kills the parent (even
+    ``SIGKILL``, which runs no cleanup); elsewhere the pool kills its workers when it is closed.
+
+    A worker's parent is the forkserver, which exits once no process holds its "alive" descriptor: the
+    pool's owner, and each forkserver child, which inherits it (for children that start processes of
+    their own). A worker starts none, so it closes its copy: the forkserver then exits with the owner,
+    and the worker with the forkserver."""
+    if not sys.platform.startswith("linux"):
+        return
+    server = getattr(mp_forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(alive, int):
+        with contextlib.suppress(OSError):
+            os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    parent = os.getppid()
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _worker(conn: Connection) -> None:
+    _die_with_parent()
     while True:
         try:
             message = conn.recv()
@@ -89,6 +122,7 @@ class WorkerPool:
     Workers start from a forkserver (where available) that has imported the ``preload`` modules, so
     a replacement starts in milliseconds; a task past its deadline, or one that crashes its worker, costs
     that worker (killed and replaced) and yields a failed :class:`TaskResult`; the other tasks go on.
+    Workers die with their parent (Linux: a parent-death signal), so a killed caller leaves none behind.
     """
 
     def __init__(self, workers: int, *, preload: Sequence[str] = ()) -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,8 +217,24 @@ def _write_report(path: Path, rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _size(path: Path) -> int:
+    """The size of ``path``, 0 when it is gone meanwhile (another gc, or a writer that finished)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
+
+
+def _exit_on_sigterm() -> None:
+    """``SIGTERM`` ends the command as an exception does (exit code 143), so that the worker pool is
+    closed and its busy workers killed; a ``SIGKILL`` runs no code, so the workers also die with their
+    parent by themselves (:class:`~videorl.workers.WorkerPool`)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 @cache_group.command("build")
@@ -314,6 +333,7 @@ def build_command(
     """
     from videorl.media import build_cache
 
+    _exit_on_sigterm()
     settings = _build_settings(plugins, config_file, model_dir, decode)
     data = data or settings.data
     cache_dir = cache_dir or settings.cache_dir
@@ -373,7 +393,10 @@ def build_command(
 @cache_group.command("verify")
 @click.argument("cache_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
-    "--delete-bad", is_flag=True, help="Delete corrupt entries and temporary files left by killed writers."
+    "--delete-bad",
+    is_flag=True,
+    help="Delete corrupt entries and temporary files left by killed writers (never those of a writer "
+    "still running; another machine's after an hour untouched).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -383,8 +406,6 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
     Exit code 1 when an entry is corrupt: the next `videorl cache build` of its video rebuilds it (or
     delete it with --delete-bad). Symbolic links in the cache are listed, never followed.
     """
-    import sys
-
     from tqdm import tqdm
 
     from videorl.media import CorruptEntryError, MediaCache, read_entry
@@ -399,7 +420,8 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
             bad.append({"entry": str(path), "reason": str(exc)})
             if not delete_bad:
                 cache.note_broken(path, str(exc))  # so that the next build rebuilds it
-    temps = cache.temp_files()
+    temps = cache.leftover_temp_files()
+    writing = len(cache.temp_files()) - len(temps)
     links = cache.links()
     if delete_bad:
         for item in bad:
@@ -411,6 +433,7 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
         "ok": len(paths) - len(bad),
         "corrupt": bad,
         "temp_files": [str(t) for t in temps],
+        "temp_files_being_written": writing,
         "links_not_followed": [str(p) for p in links],
         "deleted": delete_bad,
     }
@@ -424,9 +447,10 @@ def verify_command(cache_dir: Path, delete_bad: bool, as_json: bool, quiet: bool
         for link in links:
             click.echo(f"LINK {link} (a symbolic link; not followed, not checked)")
         action = "; deleted" if delete_bad and (bad or temps) else ""
+        live = f" ({writing} more being written, kept)" if writing else ""
         click.echo(
             f"{len(paths) - len(bad)} of {len(paths)} entries OK, {len(bad)} corrupt, "
-            f"{len(temps)} temporary files{action}"
+            f"{len(temps)} temporary files{action}{live}"
         )
     if bad:
         raise SystemExit(1)
@@ -510,8 +534,10 @@ def gc_command(
     cache_dir: Path, more: tuple[Path, ...], keep: tuple[Path, ...], media_root: Path | None, dry_run: bool
 ) -> None:
     """Delete entries of videos that none of the --keep datasets refers to (any parameters), and
-    temporary files left by killed writers. `videorl cache gc DIR --keep a.jsonl b.jsonl`. Symbolic
-    links in the cache are never followed (nothing outside the cache is deleted)."""
+    temporary files left by killed writers (never those of a writer still running, so gc is safe while
+    training or a build uses the cache; another machine's after an hour untouched). `videorl cache gc
+    DIR --keep a.jsonl b.jsonl`. Symbolic links in the cache are never followed (nothing outside the
+    cache is deleted)."""
     from videorl.media import MediaCache, MediaError
     from videorl.media.fingerprint import memo_path, read_memo
 
@@ -540,9 +566,9 @@ def gc_command(
         memos.add(memo_path(cache.sources_dir, video))
     doomed = [p for p in cache.entry_paths() if p.name.split("-")[0] not in kept]
     doomed += [p for p in cache.broken_notes() if p.name.split("-")[0] not in kept]
-    doomed += cache.temp_files()
+    doomed += cache.leftover_temp_files()  # never those of a writer still running
     doomed += [p for p in cache.source_memos() if p not in memos]
-    freed = sum(p.stat().st_size for p in doomed)
+    freed = sum(_size(p) for p in doomed)
     if not dry_run:
         for path in doomed:
             path.unlink(missing_ok=True)

@@ -64,24 +64,71 @@ class ParsedYaml(NamedTuple):
     duplicates: list[str]  # "file:line: duplicate key 'a.b' (first set on line N)", one per repeat
 
 
+#: the most values that aliases (``*name``) may add to a document by repeating an anchored one
+MAX_ALIASED_VALUES = 100_000
+
+
+def _expanded_size(root: yaml.Node, where: str) -> None:
+    """Refuse a document whose aliases repeat more than :data:`MAX_ALIASED_VALUES` values (an alias
+    bomb: a few lines that expand to billions). Each node is sized once (memo by identity), so the
+    check is linear in the document, whatever the aliases."""
+    sizes: dict[int, int] = {}
+    distinct = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:  # post-order, without recursion: a node's size once its children's are known
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])  # fmt: skip
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        distinct += 1
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+        if sizes[id(node)] - distinct > MAX_ALIASED_VALUES:
+            line = node.start_mark.line + 1
+            raise ConfigError(
+                f"{where}:{line}: its aliases (*name) repeat more than {MAX_ALIASED_VALUES:,} values; "
+                "write the repeated parts out, or nest fewer aliases"
+            )
+
+
+def _load_yaml(text: str, where: str) -> tuple[yaml.Node | None, Any]:
+    """The composed and the constructed document (safe YAML), after :func:`_expanded_size`."""
+    loader = _Loader(text)  # a SafeLoader
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _expanded_size(node, where)
+        return node, loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_yaml(text: str, where: str) -> ParsedYaml:
     """Parse ``text`` (safe YAML, ``1e-5`` read as a float) read from ``where``: the document, the line of
-    every mapping key and the keys set twice (PyYAML keeps the last silently); invalid YAML is a
-    ``ConfigError`` naming ``where`` and the line."""
+    every mapping key and the keys set twice (PyYAML keeps the last silently); invalid YAML, or aliases
+    that repeat too much, is a ``ConfigError`` naming ``where`` and the line."""
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
+        node, data = _load_yaml(text, where)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{where}{line}: invalid YAML: {problem}") from exc
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML: nested too deeply") from None
     lines: dict[tuple[str, ...], int] = {}
     duplicates: list[str] = []
+    walked: set[int] = set()  # an aliased mapping is walked once: its keys have the lines of its anchor
 
     def walk(n: yaml.Node | None, path: tuple[str, ...]) -> None:
-        if not isinstance(n, yaml.MappingNode):
+        if not isinstance(n, yaml.MappingNode) or id(n) in walked:
             return
+        walked.add(id(n))
         seen: dict[str, int] = {}
         for key_node, value_node in n.value:
             key = str(key_node.value)
@@ -321,9 +368,12 @@ def _apply_override(raw: dict[str, Any], text: str, ctx: _Context) -> None:
         ctx.problems.append(f"{where}: an override must look like key=value, e.g. algorithm.clip_high=0.3")
         return
     try:
-        value = yaml.load(value_text, Loader=_Loader)  # _Loader is a SafeLoader
+        _, value = _load_yaml(value_text, where)
     except yaml.YAMLError as exc:
         ctx.problems.append(f"{where}: the value is not valid YAML ({getattr(exc, 'problem', exc)})")
+        return
+    except (ConfigError, RecursionError) as exc:
+        ctx.problems.append(f"{where}: the value is refused ({exc or 'nested too deeply'})")
         return
     schema: Any = ctx.schema
     for i, part in enumerate(parts[:-1]):  # a key of a known scalar cannot hold sub-keys

@@ -3,7 +3,8 @@
 ``datasets`` stores an ``Image`` column as ``{"bytes": b"...", "path": "name.png"}`` structs (in
 ``save_to_disk`` shards and Hub Parquet exports); ``bytes`` is null when the image is a file that
 ``path`` names. Bytes are checked with Pillow, never unpickled: the header's size against
-:data:`MAX_IMAGE_PIXELS` before a pixel is decoded (a decompression bomb is hostile input), then a full
+:data:`MAX_IMAGE_PIXELS` before a pixel is decoded (a decompression bomb is hostile input; images given
+by path get the same check, :func:`check_image_file`, before they are decoded), then a full
 decode, so a truncated or corrupt image is an error naming its row. A valid image is written once,
 atomically, to ``<image dir>/<sha256[:2]>/<sha256><ext>`` and the sample names that file: every process
 that reads the dataset (the driver, each Ray worker, ``cache build``) finds it by the same path, and
@@ -15,13 +16,19 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from videorl.atomic import atomic_write_bytes
+from videorl.data.files import open_regular
 from videorl.errors import DataError
 
-#: most pixels of an image given as bytes (Pillow's own warning threshold: about 9459 × 9459)
+#: most pixels of any image, given as bytes or by path, and of a video frame (Pillow's own warning
+#: threshold: about 9459 × 9459)
 MAX_IMAGE_PIXELS = 89_478_485
 #: Pillow's format → the suffix the media decoder (FFmpeg) reads it by
 _SUFFIXES = {"PNG": ".png", "JPEG": ".jpg", "WEBP": ".webp", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tiff"}
@@ -35,35 +42,67 @@ def default_image_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "videorl" / "images"
 
 
-def check_image(data: bytes, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
-    """The file suffix of the image ``data`` after a bounded full decode; a ``DataError`` starting with
-    ``where`` when it is too large, not an image, truncated or corrupt."""
+def _pillow(where: str) -> Any:
     try:
         from PIL import Image
     except ImportError:
+        raise DataError(f"{where}: reading an image needs Pillow: pip install 'videorl[data]'") from None
+    return Image
+
+
+def check_pixels(
+    width: int, height: int, where: str, max_pixels: int = MAX_IMAGE_PIXELS, *, what: str = "the image"
+) -> None:
+    """The one pixel limit of every image (given as bytes or by path) and video frame: a ``DataError``
+    starting with ``where`` when ``width × height`` is over ``max_pixels``."""
+    if width * height > max_pixels:
         raise DataError(
-            f"{where}: reading an image given as bytes needs Pillow: pip install 'videorl[data]'"
-        ) from None
+            f"{where}: {what} is {width}×{height} ({width * height} pixels), over the limit of "
+            f"{max_pixels}; resize it in the dataset"
+        )
+
+
+@contextmanager
+def open_image(source: BinaryIO, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> Iterator[Any]:
+    """The Pillow image in ``source`` with only its header read, its size checked against
+    :func:`check_pixels` (decode it with ``.load()``); a ``DataError`` starting with ``where`` when it is
+    too large, not an image, truncated or corrupt (also when raised by the body, e.g. by ``.load()``)."""
+    Image = _pillow(where)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size is checked below
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(source) as image:
                 width, height = image.size
-                if width * height > max_pixels:
-                    raise DataError(
-                        f"{where}: the image is {width}×{height} ({width * height} pixels), over the "
-                        f"limit of {max_pixels}; resize it in the dataset"
-                    )
-                kind = image.format or ""
-                image.load()
-    except Image.DecompressionBombError as exc:
+                check_pixels(width, height, where, max_pixels)
+                yield image
+    except DataError:
+        raise
+    except Image.DecompressionBombError as exc:  # Pillow's own refusal, from the header, at twice its limit
+        pixels = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f" ({pixels.group(1)} pixels)" if pixels else ""
         raise DataError(
-            f"{where}: the image is too large to decode ({exc}); resize it in the dataset"
+            f"{where}: the image is larger{size} than the limit of {max_pixels} pixels; "
+            "resize it in the dataset"
         ) from None
     except Image.UnidentifiedImageError:
         raise DataError(f"{where}: not an image (no format Pillow reads); fix or drop the row") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise DataError(f"{where}: not a readable image ({exc}); fix or drop the row") from None
+
+
+def check_image_file(path: str | os.PathLike[str], max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+    """Check, from its header, that the image file ``path`` (a regular file) is within the pixel limit,
+    before anything decodes it."""
+    with open_regular(path) as f, open_image(f, str(path), max_pixels):
+        pass
+
+
+def check_image(data: bytes, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
+    """The file suffix of the image ``data`` after a bounded full decode; a ``DataError`` starting with
+    ``where`` when it is too large, not an image, truncated or corrupt."""
+    with open_image(io.BytesIO(data), where, max_pixels) as image:
+        kind = image.format or ""
+        image.load()
     if kind not in _SUFFIXES:
         raise DataError(
             f"{where}: a {kind or 'unknown'} image; images given as bytes are read as "

@@ -28,6 +28,7 @@ from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 from typing import Any
 
+from videorl.data.files import max_dataset_bytes, read_regular
 from videorl.data.formats import ROW_FORMATS, arrow_rows, dataset_files, parquet_rows, unsupported
 from videorl.data.images import default_image_dir, store_image
 from videorl.data.sample import DATA_TYPES, GROUND_TRUTH_KEYS, ID_KEYS, Sample
@@ -105,17 +106,12 @@ def read_rows(
     if suffix not in ROW_FORMATS:
         raise unsupported(Path(path))
     if suffix in (".parquet", ".arrow"):
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise DataError(f"{where}: dataset file not found")
         rows = parquet_rows(Path(path)) if suffix == ".parquet" else arrow_rows(Path(path))
         yield from ((int(w.rsplit(":", 1)[1]), row) for w, row in rows)
         return
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise DataError(f"{where}: dataset file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{where}: cannot read the dataset ({exc})") from None
+    text = _read_text(Path(path), "dataset file")
     if text.lstrip().startswith("["):
         yield from _iter_json_array(text, where)
         return
@@ -292,8 +288,19 @@ def parse_row(
     )
 
 
+def _read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the regular file ``path`` (a dataset or video list), at most
+    :func:`~videorl.data.files.max_dataset_bytes` long."""
+    if not path.exists():
+        raise DataError(f"{path}: {what} not found")
+    try:
+        return read_regular(path, max_dataset_bytes(), what=f"the {what}").decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: cannot read the {what} ({exc})") from None
+
+
 def _video_list(path: Path, root: Path) -> Iterator[tuple[str, str]]:
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    for number, line in enumerate(_read_text(path, "video list").splitlines(), start=1):
         entry = line.strip()
         if entry and not entry.startswith("#"):
             yield f"{path}:{number}", _resolve(entry, root)
@@ -338,8 +345,6 @@ def load_samples(
     base, files = dataset
     root = Path(media_root) if media_root is not None else base.absolute()
     if path.suffix.lower() in LIST_EXTENSIONS:
-        if not path.is_file():
-            raise DataError(f"{path}: video list not found")
         return [
             Sample(id=where, data_type="video", problem="", videos=[video], origin=where)
             for where, video in _video_list(path, root)

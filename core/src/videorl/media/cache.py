@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from videorl.atomic import atomic_write, atomic_write_text, is_temp
+from videorl.atomic import atomic_write, atomic_write_text, is_stale_temp, is_temp
 from videorl.errors import ConfigError
 from videorl.media.decode import decode_video
 from videorl.media.errors import (
@@ -62,6 +62,8 @@ BROKEN_SUFFIX = ".broken"
 SourceMode = Literal["preprocessed_only", "prefer_preprocessed", "realtime_only"]
 SOURCE_MODES: tuple[str, ...] = get_args(SourceMode)
 _SOURCE_ID_LEN = 32
+#: how long a temporary file whose writer cannot be checked (another machine's) is left alone
+TEMP_GRACE_SECONDS = 3600.0
 
 
 def params_id(params: DecodeParams) -> str:
@@ -284,7 +286,7 @@ class MediaCache:
         yield from sorted(found)
 
     def temp_files(self) -> list[Path]:
-        """Temporary files left by writers that were killed before their rename (links not followed)."""
+        """Temporary files of writers: killed before their rename, or still writing (links not followed)."""
         if self.root is None or not self.root.exists():
             return []
         return sorted(
@@ -293,6 +295,11 @@ class MediaCache:
             for e in _scan(top)
             if e.is_file(follow_symlinks=False) and is_temp(e.name)
         )
+
+    def leftover_temp_files(self, grace: float = TEMP_GRACE_SECONDS) -> list[Path]:
+        """The temporary files that may be deleted: their writer is dead, or, when that cannot be told
+        (another machine wrote it), untouched for ``grace`` seconds. A live writer's are never listed."""
+        return [p for p in self.temp_files() if is_stale_temp(p, grace)]
 
     def broken_notes(self) -> list[Path]:
         """The notes of entries a load found damaged (see :meth:`build`)."""

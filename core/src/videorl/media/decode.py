@@ -19,6 +19,8 @@ from typing import Any
 import av
 import numpy as np
 
+from videorl.data.files import regular_stat
+from videorl.data.images import check_image_file, check_pixels
 from videorl.errors import DataError
 from videorl.media.errors import MediaError
 from videorl.media.metadata import ImageMetadata, VideoMetadata
@@ -43,13 +45,9 @@ def _is_image_format(name: str) -> bool:
 
 @contextmanager
 def _open(path: Path) -> Iterator[Any]:
-    """The opened container; a missing, empty or unreadable file raises ``MediaError`` naming it."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise MediaError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise MediaError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    """The opened container; a missing, empty or unreadable file, or one that is not a regular file (a
+    FIFO, a device), raises ``MediaError`` naming it."""
+    size = regular_stat(path, MediaError).st_size
     if size == 0:
         raise MediaError(f"{path}: file is empty (0 bytes)")
     try:
@@ -94,7 +92,12 @@ def _video_stream(container: Any, path: Path) -> Any:
     if not container.streams.video:
         kinds = sorted({s.type for s in container.streams}) or ["none"]
         raise MediaError(f"{path}: has no video stream (streams: {', '.join(kinds)})")
-    return container.streams.video[0]
+    stream = container.streams.video[0]
+    try:  # the header's frame size, before a frame is decoded: the pixel limit of every image
+        check_pixels(stream.codec_context.width, stream.codec_context.height, str(path), what="each frame")
+    except DataError as exc:
+        raise MediaError(str(exc)) from None
+    return stream
 
 
 def index_video(container: Any, stream: Any, path: Path) -> VideoIndex:
@@ -274,8 +277,14 @@ def _fit(
 
 
 def decode_image(path: str | os.PathLike[str], params: ImageParams) -> tuple[np.ndarray, ImageMetadata]:
-    """Decode and resize an image to its own budget: uint8 ``3×H×W`` and :class:`ImageMetadata`."""
+    """Decode and resize an image to its own budget: uint8 ``3×H×W`` and :class:`ImageMetadata`. Its
+    header is read first (Pillow): a file that is not a regular file, or an image over the pixel
+    limit of every image (:func:`~videorl.data.images.check_pixels`), is refused before decoding."""
     path = Path(path)
+    try:
+        check_image_file(path)
+    except DataError as exc:
+        raise MediaError(str(exc)) from None
     with _open(path) as container:
         if not container.streams.video:
             raise MediaError(f"{path}: not an image (no picture stream)")
