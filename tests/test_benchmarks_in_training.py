@@ -26,7 +26,7 @@ from videorl.eval import read_predictions, read_results
 from videorl.media.synthetic import textured_frames, write_video
 from videorl.plugins import load_plugins
 from videorl.rollout import Completion, SamplingParams
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 from videorl.train.benchmarks import BenchmarkPasses, evaluator_runner, pass_dir
 
 FAMILY = "qwen2_5_vl"

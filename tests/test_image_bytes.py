@@ -22,7 +22,7 @@ from videorl.data.images import MAX_IMAGE_PIXELS
 from videorl.errors import DataError
 from videorl.plugins import load_plugins
 from videorl.rewards.types import RewardInput
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 from videorl.testing import CliResult
 
 RunCli = Callable[..., CliResult]

@@ -205,7 +205,7 @@ def test_the_merged_weight_is_the_base_plus_scaled_b_times_a(task: dict[str, Pat
 
 def test_cli_train_checkpoints_hold_the_adapters_and_their_optimizer_states_only(run: Path) -> None:
     from videorl.runs.checkpoint import CheckpointManager
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
@@ -560,7 +560,7 @@ def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(tmp_path:
     pytest.importorskip("vllm")
     from videorl import demo
     from videorl.plugins import load_plugins
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     model, train, val = demo.prepare(tmp_path, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
     run = tmp_path / "run"
@@ -595,7 +595,7 @@ def test_ray_workers_train_the_adapters(task: dict[str, Path], tmp_path: Path) -
     adapter-only checkpoints."""
     pytest.importorskip("ray")
     from videorl.runs.checkpoint import CheckpointManager
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     run = tmp_path / "run"
     config = tmp_path / "train.yaml"

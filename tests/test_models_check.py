@@ -390,7 +390,7 @@ def test_training_with_a_mismatched_engine_stops_at_step_1_with_the_table(task: 
 def test_with_warn_the_run_continues_and_logs_the_gap_per_modality(
     task: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     training = _mismatched_training(task, tmp_path / "run", "rollout.parity_check=warn")
     with caplog.at_level(logging.WARNING, logger="videorl.parity"):

@@ -16,7 +16,7 @@ from videorl.alignment import check_alignment, visual_token_count
 from videorl.config import TrainConfig, load_config
 from videorl.data import load_samples
 from videorl.plugins import load_plugins
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 from videorl.train.compose import build_training, make_backend, make_encoder
 
 pa = pytest.importorskip("pyarrow")

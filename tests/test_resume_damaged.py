@@ -11,7 +11,7 @@ import pytest
 from videorl import demo
 from videorl.config import load_config
 from videorl.plugins import load_plugins
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 from videorl.train.compose import build_training
 
 

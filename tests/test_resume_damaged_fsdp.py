@@ -21,7 +21,7 @@ import pytest
 def test_a_damaged_shard_of_rank_1_resumes_both_ranks_and_logs_every_step_once(tmp_path: Path) -> None:
     from videorl import demo
     from videorl.plugins import load_plugins
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     task = tmp_path / "task"
     model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)

@@ -20,7 +20,7 @@ import pytest
 
 from videorl import demo
 from videorl.plugins import load_plugins
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRIB = ROOT / "contrib"

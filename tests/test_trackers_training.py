@@ -15,7 +15,7 @@ from videorl import demo
 from videorl.config import load_config
 from videorl.hookspecs import hookimpl
 from videorl.plugins import load_plugins
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 from videorl.train.compose import build_training
 
 

@@ -18,7 +18,7 @@ from videorl.api import hookimpl
 from videorl.config import load_config
 from videorl.errors import ConfigError, DataError
 from videorl.plugins import load_plugins
-from videorl.runs.records import read_metrics
+from videorl.runs.history import read_metrics
 from videorl.train.compose import build_training
 
 

@@ -50,7 +50,7 @@ def test_two_ranks_one_text_only_train_two_steps_and_hold_equal_parameters(tmp_p
     from videorl.backend import backend_for_model
     from videorl.parallel import backend_devices, process_group_options
     from videorl.plugins import load_plugins
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     plugins = load_plugins()
     task = tmp_path / "task"

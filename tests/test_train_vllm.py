@@ -56,7 +56,7 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(
     from videorl.config import load_config
     from videorl.plugins import load_plugins
     from videorl.runs.checkpoint import CheckpointManager
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
     from videorl.train.compose import build_training
 
     command = _train_command(tmp_path, clips=2, steps=3)
@@ -94,7 +94,7 @@ def test_a_video_seen_again_after_the_folder_refresh_is_encoded_with_the_new_wei
 ) -> None:
     """As the test above, through the model folder (the in-memory refresh is the test above's: one
     vLLM training job for both its checks and this one's)."""
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     command = _train_command(tmp_path, clips=2, steps=3)
     command += ["rollout.weight_sync=folder", "trainer.val_every=100"]

@@ -14,11 +14,11 @@ from videorl.config import (
     config_to_dict,
     dump_config,
     load_config,
+    load_rewards,
     markdown_reference,
 )
 from videorl.errors import ConfigError
 from videorl.option import option
-from videorl.rewards import RewardConfig
 
 REQUIRED = ["model.path=/models/tiny", "data.train_files=[train.jsonl]"]
 
@@ -305,9 +305,9 @@ def test_route_shorthands_load_to_weighted_pairs_and_dump_loadable(tmp_path: Pat
         load_config(None, [*REQUIRED, "rewards.routes={Free Form: a, free_form: b}"])
 
 
-def test_reward_config_from_dict_reports_every_problem() -> None:
+def test_load_rewards_reports_every_problem() -> None:
     with pytest.raises(ConfigError) as info:
-        RewardConfig.from_dict({"thread": 2, "timeout": "soon", "options": {"math": 5}})
+        load_rewards({"thread": 2, "timeout": "soon", "options": {"math": 5}})
     assert str(info.value).splitlines()[1:] == [
         "  unknown key 'rewards.thread'. Did you mean 'rewards.threads'?",
         "  rewards.timeout must be float or null, got 'soon'",

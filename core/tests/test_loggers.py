@@ -19,7 +19,8 @@ from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError, UnknownComponentError
 from videorl.hookspecs import hookimpl
 from videorl.plugins import load_plugins
-from videorl.runs.records import MetricsWriter, read_metrics, write_run_metadata
+from videorl.runs.history import read_metrics
+from videorl.runs.records import MetricsWriter, write_run_metadata
 from videorl.runs.trackers import TRACKER_IDS_FILE
 
 

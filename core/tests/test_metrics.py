@@ -15,14 +15,8 @@ import torch
 from videorl.config import load_config
 from videorl.errors import DataError, VideorlError
 from videorl.plugins import load_plugins
-from videorl.runs.records import (
-    CompletionLog,
-    MetricsWriter,
-    ProgressBar,
-    git_revision,
-    read_metrics,
-    write_run_metadata,
-)
+from videorl.runs.history import git_revision, read_metrics
+from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
 from videorl.runs.trackers import JsonlLogger, RunContext, TensorBoardLogger
 
 

@@ -174,7 +174,7 @@ def test_prefetch_on_and_off_train_identically_and_resume_identically(
     import torch
 
     from videorl.encoding import PromptEncoder
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
 
     prepared: list[tuple[str, str]] = []
     prepare = PromptEncoder.prepare

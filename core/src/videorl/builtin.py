@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from videorl.commands import plugins
+from videorl.commands.cache import cache_group
+from videorl.commands.demo import demo_command
+from videorl.commands.export import export_command
+from videorl.commands.filter import filter_command
+from videorl.commands.models import models_group
+from videorl.commands.plan import plan_command
+from videorl.commands.plot import plot_command
+from videorl.commands.train import train_command
 from videorl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -74,17 +83,8 @@ def register_algorithm_presets(register: Register) -> None:
 
 @hookimpl
 def register_commands(cli: click.Group) -> None:
-    from videorl.commands import plugins
-    from videorl.commands.cache import cache_group
-    from videorl.commands.demo import demo_command
     from videorl.commands.eval import eval_group
-    from videorl.commands.export import export_command
-    from videorl.commands.filter import filter_command
-    from videorl.commands.models import models_group
-    from videorl.commands.plan import plan_command
-    from videorl.commands.plot import plot_command
     from videorl.commands.reward import reward_command
-    from videorl.commands.train import train_command
 
     cli.add_command(plugins.plugins_command)
     cli.add_command(cache_group)

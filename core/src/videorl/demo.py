@@ -29,6 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.atomic import atomic_write_bytes
+from videorl.runs.history import read_metrics
+from videorl.runs.plot import curves, render
+from videorl.runs.records import METRICS_FILE
+
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.plugins import Plugins
@@ -286,9 +291,6 @@ def run(
 
 def _plot(run_dir: Path, control_rows: Sequence[dict[str, Any]], *, title: str) -> Path | None:
     """``curves.png`` of the run's metrics with ``control_rows`` (step 0 and the control) merged in."""
-    from videorl.atomic import atomic_write_bytes
-    from videorl.runs.plot import curves, render
-    from videorl.runs.records import METRICS_FILE, read_metrics
 
     try:
         rows = sorted([*read_metrics(run_dir / METRICS_FILE), *control_rows], key=lambda row: row["step"])

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.errors import DataError, UnknownComponentError
 from videorl.media.info import MediaInfo
+from videorl.prompts import render_prompt
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -167,7 +168,6 @@ class PromptEncoder:
         self._ahead = Prefetcher(self.prepare)
 
     def text(self, sample: Sample) -> str:
-        from videorl.prompts import render_prompt
 
         fields = {**sample.extra, **sample.to_dict()}
         if self.template is not None:

@@ -31,9 +31,13 @@ from typing import Any
 
 import pytest
 
+from videorl import cli
 from videorl import plugins as plugins_module
+from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction
 from videorl.benchmark import Benchmark, BenchmarkRow
+from videorl.errors import AlignmentError, DataError
 from videorl.eval.scoring import aggregator
+from videorl.model_inputs import response_logprobs, token_logprobs
 from videorl.plugins import Plugins, load_plugins
 from videorl.rewards.types import RewardInput, RewardOutput
 
@@ -123,8 +127,6 @@ class CliResult:
 def run_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CliResult]]:
     """Run ``videorl ARGS...`` in-process (plugins are loaded as the real command would)."""
     from click.testing import CliRunner
-
-    from videorl import cli
 
     def run(*args: str, env: Mapping[str, str] | None = None) -> CliResult:
         for key, value in (env or {}).items():
@@ -344,8 +346,6 @@ def assert_algorithm_contract(component_class: type, **options: Any) -> Any:
 
     import torch
 
-    from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction
-
     name = component_class.__name__
     assert dataclasses.is_dataclass(component_class), (
         f"{name}: must be a dataclass (its fields are its options)"
@@ -458,8 +458,6 @@ def assert_backend_contract(
     import torch
 
     from videorl.backend import ModelBackend, PromptInput, missing_backend_members, read_model_type
-    from videorl.errors import AlignmentError, DataError
-    from videorl.model_inputs import response_logprobs, token_logprobs
 
     name = getattr(backend_class, "family", backend_class.__name__)
     missing = missing_backend_members(backend_class)

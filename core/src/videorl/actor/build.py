@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from videorl.actor.fsdp import fill_from_rank0, full_state_dict, shard_model
+from videorl.actor.lora import inject as inject_lora
 from videorl.devices import load_device, local_device, release_cached_memory, use_fast_attention
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ def make_actor(
     the actor with its adapters off)."""
     import torch
 
-    from videorl.actor.lora import inject as inject_lora
     from videorl.actor.policy import Actor
 
     dtype, device = getattr(torch, config.model.dtype), local_device()

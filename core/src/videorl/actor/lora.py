@@ -24,8 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.atomic import atomic_write_text, fsync_dir
 from videorl.errors import ConfigError, VideorlError
-from videorl.runs.checkpoint import Checkpoint
+from videorl.hub import resolve_model
+from videorl.runs.checkpoint import (
+    EXPORT_MARKER,
+    FORMAT_VERSION,
+    Checkpoint,
+    CheckpointManager,
+    check_export_target,
+    export_hf_model,
+    run_config,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -263,7 +273,6 @@ class AdapterState:
 def run_settings(checkpoint: Path) -> LoraConfig | None:
     """``actor.lora`` of the run that wrote ``checkpoint`` (its ``config.yaml``) when it trained LoRA
     adapters; None for full fine-tuning or a checkpoint outside its run."""
-    from videorl.runs.checkpoint import run_config
 
     config = run_config(checkpoint)
     return config.actor.lora if config is not None and config.actor.lora.enabled else None
@@ -285,8 +294,6 @@ def export_policy(
     the dtype its engine generated with; float32 keeps a full fine-tuning run's float32 master weights;
     a checkpoint outside its run: as stored). ``backends``: the model backend registry."""
     import torch
-
-    from videorl.runs.checkpoint import CheckpointManager, export_hf_model, run_config
 
     config = run_config(checkpoint)
     name = dtype or (config.model.dtype if config is not None else None)
@@ -348,9 +355,7 @@ def _export_adapter(
 
     import torch
 
-    from videorl.atomic import atomic_write_text, fsync_dir
     from videorl.backend import backend_for_model
-    from videorl.runs.checkpoint import EXPORT_MARKER, FORMAT_VERSION, check_export_target
 
     peft = require_peft()
     protected = {
@@ -405,10 +410,7 @@ def merged_adapter_model(adapter: Path, run_dir: Path, backends: Any, echo: Any 
     A later call with the same adapter reuses it; one with another is refused once the run has results."""
     import torch
 
-    from videorl.atomic import atomic_write_text
     from videorl.backend import backend_for_model
-    from videorl.hub import resolve_model
-    from videorl.runs.checkpoint import EXPORT_MARKER, export_hf_model
 
     target, source = run_dir / "model", str(adapter.resolve())
     marker = target / EXPORT_MARKER

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from videorl.actor.lora import AdapterState
 from videorl.backend import hub_checkpoint_layout
 from videorl.generation import EngineCapabilities, capabilities_of
+from videorl.runs.checkpoint import ActorState
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.stateful import Stateful
@@ -52,11 +54,8 @@ class Actor:
     def checkpoint_state(self) -> Stateful:
         """What a checkpoint saves and a resume loads (:func:`videorl.runs.checkpoint.save_checkpoint`):
         the model and its optimizer, or with LoRA the adapters and their optimizer states alone."""
-        from videorl.runs.checkpoint import ActorState
 
         if self.lora is not None:
-            from videorl.actor.lora import AdapterState
-
             return AdapterState(self.lora, self.optimizer)
         return ActorState(self.model, self.optimizer)
 

@@ -58,6 +58,7 @@ from videorl.cluster.controller import Controller, run_all
 from videorl.cluster.weights import Published
 from videorl.data.sample import DATA_TYPES
 from videorl.errors import VideorlError
+from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
     from videorl.algorithms import Algorithm
@@ -160,7 +161,6 @@ class AsyncController(Controller):
 
     def _produce(self, step: int) -> _Collected:
         """On the producer thread: bring the engines to step ``step``'s version, collect its groups."""
-        from videorl.timing import StageTimer
 
         ranks = range(len(self.cluster.actors))
         timers = [StageTimer() for _ in ranks]

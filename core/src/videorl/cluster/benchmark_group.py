@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.atomic import is_temp
 from videorl.cluster import wire
 from videorl.cluster.benchmark_rows import rows_runner, shared_rows
 from videorl.cluster.runtime import WorkerFailure
 from videorl.cluster.weights import Published
 from videorl.errors import VideorlError
+from videorl.runs.history import read_metrics
+from videorl.runs.records import METRICS_FILE
 from videorl.train.benchmarks import CHUNK_ROWS, PASSES_DIR, BenchmarkPasses, summary_metrics
 from videorl.train.loop import periodic_due
 
@@ -299,8 +302,6 @@ class BenchmarkGroup:
         """Queue the finished passes up to the resumed step whose metrics the kept rows lack, start the
         unfinished ones whose weights were kept, and remove kept weights nothing needs (and the
         partial files of a write that was killed)."""
-        from videorl.atomic import is_temp
-        from videorl.runs.records import METRICS_FILE, read_metrics
 
         root = self.output_dir / PASSES_DIR
         if not root.is_dir():

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.cluster import wire
+from videorl.rollout import SamplingParams
+from videorl.rollout.placement import GroupedEngine
 from videorl.train.benchmarks import (
     CHUNK_ROWS,
     BenchmarkPasses,
@@ -43,14 +46,12 @@ class RowOutcome:
     stage: str | None = None
 
     def to_wire(self) -> list[Any]:
-        from videorl.cluster import wire
 
         c = None if self.completion is None else wire.completion_out(self.completion)
         return [c, self.error, self.stage]
 
     @classmethod
     def from_wire(cls, value: Sequence[Any]) -> RowOutcome:
-        from videorl.cluster import wire
 
         c, error, stage = value
         return cls(None if c is None else wire.completion_in(c), error, stage)
@@ -163,8 +164,6 @@ class WorkerBenchmarks:
         """Answer ``message`` (:func:`rows_request`) with ``engine``: each row's
         :class:`RowOutcome`, wired."""
         from videorl.eval.pipeline import load_task
-        from videorl.rollout import SamplingParams
-        from videorl.rollout.placement import GroupedEngine
 
         if not message.get("ids"):
             return []  # a worker without rows in this call

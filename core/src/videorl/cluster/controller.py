@@ -40,6 +40,7 @@ from videorl.cluster import wire
 from videorl.cluster.runtime import Cluster, WorkerHandle
 from videorl.cluster.weights import ObjectStoreTransport, Published, WeightTransport
 from videorl.parallel import mean_over_ranks
+from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
     from videorl.algorithms import Algorithm
@@ -224,7 +225,6 @@ class Controller:
     def _collected(self, step: int) -> tuple[list[StageTimer], list[tuple[list[Episode], dict[str, float]]]]:
         """Every rank's trajectories of ``step`` and rollout counters, with the stage times per rank
         (here: generated now; :class:`~videorl.cluster.async_driver.AsyncController`: ahead)."""
-        from videorl.timing import StageTimer
 
         ranks = range(len(self.cluster.actors))
         timers = [StageTimer() for _ in ranks]
@@ -278,7 +278,6 @@ class Controller:
         return self.latest
 
     def _validate(self, rank: int) -> dict[str, float]:
-        from videorl.timing import StageTimer
         from videorl.train.step import validation_metrics
 
         shard = self.validation[rank :: len(self.cluster.actors)]

@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from videorl.atomic import atomic_write_text
 from videorl.cluster import wire
+from videorl.cluster.benchmark_rows import ray_evaluations
 from videorl.cluster.controller import WORKERS_FILE, Controller, absolute_paths
 from videorl.cluster.runtime import Cluster, WorkerFailure, cpus_needed, start_ray
 from videorl.errors import ConfigError, VideorlError
@@ -41,10 +43,8 @@ def train_on_ray(
     """
     import ray
 
-    from videorl.atomic import atomic_write_text
     from videorl.cluster.async_driver import AsyncController
     from videorl.cluster.benchmark_group import BenchmarkGroup
-    from videorl.cluster.benchmark_rows import ray_evaluations
     from videorl.train.compose import close_io, compose_run
     from videorl.train.loop import run
 

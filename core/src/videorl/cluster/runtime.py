@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError, VideorlError
+from videorl.plugins import load_plugins
+from videorl.runs.plugins import import_plugin
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -226,7 +228,6 @@ def load_worker_plugins(
 ) -> Plugins:
     """A worker's plugins: the installed ones less ``disable``, and the controller's ``modules``
     (:func:`plugin_modules`)."""
-    from videorl.plugins import load_plugins
 
     return load_plugins(disable=disable, extra=[_import_module(str(m), f) for m, f in modules], strict=strict)
 
@@ -235,7 +236,6 @@ def _import_module(name: str, file: str | None) -> ModuleType:
     """Plugin module ``name`` as the controller has it: a single ``.py`` file from that file (under the
     name it was loaded as), else by import path, with its source root put on ``sys.path`` when this
     process cannot import it otherwise (the controller's working directory, say)."""
-    from videorl.runs.plugins import import_plugin
 
     path = Path(file) if file else None
     if path is not None and "." not in name and path.suffix == ".py" and path.name != "__init__.py":

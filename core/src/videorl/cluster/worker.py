@@ -25,6 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from videorl import algorithms
 from videorl.cluster import wire
+from videorl.cluster.benchmark_rows import WorkerBenchmarks
+from videorl.cluster.runtime import load_worker_plugins
+from videorl.data import load_samples
+from videorl.episode import Episode
+from videorl.generation import capabilities_of
+from videorl.rollout import Completion
+from videorl.rollout.vllm_common import weights_dtype
+from videorl.runs.checkpoint import read_tensor_file, resume, save_checkpoint, write_tensor_file
+from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
     import torch
@@ -50,9 +59,7 @@ class Worker:
         self, config: dict[str, Any], roles: list[str], rank: int, world_size: int, plugins: dict[str, Any]
     ) -> None:
         """``plugins``: what the controller loaded (:class:`~videorl.cluster.runtime.Cluster`)."""
-        from videorl.cluster.runtime import load_worker_plugins
         from videorl.config import DataConfig, TrainConfig, load_config
-        from videorl.data import load_samples
         from videorl.train.compose import make_backend
 
         unknown = sorted(set(roles) - set(ROLES))
@@ -191,7 +198,6 @@ class Worker:
 
     def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Episode]:
         """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories."""
-        from videorl.episode import Episode
 
         return [
             Episode(
@@ -243,7 +249,6 @@ class Worker:
     def generate_benchmark(self, message: bytes) -> bytes:
         """A benchmark pass's rows (:func:`videorl.train.benchmarks.rows_request`) -> each row's answer
         or the stage where it failed, encoded from the frame cache here."""
-        from videorl.cluster.benchmark_rows import WorkerBenchmarks
 
         assert self.engine is not None, "generate_benchmark() on a worker without an engine"
         if self.benchmarks is None:
@@ -253,8 +258,6 @@ class Worker:
     def score(self, message: bytes) -> bytes:
         """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
         from videorl.encoding import Prompt
-        from videorl.episode import Episode
-        from videorl.rollout import Completion
 
         assert self.scorer is not None, "score() on a worker without the reward role"
         request = wire.loads(message)
@@ -293,7 +296,6 @@ class Worker:
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""
         from videorl.actor.step import train_step
-        from videorl.timing import StageTimer
 
         assert self.actor is not None and self.dist is not None, "update() on a worker without the actor role"
         request = wire.loads(message)
@@ -315,8 +317,6 @@ class Worker:
         import ray
 
         from videorl.actor.policy import engine_weights
-        from videorl.generation import capabilities_of
-        from videorl.rollout.vllm_common import weights_dtype
 
         assert self.actor is not None, "publish_weights() on a worker without the actor role"
         c = self.config
@@ -343,7 +343,6 @@ class Worker:
         metadata, so that a run resumed while benchmark passes scored them can finish them
         (:mod:`videorl.cluster.benchmark_group`)."""
         from videorl.cluster.benchmark_group import plan_metadata
-        from videorl.runs.checkpoint import write_tensor_file
 
         write_tensor_file(path, state, plan_metadata(plan))  # tied weights stored once
 
@@ -351,7 +350,6 @@ class Worker:
         """Refresh the engine with weights :meth:`keep_weights` wrote for policy ``version``; the
         seconds it took. A file of another version is refused."""
         from videorl.cluster.benchmark_group import plan_of
-        from videorl.runs.checkpoint import read_tensor_file
 
         state, metadata = read_tensor_file(path)
         if plan_of(metadata).get("version") != version:
@@ -371,7 +369,6 @@ class Worker:
         """Every actor rank writes its shards of the model and optimizer states with its data position
         (held by the controller) and RNG state: the same checkpoint a torchrun run writes. The write
         ends in the background, except after the last step."""
-        from videorl.runs.checkpoint import save_checkpoint
 
         assert self.actor is not None and self.dist is not None
         state, last = self.actor.checkpoint_state(), self.config.trainer.max_steps
@@ -381,7 +378,6 @@ class Worker:
         """Load this rank's shards of the model and optimizer states and its RNG state from checkpoint
         ``path`` (the controller holds the data positions); a colocated engine gets the loaded weights."""
         from videorl.actor.policy import refresh_state
-        from videorl.runs.checkpoint import resume
 
         assert self.actor is not None and self.dist is not None
         step = resume(path, self.actor.checkpoint_state(), self.checkpoints, self.dist)

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from videorl.atomic import DiskFullError, atomic_write_text
+from videorl.data.loaders import RowError, load_samples
+from videorl.errors import ConfigError, DataError, VideorlError
 from videorl.plugins import Plugins
 
 if TYPE_CHECKING:
@@ -90,7 +93,6 @@ def _decode_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _params(kwargs: dict[str, Any]) -> DecodeParams:
-    from videorl.errors import ConfigError
     from videorl.media import DecodeParams
 
     names = (
@@ -144,7 +146,6 @@ def _build_settings(
     no flag was given explicitly, and the config's datasets, cache and media root."""
     from click.core import ParameterSource
 
-    from videorl.errors import VideorlError
     from videorl.media import DecodeParams
 
     if config_file is None and model_dir is None:
@@ -188,8 +189,6 @@ def _load_data(
 ) -> list[Sample]:
     """The samples of every DATA argument; invalid rows (``where``: their ``file:line``) and unreadable
     files become failure lines, and the valid rows of the same file are kept."""
-    from videorl.data.loaders import RowError, load_samples
-    from videorl.errors import DataError
 
     samples: list[Sample] = []
     for path in paths:
@@ -208,7 +207,6 @@ def _load_data(
 
 def _write_report(path: Path, rows: list[dict[str, Any]]) -> str | None:
     """Write the failure report; on a full disk, the message saying so instead (nothing half-written)."""
-    from videorl.atomic import DiskFullError, atomic_write_text
 
     try:
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

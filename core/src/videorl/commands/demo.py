@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from videorl import demo
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
 
@@ -48,7 +49,6 @@ def demo_command(
     the order falls to 0 there. The run uses the same code path as `videorl train`; its config,
     metrics, checkpoints and the curve PNG land in OUT/run.
     """
-    from videorl import demo
 
     start = time.monotonic()
     try:

@@ -12,9 +12,11 @@ from typing import Any
 
 import click
 
+from videorl.atomic import atomic_write_text
 from videorl.errors import VideorlError
 from videorl.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from videorl.plugins import Plugins
+from videorl.runs.trackers import parse_logger_options
 
 _SHOW_FAILED = 20
 
@@ -118,7 +120,6 @@ def score_command(
 
     A row without a prediction, or whose prediction failed, counts as wrong and is listed.
     """
-    from videorl.atomic import atomic_write_text
     from videorl.eval import predictions_path, read_predictions, record_result, score_predictions
     from videorl.eval.scoring import aggregator
     from videorl.eval.stats import ResampleError, benchmark_stats, resample_group
@@ -206,7 +207,6 @@ def compare_command(
     Intervals need each run's NAME/scores.jsonl and the benchmark's rows: its adapter and data root (from
     results.json, or --data-root NAME=DIR).
     """
-    from videorl.atomic import atomic_write_text
     from videorl.eval import compare_results, format_table, plot_comparison, read_results, to_markdown
     from videorl.eval.compare import notes
 
@@ -418,7 +418,6 @@ def _flag_overrides(flags: dict[str, Any]) -> list[str]:
     from click.core import ParameterSource
 
     from videorl.eval.config import FLAG_KEYS
-    from videorl.runs.trackers import parse_logger_options
 
     ctx = click.get_current_context()
     out = []

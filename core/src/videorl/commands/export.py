@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from videorl.actor.lora import export_policy
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
 from videorl.runs.checkpoint import base_model_of, resolve_checkpoint
@@ -62,7 +63,6 @@ def export_command(
       videorl export runs/demo/run/checkpoints/step_000050 exported-50/
       videorl export runs/lora/run adapter/ --adapter   # a LoRA run's adapter alone
     """
-    from videorl.actor.lora import export_policy
 
     if out_dir.exists() and not overwrite:
         raise click.ClickException(f"{out_dir} already exists; choose another OUT_DIR or pass --overwrite")

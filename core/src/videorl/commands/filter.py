@@ -9,6 +9,7 @@ import click
 
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
+from videorl.train.pass_rate import progress_path, read_progress, score_pass_rates, write_kept_rows
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
@@ -99,7 +100,6 @@ def _run(config: TrainConfig, plugins: Plugins, data: Path, out: Path, batch_siz
     from videorl.rollout.factory import make_engine, max_model_len
     from videorl.rollout.single_turn import sampling_params
     from videorl.train.compose import load_training_samples, make_backend, make_encoder, seed_everything
-    from videorl.train.pass_rate import progress_path, read_progress, score_pass_rates, write_kept_rows
 
     seed_everything(config.seed)
     backend = make_backend(config, plugins)

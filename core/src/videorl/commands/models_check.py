@@ -9,6 +9,9 @@ from pathlib import Path
 
 import click
 
+from videorl.actor.parity import tolerance_for
+from videorl.diagnostics.models_check import probe_prompts, run_check
+from videorl.errors import AlignmentError, ConfigError, DataError
 from videorl.plugins import Plugins
 
 
@@ -53,12 +56,9 @@ def check_command(
     """
     import torch
 
-    from videorl.actor.parity import tolerance_for
     from videorl.backend import backend_for_model
     from videorl.config import load_config
     from videorl.devices import local_device
-    from videorl.diagnostics.models_check import probe_prompts, run_check
-    from videorl.errors import AlignmentError, ConfigError, DataError
     from videorl.rollout.factory import make_engine
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the report (--json)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from videorl.diagnostics.plan import ModelShape, Placement, plan, sequence_tokens
 from videorl.errors import VideorlError
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ def plan_command(
     import torch
 
     from videorl.config import load_config
-    from videorl.diagnostics.plan import ModelShape, Placement, plan, sequence_tokens
     from videorl.train.compose import make_backend
 
     try:

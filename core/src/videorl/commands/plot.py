@@ -7,6 +7,12 @@ from pathlib import Path
 
 import click
 
+from videorl.atomic import atomic_write_bytes
+from videorl.errors import DataError
+from videorl.runs.history import read_metrics
+from videorl.runs.plot import curves, render
+from videorl.runs.records import METRICS_FILE
+
 
 @click.command("plot")
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
@@ -18,10 +24,6 @@ import click
 )
 def plot_command(run: Path, out: Path | None) -> None:
     """Draw the reward and accuracy curves of RUN (a run directory or its metrics.jsonl) to a PNG."""
-    from videorl.atomic import atomic_write_bytes
-    from videorl.errors import DataError
-    from videorl.runs.plot import curves, render
-    from videorl.runs.records import METRICS_FILE, read_metrics
 
     metrics = run / METRICS_FILE if run.is_dir() else run
     if not metrics.is_file():

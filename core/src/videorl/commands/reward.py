@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import click
 
+from videorl.atomic import atomic_write
 from videorl.config import load_rewards
 from videorl.errors import ConfigError, DataError, RegistryError, VideorlError
 from videorl.plugins import Plugins
@@ -320,7 +321,6 @@ def reward_command(
     timeout: float | None,
 ) -> None:
     """Score responses with the installed rewards (debugging rewards, scripting, tests)."""
-    from videorl.atomic import atomic_write
 
     if _same_file(input_path, output_path):
         raise click.ClickException(

@@ -6,8 +6,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from videorl import algorithms
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
+from videorl.runs.plugins import load_run_plugins
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
@@ -64,8 +66,6 @@ def train_command(
     if config.plugins:
         from pathlib import Path
 
-        from videorl.runs.plugins import load_run_plugins
-
         flags = click.get_current_context().find_root().params  # videorl's global plugin flags
         try:
             plugins = load_run_plugins(
@@ -77,7 +77,6 @@ def train_command(
             )
         except VideorlError as exc:
             raise click.ClickException(str(exc)) from None
-    from videorl import algorithms
 
     try:  # the preset applied and every option spelled out: what --print-config and the run's config show
         config.algorithm = algorithms.resolve(config.algorithm, plugins)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from videorl.errors import ConfigError
+from videorl.hub import is_hub_id, resolve_model
 from videorl.option import Problems, option
 from videorl.rewards.config import RewardConfig
 
@@ -48,7 +49,6 @@ class ModelConfig:
         """``path`` given as a Hub id becomes its snapshot folder when the local cache holds it
         (:mod:`videorl.hub`); otherwise it stays as given (a config is checked, printed or planned on
         machines without the model), and loading the model says what to download."""
-        from videorl.hub import is_hub_id, resolve_model
 
         if is_hub_id(self.path) and not Path(self.path).exists():
             with contextlib.suppress(ConfigError):
@@ -625,8 +625,6 @@ def names_a_file(key: str, value: str, base: Path) -> bool:
     if key == "plugins":
         return value.endswith(".py")
     if key == "model.path":  # a Hub id (org/name) unless such a folder is there
-        from videorl.hub import is_hub_id
-
         return not is_hub_id(value) or (base / value).exists()
     return True
 

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.actor.parity import FAIL, NA, PASS, CheckResult, ParityReport, Tolerance, short_value
 from videorl.errors import AlignmentError, DataError
+from videorl.model_inputs import response_logprobs
+from videorl.rollout import SamplingParams
 
 if TYPE_CHECKING:
     import torch
@@ -464,8 +466,6 @@ def teacher_forced(
     stored weights, forbidden ids masked) of ``encoded`` with ``responses``."""
     import torch
 
-    from videorl.model_inputs import response_logprobs
-
     param = next(model.parameters())
     inputs = backend.collate(encoded, responses).to(device=param.device, dtype=param.dtype)
     seen: list[Any] = []
@@ -590,7 +590,6 @@ def run_check(
     """Compare the trainer's path (``model``, the stored weights, autocast in ``compute_dtype``) with
     ``engine`` on ``prompts``; the engine receives what training sends it (``backend.rollout_request``
     for engines other than ``hf``, which generates from ``backend.collate``)."""
-    from videorl.rollout import SamplingParams
 
     report = ParityReport(model_name or str(getattr(backend, "path", "")), engine_name, dtype, tolerance)
     uses_requests = engine_name != "hf"

@@ -15,7 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.actor.lora import export_policy, is_adapter_folder, merged_adapter_model
 from videorl.errors import ConfigError, VideorlError
+from videorl.hub import resolve_model
+from videorl.rollout import SamplingParams
+from videorl.runs.checkpoint import (
+    CHECKPOINT_DIR,
+    EXPORT_MARKER,
+    STATE_FILE,
+    base_model_of,
+    resolve_checkpoint,
+)
+from videorl.runs.records import CONFIG_FILE
+from videorl.runs.trackers import open_eval_loggers, summary_figures
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -44,7 +56,6 @@ class Evaluation:
         """Start the engine (and the loggers), evaluate every benchmark, close them."""
         from videorl.eval.pipeline import Evaluator
         from videorl.eval.results import begin_run
-        from videorl.runs.trackers import open_eval_loggers, summary_figures
 
         c = self.config
         trackers = (
@@ -138,7 +149,6 @@ def make_eval_engine(
 def _local_model(model: str) -> Path:
     """``model.path`` as a local path: a Hub id resolved from the cache (:mod:`videorl.hub`), else the
     path, which must exist."""
-    from videorl.hub import resolve_model
 
     local = resolve_model(model)
     if not local.exists():
@@ -152,15 +162,6 @@ def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None], backends
     same checkpoint reuses that export, and one with another checkpoint is refused for a run that
     already has results (its predictions came from the first). A PEFT adapter folder is merged into its
     base model there (:func:`videorl.actor.lora.merged_adapter_model`)."""
-    from videorl.actor.lora import export_policy, is_adapter_folder, merged_adapter_model
-    from videorl.runs.checkpoint import (
-        CHECKPOINT_DIR,
-        EXPORT_MARKER,
-        STATE_FILE,
-        base_model_of,
-        resolve_checkpoint,
-    )
-    from videorl.runs.records import CONFIG_FILE
 
     if is_adapter_folder(model):
         return merged_adapter_model(model, run_dir, backends, echo)
@@ -194,7 +195,6 @@ def build_evaluation(
     from videorl.eval.pipeline import load_task
     from videorl.eval.results import begin_run, run_settings
     from videorl.media import MediaCache
-    from videorl.rollout import SamplingParams
 
     run_dir = Path(config.output_dir)
     data_root = Path(config.data_root) if config.data_root else None

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from videorl.errors import ConfigError
+from videorl.errors import ConfigError, VideorlError
 from videorl.eval.predictions import Prediction, append_prediction, read_predictions
 from videorl.eval.results import predictions_path, record_result, write_timing
 from videorl.eval.scoring import BenchmarkResult, score_predictions, score_row
@@ -138,7 +138,6 @@ class _Item:
 
 
 def _reason(exc: BaseException) -> str:
-    from videorl.errors import VideorlError
 
     return str(exc) if isinstance(exc, VideorlError) else f"{type(exc).__name__}: {exc}"
 

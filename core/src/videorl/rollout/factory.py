@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from videorl.devices import local_device
 from videorl.errors import ConfigError
 from videorl.generation import capabilities_of
+from videorl.rollout.placement import GroupedEngine, engine_placement
+from videorl.rollout.vllm_common import weights_dtype
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -99,8 +101,6 @@ def make_rank_engine(
 
     import torch
 
-    from videorl.rollout.placement import GroupedEngine, engine_placement
-
     engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
     capabilities = capabilities_of(plugins.rollout_engines.get(engine_name))
     shares = capabilities.shares_actor_module and dist.world_size == 1
@@ -137,7 +137,6 @@ def make_rank_engine(
 
     size = len(placement.group)
     groups = [tdist.new_group(list(range(g, g + size))) for g in range(0, dist.world_size, size)]  # all ranks
-    from videorl.rollout.vllm_common import weights_dtype
 
     dtype = weights_dtype(str(config.rollout.engine_options.get("dtype", config.model.dtype)))
     return GroupedEngine(engine, placement, groups[dist.rank // size], dtype), shares

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.alignment import check_same_prompt
 from videorl.errors import ConfigError
 from videorl.generation import Completion, SamplingParams
+from videorl.runs.checkpoint import export_hf_model
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -255,7 +256,6 @@ class WeightsFolder:
 
     def write(self, state_dict: Mapping[str, Any]) -> Path:
         """Write ``state_dict`` (HF parameter names, full tensors) and return the model folder."""
-        from videorl.runs.checkpoint import export_hf_model
 
         if self.root is None:
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else None

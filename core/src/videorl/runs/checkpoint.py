@@ -53,8 +53,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from videorl.atomic import DiskFullError, atomic_write_text, disk_full, fsync_dir, fsync_file, is_disk_full
-from videorl.errors import VideorlError
+from videorl.atomic import (
+    DiskFullError,
+    atomic_write,
+    atomic_write_text,
+    disk_full,
+    fsync_dir,
+    fsync_file,
+    is_disk_full,
+)
+from videorl.errors import ConfigError, VideorlError
+from videorl.runs.dcp_files import quiet_single_process, recording_writer, safe_planner, safe_reader
+from videorl.runs.records import CONFIG_FILE
 
 if TYPE_CHECKING:
     import torch
@@ -215,8 +225,6 @@ def write_tensor_file(
     its other names kept in the metadata (:func:`read_tensor_file` gives them back)."""
     from safetensors.torch import save_file
 
-    from videorl.atomic import atomic_write
-
     kept, aliases = _dedupe(state)
     header = {"format": "pt", _ALIASES_KEY: json.dumps(aliases), **metadata}
     atomic_write(path, lambda tmp: save_file(kept, str(tmp), metadata=header))
@@ -298,8 +306,6 @@ class Checkpoint:
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-        from videorl.runs.dcp_files import quiet_single_process, safe_planner, safe_reader
-
         tensors = self.path / TENSORS_DIR
         try:
             reader = safe_reader(tensors)
@@ -323,8 +329,6 @@ class Checkpoint:
         default group: each rank reads its shards)."""
         from torch.distributed.checkpoint import load
         from torch.distributed.checkpoint.api import CheckpointException
-
-        from videorl.runs.dcp_files import quiet_single_process, safe_planner, safe_reader
 
         self.require_sharded("it")
         template = state.state_dict()
@@ -401,7 +405,6 @@ class Checkpoint:
     def rank_data_states(self, world_size: int, advice: str) -> list[dict[str, Any]]:
         """The data position of each rank that wrote this checkpoint; a :class:`ConfigError` unless they
         are ``world_size`` (``advice``, formatted with ``n`` the count written, says how to resume)."""
-        from videorl.errors import ConfigError
 
         ranks: list[dict[str, Any]] = self.data_state.get("ranks", [])
         if len(ranks) != world_size:
@@ -540,8 +543,6 @@ class CheckpointManager:
         state per rank) and ``extra`` by rank 0. ``asynchronous``: return once the tensors are staged in
         host memory; the checkpoint becomes complete when the background write ends (:meth:`wait`)."""
         import torch.distributed.checkpoint as dcp
-
-        from videorl.runs.dcp_files import quiet_single_process, recording_writer
 
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -1014,7 +1015,6 @@ def resolve_checkpoint(source: Path) -> Path:
 def run_config(checkpoint: Path) -> TrainConfig | None:
     """The ``config.yaml`` of the run that wrote ``checkpoint``; None for a checkpoint outside its run."""
     from videorl.config import load_config
-    from videorl.runs.records import CONFIG_FILE
 
     config_file = checkpoint.parent.parent / CONFIG_FILE
     return load_config(config_file) if config_file.is_file() else None
@@ -1022,7 +1022,6 @@ def run_config(checkpoint: Path) -> TrainConfig | None:
 
 def base_model_of(checkpoint: Path) -> Path:
     """The base model directory the run of ``checkpoint`` trained from (``model.path`` of its config.yaml)."""
-    from videorl.runs.records import CONFIG_FILE
 
     config = run_config(checkpoint)
     if config is None:

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
+from videorl.plugins import load_plugins
 
 if TYPE_CHECKING:
     from videorl.plugins import Plugins
@@ -77,7 +78,6 @@ def load_run_plugins(
 ) -> Plugins:
     """Every plugin, as ``videorl`` loads them (``disable``, ``extra`` and ``strict`` are its global
     flags), plus the modules ``specs`` name."""
-    from videorl.plugins import load_plugins
 
     modules = [import_plugin(spec, base) for spec in specs]
     plugins = load_plugins(disable=disable, extra=[*extra, *modules], strict=strict)

@@ -33,15 +33,17 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from videorl import __version__
 from videorl.atomic import atomic_write_text
-from videorl.errors import DataError, VideorlError
+from videorl.errors import VideorlError
+from videorl.runs.history import git_revision, truncate_after
+from videorl.runs.plugins import plugin_records
 from videorl.runs.trackers import METRICS_FILE, JsonlLogger, Logger, LoggerSet, RunContext, open_loggers
 
 if TYPE_CHECKING:
@@ -64,34 +66,8 @@ __all__ = [
     "CompletionLog",
     "MetricsWriter",
     "ProgressBar",
-    "git_revision",
-    "read_metrics",
     "write_run_metadata",
 ]
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl``; a torn last line (a writer killed mid-line) is left out.
-
-    A malformed line elsewhere, or a row without an integer ``step``, is a :class:`DataError`
-    naming the file and line.
-    """
-    path = Path(path)
-    rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):  # the last line has no newline: it was being written
-                break
-            raise DataError(f"{path}:{number}: not a JSON object ({exc.msg})") from exc
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or isinstance(row["step"], bool):
-            raise DataError(f"{path}:{number}: a metrics row must be a JSON object with an integer 'step'")
-        rows.append(row)
-    return rows
 
 
 def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -113,19 +89,6 @@ def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
             )
         out[name] = value
     return out
-
-
-def truncate_after(path: Path, step: int) -> list[dict[str, Any]]:
-    """Keep the rows of a step-keyed JSONL file up to ``step`` (rewriting it atomically when anything
-    is dropped); the rows kept."""
-    if not path.exists():
-        return []
-    rows = read_metrics(path)
-    kept = [row for row in rows if row["step"] <= step]
-    raw = path.read_text(encoding="utf-8")
-    if len(kept) != len(rows) or (raw and not raw.endswith("\n")):
-        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
-    return kept
 
 
 class MetricsWriter:
@@ -241,25 +204,6 @@ class CompletionLog:
 # --- run metadata ---------------------------------------------------------------------------------
 
 
-def git_revision(directory: str | Path) -> dict[str, Any] | None:
-    """``{"revision": sha, "dirty": bool}`` of the git checkout holding ``directory``, or ``None``."""
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        if sha.returncode != 0:
-            return None
-        status = subprocess.run(
-            ["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return {"revision": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
 def _version(distribution: str) -> str | None:
     try:
         return md.version(distribution)
@@ -281,9 +225,7 @@ def write_run_metadata(
     no distribution installed: ``--plugin`` and ``plugins:`` modules with their file and SHA-256).
     Returns run.json's content.
     """
-    from videorl import __version__
     from videorl.config import dump_config
-    from videorl.runs.plugins import plugin_records
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

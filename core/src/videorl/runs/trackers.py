@@ -26,7 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from videorl import __version__
+from videorl.atomic import atomic_write_text
 from videorl.errors import ConfigError, VideorlError
+from videorl.runs.history import git_revision, truncate_after
 
 if TYPE_CHECKING:
     from videorl.registry import Registry
@@ -64,8 +67,6 @@ class RunContext:
         path = self.run_dir / TRACKER_IDS_FILE
         ids: dict[str, str] = json.loads(path.read_text()) if path.is_file() else {}
         if new is not None:
-            from videorl.atomic import atomic_write_text
-
             ids[f"{self.kind}/{logger}"] = new
             atomic_write_text(path, json.dumps(ids, indent=2) + "\n")
         return ids.get(f"{self.kind}/{logger}")
@@ -128,7 +129,6 @@ class JsonlLogger:
     required = True
 
     def __init__(self, run: RunContext) -> None:
-        from videorl.runs.records import truncate_after
 
         self.path = run.run_dir / METRICS_FILE
         run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -357,9 +357,6 @@ def open_eval_loggers(
     """The loggers of ``videorl eval run --logger``: told the run's settings as config, and the
     versions (videorl, every plugin) and git revision as metadata."""
     import sys
-
-    from videorl import __version__
-    from videorl.runs.records import git_revision
 
     metadata = {
         "videorl": __version__,

@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError, VideorlError
+from videorl.rollout import SamplingParams
+from videorl.rollout.placement import GroupedEngine
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -128,7 +130,6 @@ def load_benchmark(benchmarks: Registry[Any], spec: BenchmarkConfig) -> EvalTask
 
 def sampling_of(spec: BenchmarkConfig) -> SamplingParams:
     """One response per row, as ``videorl eval run`` samples (its seed 0)."""
-    from videorl.rollout import SamplingParams
 
     return SamplingParams(n=1, temperature=spec.temperature, max_tokens=spec.max_tokens, seed=0)
 
@@ -400,7 +401,6 @@ def local_evaluations(passes: BenchmarkPasses, engine: Any, rank: int) -> list[P
     """The evaluations of one process or torchrun rank: the passes on rank 0, with its engine (the
     leader's own engine of a tensor-parallel group, which needs no other rank); none on the other ranks,
     which go on to the step's metrics and wait there (the metrics are rank 0's alone, so not averaged)."""
-    from videorl.rollout.placement import GroupedEngine
 
     if not passes or rank != 0:
         return []

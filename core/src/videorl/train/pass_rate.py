@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.atomic import atomic_write_text
+from videorl.data import read_rows
+from videorl.episode import Episode
 from videorl.errors import DataError
 
 if TYPE_CHECKING:
@@ -86,7 +89,6 @@ def score_pass_rates(
     """
     from dataclasses import replace
 
-    from videorl.episode import Episode
     from videorl.eval.predictions import append_prediction
     from videorl.rollout.scoring import accuracy_of, score
 
@@ -156,8 +158,6 @@ def write_kept_rows(
     """Write the rows of ``data`` whose sample has ``0 < pass rate < 1`` to ``out`` (JSONL, atomically):
     each row as it was, plus ``pass_rate``, with relative media paths made to resolve from ``out``'s
     folder (unless ``media_root`` names the folder they are relative to)."""
-    from videorl.atomic import atomic_write_text
-    from videorl.data import read_rows
 
     rows = dict(read_rows(data))
     root = Path(media_root) if media_root is not None else data.absolute().parent
