@@ -94,7 +94,7 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     """Train, evaluate and print the JSON line (see the module docstring)."""
     from videorl import demo
     from videorl.plugins import load_plugins
-    from videorl.runs.records import read_metrics
+    from videorl.runs.history import read_metrics
     from videorl.train.benchmarks import pass_dir
 
     task = work / "task"

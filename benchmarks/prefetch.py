@@ -2,7 +2,7 @@
 thread while this step's update runs, side by side in one run.
 
 Each step takes ``--prompts`` samples from :class:`~videorl.train.data.TrainData`, prepares them with the
-training :class:`~videorl.train.data.PromptEncoder` (a tiny Qwen2.5-VL backend; H.264 clips of
+training :class:`~videorl.encoding.PromptEncoder` (a tiny Qwen2.5-VL backend; H.264 clips of
 ``--seconds`` s at 640×480, 30 fps, decoded on the fly: no frame cache, the slow path, after a wait
 of ``--io-delay`` s per video standing for a read from network storage) and then "updates": a sleep
 of ``--update`` seconds standing for the rollout and update on an accelerator, during which the host

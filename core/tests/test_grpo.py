@@ -26,8 +26,8 @@ from videorl.errors import ConfigError
 from videorl.model_inputs import EncodedPrompt, ModelInputs, PromptInput, collate_encoded
 from videorl.parallel import Parallel, mean_over_ranks
 from videorl.rollout import Completion
+from videorl.rollout.collect import Rollout, collect_groups, rollout_seed
 from videorl.rollout.single_turn import rollout_groups
-from videorl.rollout.workflow import Rollout, collect_groups, rollout_seed
 from videorl.timing import StageTimer
 from videorl.train.step import assign_advantages
 

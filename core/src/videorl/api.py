@@ -27,6 +27,7 @@ from videorl.backend import (
     read_model_type,
 )
 from videorl.benchmark import Benchmark, BenchmarkRow
+from videorl.episode import Episode, Segment
 from videorl.errors import (
     AlignmentError,
     ConfigError,
@@ -58,6 +59,7 @@ from videorl.rewards.format import FormatRule
 from videorl.rewards.router import RewardEvent, RewardRouter
 from videorl.rewards.task import TaskReward
 from videorl.rewards.types import Reward, RewardInput, RewardOutput
+from videorl.rollout.workflow import RolloutWorkflow
 from videorl.runs.trackers import Logger, RunContext
 from videorl.workers import LineWorker, LineWorkers
 
@@ -69,6 +71,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "EncodedPrompt",
+    "Episode",
     "FormatRule",
     "LineWorker",
     "LineWorkers",
@@ -93,7 +96,9 @@ __all__ = [
     "RewardOutput",
     "RewardRouter",
     "RolloutRequest",
+    "RolloutWorkflow",
     "RunContext",
+    "Segment",
     "TaskReward",
     "UnknownComponentError",
     "VideoMetadata",

@@ -1,4 +1,10 @@
-"""ENCODING"""
+"""Samples made into prompts: :class:`Prompt` (a sample, its encoded prompt and its media metadata) and
+:class:`PromptEncoder`, which turns a :class:`~videorl.data.Sample` into the prompt the backend tokenises
+once. Its frames come from the media cache (the only place videos are decoded), its text from the
+sample's prompt template (looked up for the ``problem_type``, then for the rewards that score it).
+``PromptEncoder.check`` renders every row's text before the model loads, so a missing template or
+field is an error naming the row, not a crash mid-run. With ``data.prefetch`` a background thread
+(:class:`Prefetcher`) prepares the next batch while this step generates and updates."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""BUILD"""
+"""Building the actor of a rank: the policy loaded in float32 masters (or frozen in the compute dtype
+under LoRA), sharded by FSDP2 over the mesh with rank 0 reading the checkpoint once, its AdamW, and the
+frozen reference copy when the KL penalty needs one."""
 
 from __future__ import annotations
 

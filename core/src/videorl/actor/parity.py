@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from videorl.episode import Episode
     from videorl.parallel import Parallel
 
-log = logging.getLogger("videorl.parity")
+log = logging.getLogger("videorl.diagnostics.models_check")
 
 PASS, FAIL, NA = "PASS", "FAIL", "n/a"
 

@@ -1,4 +1,7 @@
-"""POLICY"""
+"""The policy being trained (:class:`Actor`: the module, possibly FSDP-sharded, its optimizer, its
+family's backend, the reference or the LoRA adapters) and what every driver does with it besides the
+update: its weights for an engine's refresh, in the names and dtype the engine declares
+(:func:`refresh_state`, :func:`engine_weights`), the learning rate of a step, an engine asleep."""
 
 from __future__ import annotations
 

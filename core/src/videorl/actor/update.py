@@ -1,4 +1,11 @@
-"""UPDATE"""
+"""The actor update of one step: teacher-forced forwards over micro-batches packed by a token budget,
+the run's policy loss (with rollout correction, the KL and entropy terms), one optimizer step per
+mini-batch; and the reference model's log-probs.
+
+:func:`forward_responses` is the one forward of responses (the update, the reference, the parity gate
+and the Ray reference workers call it): collate → optional padding-free packing → the model on the
+response positions only → chunked log-softmax and entropy, with the episode's loss mask applied (a
+tool's tokens are not trained on). Sequence parallelism plugs in here, behind the same signature."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from videorl.eval.pipeline import EvalTask
     from videorl.eval.scoring import BenchmarkResult
     from videorl.plugins import Plugins
-    from videorl.rollout import Completion, SamplingParams
+    from videorl.rollout import Completion
     from videorl.train.loop import PeriodicEvaluation
 
 

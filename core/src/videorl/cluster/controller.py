@@ -1,4 +1,4 @@
-"""The controller of a Ray run: the GRPO step of :mod:`videorl.train.grpo`, driving worker groups.
+"""The controller of a Ray run: the GRPO step of :mod:`videorl.train.local`, driving worker groups.
 
 The controller holds the data order of every actor rank (as each torchrun rank would), the run's
 metrics and progress, and decides everything between the workers' calls. One step:
@@ -6,12 +6,12 @@ metrics and progress, and decides everything between the workers' calls. One ste
 1. rollout    each rank's share of the prompts goes, as sample ids, to a rollout worker, which
               encodes the prompts from the frame cache and generates; reward workers score the
               responses; dynamic sampling and mix-policy decide as in one process
-              (:func:`videorl.train.grpo.collect_groups`). The ranks' shares run at once, a thread each;
+              (:func:`videorl.rollout.collect.collect_groups`). The ranks' shares run at once, a thread each;
               an estimator that asks for a greedy baseline gets one per prompt from the same
               rollout worker, scored, and left out of the update as in one process;
 2. advantage  by the run's estimator, here;
 3. reference  split placement with the KL penalty: reference workers return per-token log-probs;
-4. update     every actor rank runs :func:`videorl.train.grpo.update` on its share (FSDP between them);
+4. update     every actor rank runs :func:`videorl.actor.update.update` on its share (FSDP between them);
 5. sync       colocated: each worker refreshes its own engine; split: actor rank 0 puts the weights in
               Ray's object store and every rollout worker loads them;
 6. metrics    averaged over the ranks as under torchrun.
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from videorl.rollout.scoring import Scorer
     from videorl.runs.checkpoint import Checkpoint
     from videorl.runs.records import CompletionLog
-    from videorl.timing import StageTimer
     from videorl.train.data import TrainData
 
 WORKERS_FILE = "ray-workers.json"
@@ -120,7 +119,7 @@ class Controller:
         return replies
 
     def scorer(self, split: str, step: int | None = None) -> Scorer:
-        """A :data:`~videorl.train.grpo.Scorer` on the reward workers for samples of ``split`` (train or val)
+        """A :data:`~videorl.rollout.scoring.Scorer` on the reward workers for samples of ``split`` (train or val)
         of ``step`` (default the current one): the responses are shared among the workers."""
 
         def score(trajectories: Sequence[Episode]) -> None:
@@ -180,7 +179,7 @@ class Controller:
         return Generated(prompts, completions, int(reply["version"]), greedy)
 
     def _rollout(self, rank: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
-        """A :data:`~videorl.train.grpo.Rollout` for rank ``rank`` on the workers, for ``step``: each
+        """A :data:`~videorl.rollout.collect.Rollout` for rank ``rank`` on the workers, for ``step``: each
         trajectory carries the weight version that generated it. When the estimator asks for a greedy
         baseline (:attr:`~videorl.algorithms.Algorithm.greedy_baseline`), the same call to the rollout
         worker also generates one greedy response per prompt (so with the same weights), scored on the
@@ -213,7 +212,7 @@ class Controller:
     # --- the step ----------------------------------------------------------------------------------
 
     def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Episode], dict[str, float]]:
-        from videorl.rollout.workflow import collect_groups
+        from videorl.rollout.collect import collect_groups
         from videorl.train.step import assign_advantages
 
         per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))

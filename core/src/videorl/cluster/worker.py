@@ -1,7 +1,7 @@
 """A worker process of a Ray run, hosting the roles its controller gives it.
 
 - ``actor``: one FSDP rank of the policy, its optimizer and (colocated) the reference copy; it runs
-  :func:`videorl.train.grpo.update` on its rank's trajectories and writes checkpoints with the other ranks;
+  :func:`videorl.actor.update.update` on its rank's trajectories and writes checkpoints with the other ranks;
 - ``rollout``: a rollout engine; with ``actor`` in the same process (colocated placement) it is
   refreshed in place after each update, otherwise from the weights the actor ranks publish;
 - ``reference``: the frozen reference model's log-probs of the responses (split placement, KL on);
@@ -39,10 +39,8 @@ if TYPE_CHECKING:
     import torch
 
     from videorl.actor.policy import Actor
-    from videorl.cluster.benchmark_rows import WorkerBenchmarks
     from videorl.data import Sample
     from videorl.encoding import Prompt, PromptEncoder
-    from videorl.episode import Episode
     from videorl.parallel import Parallel
     from videorl.rollout import RolloutEngine
     from videorl.rollout.scoring import Scorer
@@ -291,7 +289,7 @@ class Worker:
     def update(self, message: bytes) -> bytes:
         """``{step, items, parity_check}`` -> this rank's actor metrics of the step (collective over the
         actor ranks). With ``parity_check`` (the run's first step) the engine's log-probs of the items
-        are first compared with the actor's (:func:`videorl.parity.first_step_check`).
+        are first compared with the actor's (:func:`videorl.actor.parity.first_step_check`).
 
         A colocated engine is refreshed in place afterwards (the full state dict is gathered on every
         rank, as under torchrun)."""

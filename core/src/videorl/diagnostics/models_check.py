@@ -3,7 +3,7 @@
 Two users: ``videorl models check MODEL`` builds probe samples (videos of several lengths, rates and
 a clip range, an image, text, two videos in one prompt), runs them through the trainer's path
 (``backend.encode`` → ``backend.collate`` → the teacher-forced forward) and through the rollout
-engine the run would use (:func:`videorl.train.compose.make_engine`), and compares per sample:
+engine the run would use (:func:`videorl.rollout.factory.make_engine`), and compares per sample:
 
 - ``prompt_ids``: the ids the engine reports having used against the framework's tokenisation;
 - ``placeholders``: the visual placeholder spans of the prompt, and the media items the engine request

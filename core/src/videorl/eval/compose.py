@@ -2,7 +2,7 @@
 
 As :mod:`videorl.train.compose` does for training, this is where evaluation looks components up by
 name: the benchmarks, the model backend (from the checkpoint's ``model_type``), the rollout engine
-(through training's :func:`~videorl.train.compose.make_engine`) and the loggers. Everything that can
+(through training's :func:`~videorl.rollout.factory.make_engine`) and the loggers. Everything that can
 fail on the data is checked before the run directory is touched: every benchmark's rows are loaded
 first, and ``results.json`` refuses a resume with other settings before the model loads.
 """
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from videorl.eval.inputs import RowInputs
     from videorl.eval.pipeline import EvalTask, RunReport
     from videorl.plugins import Plugins
-    from videorl.rollout import RolloutEngine, SamplingParams
+    from videorl.rollout import RolloutEngine
 
 __all__ = ["Evaluation", "benchmark_dirs", "build_evaluation", "engine_identity", "make_eval_engine"]
 
@@ -117,7 +117,7 @@ def engine_identity(config: EvalConfig) -> dict[str, Any]:
 
 def max_model_len(config: EvalConfig) -> int:
     """vLLM's context length: ``engine.max_model_len``, else derived as training derives its own
-    (:func:`videorl.train.compose.max_model_len`): the longest prompt training takes at this visual
+    (:func:`videorl.rollout.factory.max_model_len`): the longest prompt training takes at this visual
     budget (``data.max_prompt_length``, whose default fits every family's default budget with its
     text) and the longest response (``sampling.max_tokens``). vLLM's own default, the model's full
     context (128k tokens for Qwen2.5-VL), reserves KV cache for sequences no prompt reaches."""
@@ -129,7 +129,7 @@ def max_model_len(config: EvalConfig) -> int:
 def make_eval_engine(
     config: EvalConfig, plugins: Plugins, backend: ModelBackend, model: Path
 ) -> RolloutEngine:
-    """The engine, built as training builds its own (:func:`videorl.train.compose.make_engine`): HF
+    """The engine, built as training builds its own (:func:`videorl.rollout.factory.make_engine`): HF
     generate with a model of its own, or vLLM's AsyncLLM (registered as ``vllm-async``)."""
     from videorl.rollout.factory import make_engine
 

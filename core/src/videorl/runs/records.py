@@ -6,7 +6,7 @@ and a progress bar.
 from the checkpoint of step ``k`` drops the lines after ``k`` (they are logged again). Log a step's
 metrics before writing its checkpoint.
 
-Metric names logged by the loop (``videorl.train.grpo``; ``videorl plot`` reads ``reward/*`` and
+Metric names logged by the loop (``videorl.train.local``; ``videorl plot`` reads ``reward/*`` and
 ``accuracy/*``):
 ``reward/overall``, ``reward/<problem_type>``, ``accuracy/overall``, ``accuracy/<problem_type>``,
 ``format/overall``, ``response_length/{mean,clip_ratio}``, ``tokens/step``,
@@ -176,7 +176,7 @@ class CompletionLog:
         truncate_after(self.path, start_step)
 
     def log(self, step: int, trajectories: Sequence[Any], decode: Any) -> list[dict[str, Any]]:
-        """Append the chosen responses of ``trajectories`` (``videorl.train.grpo.Episode``); ``decode``
+        """Append the chosen responses of ``trajectories`` (``videorl.episode.Episode``); ``decode``
         turns token ids into text. Returns the rows written."""
         by_group: dict[int, list[Any]] = {}
         for t in trajectories:

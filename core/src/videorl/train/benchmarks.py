@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from videorl.media import MediaCache
     from videorl.plugins import Plugins
     from videorl.registry import Registry
-    from videorl.rollout import SamplingParams
     from videorl.train.loop import PeriodicEvaluation
 
 __all__ = [

@@ -23,6 +23,7 @@ from videorl.errors import ConfigError, DataError, RegistryError
 from videorl.hub import resolve_model
 from videorl.media import MediaCache
 from videorl.media.loader import MediaLoader
+from videorl.parallel import Parallel
 from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
@@ -41,14 +42,11 @@ if TYPE_CHECKING:
     from videorl.backend import ModelBackend, VisionSync
     from videorl.config import TrainConfig
     from videorl.data import Sample
-    from videorl.encoding import Prompt, PromptEncoder
-    from videorl.parallel import Parallel
+    from videorl.encoding import Prompt
     from videorl.plugins import Plugins
-    from videorl.prompts import PromptTemplate
-    from videorl.rewards.router import RewardRouter
     from videorl.rollout import RolloutEngine
-    from videorl.runs.checkpoint import Checkpoint, CheckpointManager
-    from videorl.train.loop import OnStep, PeriodicEvaluation, RunIO
+    from videorl.runs.checkpoint import Checkpoint
+    from videorl.train.loop import OnStep, PeriodicEvaluation
 
 log = logging.getLogger("videorl.train")
 

@@ -1,29 +1,18 @@
-"""Training data for the loop: a resumable, per-rank order over samples, and samples made into prompts.
+"""Training data for the loop: a resumable, per-rank order over samples.
 
-``TrainData`` decides which samples a rank trains on, in a seeded order per epoch, and records its
-position so that a resumed run continues exactly where the checkpoint was taken. ``PromptEncoder``
-turns a :class:`~videorl.data.Sample` into the prompt the backend tokenises once: its frames come from
-the media cache (the only place videos are decoded), its text from the sample's prompt template
-(looked up for the ``problem_type``, then for the rewards that score it: a type routed by
-``rewards.routes`` uses its reward's templates). ``PromptEncoder.check`` renders every row's text before
-the model loads, so a missing template or field is an error naming the row, not a crash mid-run.
-
-With ``data.prefetch``, ``TrainData`` hands the encoder each batch it takes together with the batch
-after it, and a background thread (:class:`Prefetcher`) decodes and encodes them in order: the next
-step's frames are ready when it starts, prepared while this step generates and updates (on GPUs, time
-the host is otherwise idle).
+``TrainData`` decides which samples a data-parallel group trains on, in a seeded order per epoch, and
+records its position so that a resumed run continues exactly where the checkpoint was taken. With
+``data.prefetch`` it hands the prompt encoder (:mod:`videorl.encoding`) each batch it takes together
+with the batch after it, whose frames are then prepared in the background while this step goes on.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from videorl.errors import DataError
-
-log = logging.getLogger("videorl.train")
 
 if TYPE_CHECKING:
     from videorl.data import Sample

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from videorl.actor.policy import refresh_state
 from videorl.actor.step import train_step
 from videorl.parallel import Parallel
+from videorl.rollout.collect import collect_groups, local_rollout
 from videorl.rollout.scoring import local_scorer
-from videorl.rollout.workflow import collect_groups, local_rollout
 from videorl.runs.checkpoint import resume, save_checkpoint
 from videorl.timing import StageTimer
 from videorl.train.loop import RunIO, run

@@ -14,7 +14,7 @@
 The loop owns the step range, the order above, the timing and the writers; a driver owns what a step
 does and where it runs. Three drivers exist:
 
-- :class:`videorl.train.grpo.LocalStep`: this process's share of the prompts, its own engine and actor
+- :class:`videorl.train.local.LocalStep`: this process's share of the prompts, its own engine and actor
   (one process, or one torchrun rank: every rank runs this loop, and ``dist`` averages the metrics);
 - :class:`videorl.cluster.controller.Controller`: the Ray controller, every rank's share through worker
   groups; it returns metrics already averaged over the actor ranks (the loop runs with one ``Parallel()``);
