@@ -119,8 +119,8 @@ class Controller:
         return replies
 
     def scorer(self, split: str, step: int | None = None) -> Scorer:
-        """A :data:`~videorl.rollout.scoring.Scorer` on the reward workers for samples of ``split`` (train or val)
-        of ``step`` (default the current one): the responses are shared among the workers."""
+        """A :data:`~videorl.rollout.scoring.Scorer` on the reward workers for samples of ``split`` (train
+        or val) of ``step`` (default the current one): the responses are shared among the workers."""
 
         def score(trajectories: Sequence[Episode]) -> None:
             if not trajectories:
