@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from videorl.actor.parity import TOLERANCES, CheckResult, ParityReport, tolerance_for
-from videorl.diagnostics.models_check import (
+from videorl.diagnostics.comparisons import (
     compare_frame_metadata,
     compare_greedy,
     compare_ids,
@@ -173,7 +173,7 @@ def test_gaps_of_a_multi_turn_episode_count_the_policy_s_tokens_only() -> None:
 
 
 def test_grids_and_media_items_the_engine_request_carries() -> None:
-    from videorl.diagnostics.models_check import compare_grids, compare_items
+    from videorl.diagnostics.comparisons import compare_grids, compare_items
 
     assert compare_grids("v", [(4, 12, 16)], [(4, 12, 16)]).status == "PASS"
     resized = compare_grids("v", [(4, 12, 16), (2, 8, 8)], [(4, 12, 16), (2, 4, 4)])

@@ -86,19 +86,7 @@ def train_on_ray(
         clean = True
         return last
     except WorkerFailure as exc:
-        latest = begun.checkpoints.latest()
-        if latest is None:
-            hint = "no checkpoint was written yet: start the run again" + (
-                "" if exc.died else " once the cause is fixed"
-            )
-        elif exc.died:
-            hint = f"the last complete checkpoint is {latest}: continue the run with --resume auto"
-        else:
-            hint = (
-                f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto "
-                "continues from it"
-            )
-        raise VideorlError(f"{exc}. {hint}") from None
+        raise VideorlError(f"{exc}. {_resume_hint(exc, begun.checkpoints.latest())}") from None
     finally:
         for evaluation in evaluations:
             if isinstance(evaluation, BenchmarkGroup):
@@ -110,3 +98,16 @@ def train_on_ray(
         cluster.shutdown(clean=clean)
         if started:
             ray.shutdown()
+
+
+def _resume_hint(failure: WorkerFailure, latest: Path | None) -> str:
+    """What to do after ``failure``: start again, or resume from the last complete checkpoint."""
+    if latest is None:
+        return "no checkpoint was written yet: start the run again" + (
+            "" if failure.died else " once the cause is fixed"
+        )
+    if failure.died:
+        return f"the last complete checkpoint is {latest}: continue the run with --resume auto"
+    return (
+        f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto continues from it"
+    )

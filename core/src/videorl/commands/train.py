@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from videorl import algorithms
+from videorl.config import dump_config, load_config
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
+from videorl.rewards.router import RewardRouter
 from videorl.runs.plugins import load_run_plugins
 
 if TYPE_CHECKING:
@@ -54,58 +57,70 @@ def train_command(
       videorl train CONFIG --ray ray.actor_workers=2                # a local Ray runtime, 2 FSDP workers
       videorl train CONFIG --ray-address HEAD:6379                  # join a Ray cluster
     """
-    from videorl.config import dump_config, load_config
-
-    items = list(overrides)
-    if resume is not None:
-        items.append(f"trainer.resume={resume}")
-    try:
-        config: TrainConfig = load_config(config_file, items)
-    except VideorlError as exc:
-        raise click.ClickException(str(exc)) from None
+    config = _load(config_file, overrides, resume)
     if config.plugins:
-        from pathlib import Path
-
-        flags = click.get_current_context().find_root().params  # videorl's global plugin flags
-        try:
-            plugins = load_run_plugins(
-                config.plugins,
-                base=Path.cwd(),  # load_config made the file's .py paths absolute; overrides' are the CWD's
-                disable=flags.get("disable_plugin", ()),
-                extra=flags.get("plugin", ()),
-                strict=flags.get("strict_plugins") or None,
-            )
-        except VideorlError as exc:
-            raise click.ClickException(str(exc)) from None
-
+        plugins = _run_plugins(config)
     try:  # the preset applied and every option spelled out: what --print-config and the run's config show
         config.algorithm = algorithms.resolve(config.algorithm, plugins)
     except VideorlError as exc:
         raise click.ClickException(f"{config_file}: {exc}") from None
     if print_config:  # after the run's plugins are loaded: they may provide the rewards it names
-        from videorl.rewards.router import RewardRouter
-
-        try:
-            RewardRouter.from_registry(plugins.rewards, config.rewards).check_config()
-        except VideorlError as exc:
-            raise click.ClickException(f"{config_file}: {exc}") from None
-        click.echo(dump_config(config), nl=False)
-        return
-    if use_ray or ray_address:
-        from videorl.cluster.launch import train_on_ray
-
-        try:
-            last = train_on_ray(config, plugins, address=ray_address)
-        except VideorlError as exc:
-            raise click.ClickException(str(exc)) from None
-        click.echo(f"trained to step {last}; run directory: {config.output_dir}")
-        return
-    if config.trainer.max_staleness > 0:
+        _print_config(config, plugins, config_file)
+    elif use_ray or ray_address:
+        _train_on_ray(config, plugins, ray_address)
+    elif config.trainer.max_staleness > 0:
         raise click.ClickException(
             f"{config_file}: trainer.max_staleness: {config.trainer.max_staleness} trains asynchronously on "
             "Ray: add --ray (with ray.placement: split), or set trainer.max_staleness: 0"
         )
-    from videorl.parallel import close_distributed, init_distributed
+    else:
+        _train_here(config, plugins)
+
+
+def _load(config_file: str, overrides: tuple[str, ...], resume: str | None) -> TrainConfig:
+    items = [*overrides, *([f"trainer.resume={resume}"] if resume is not None else [])]
+    try:
+        return load_config(config_file, items)
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _run_plugins(config: TrainConfig) -> Plugins:
+    """The installed plugins with the run's (``plugins:``) and the global flags' modules."""
+    flags = click.get_current_context().find_root().params  # videorl's global plugin flags
+    try:
+        return load_run_plugins(
+            config.plugins,
+            base=Path.cwd(),  # load_config made the file's .py paths absolute; overrides' are the CWD's
+            disable=flags.get("disable_plugin", ()),
+            extra=flags.get("plugin", ()),
+            strict=flags.get("strict_plugins") or None,
+        )
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _print_config(config: TrainConfig, plugins: Plugins, config_file: str) -> None:
+    try:
+        RewardRouter.from_registry(plugins.rewards, config.rewards).check_config()
+    except VideorlError as exc:
+        raise click.ClickException(f"{config_file}: {exc}") from None
+    click.echo(dump_config(config), nl=False)
+
+
+def _train_on_ray(config: TrainConfig, plugins: Plugins, address: str | None) -> None:
+    from videorl.cluster.launch import train_on_ray  # Ray and torch
+
+    try:
+        last = train_on_ray(config, plugins, address=address)
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"trained to step {last}; run directory: {config.output_dir}")
+
+
+def _train_here(config: TrainConfig, plugins: Plugins) -> None:
+    """One process, or this torchrun rank."""
+    from videorl.parallel import close_distributed, init_distributed  # torch
     from videorl.train.compose import build_training
 
     dist = init_distributed()

@@ -13,18 +13,16 @@ from typing import Any, TypeVar, overload
 
 from videorl.config.loader import ParsedYaml, config_to_dict, dump_config, load, parse_yaml
 from videorl.config.reference import ConfigKey, config_keys, markdown_reference
+from videorl.config.run import BenchmarkConfig, RayConfig, TrainerConfig
 from videorl.config.schema import (
     ActorConfig,
     AlgorithmConfig,
-    BenchmarkConfig,
     DataConfig,
     LoraConfig,
     ModelConfig,
     OptimConfig,
-    RayConfig,
     RolloutConfig,
     TrainConfig,
-    TrainerConfig,
 )
 from videorl.config.sections import load_rewards
 from videorl.option import Problems, option

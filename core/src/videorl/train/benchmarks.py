@@ -50,7 +50,7 @@ from videorl.rollout.placement import GroupedEngine
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
-    from videorl.config.schema import BenchmarkConfig
+    from videorl.config.run import BenchmarkConfig
     from videorl.eval.inputs import RowInputs
     from videorl.eval.pipeline import EvalTask
     from videorl.eval.scoring import BenchmarkResult
