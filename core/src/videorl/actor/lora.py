@@ -27,15 +27,9 @@ from typing import TYPE_CHECKING, Any
 from videorl.atomic import atomic_write_text, fsync_dir
 from videorl.errors import ConfigError, VideorlError
 from videorl.hub import resolve_model
-from videorl.runs.checkpoint import (
-    EXPORT_MARKER,
-    FORMAT_VERSION,
-    Checkpoint,
-    CheckpointManager,
-    check_export_target,
-    export_hf_model,
-    run_config,
-)
+from videorl.runs.checkpoint import Checkpoint, CheckpointManager
+from videorl.runs.export import EXPORT_MARKER, check_export_target, export_hf_model, run_config
+from videorl.runs.manifest import FORMAT_VERSION
 
 if TYPE_CHECKING:
     import torch
@@ -242,7 +236,7 @@ class Adapters:
 
 class AdapterState:
     """The actor's adapters and their optimizer states as a DCP ``Stateful`` (what
-    :func:`videorl.runs.checkpoint.save_checkpoint` and ``resume`` take): the frozen base is left out,
+    :func:`videorl.runs.resume.save_checkpoint` and ``resume`` take): the frozen base is left out,
     so a checkpoint holds the adapters alone; under FSDP each rank its shards."""
 
     def __init__(self, adapters: Adapters, optimizer: torch.optim.Optimizer) -> None:

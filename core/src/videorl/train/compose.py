@@ -28,8 +28,9 @@ from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
 from videorl.rollout.factory import make_rank_engine
 from videorl.rollout.workflow import RolloutWorkflow
-from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager, agreed_checkpoint
+from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager
 from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
+from videorl.runs.resume import agreed_checkpoint
 from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
 from videorl.train.data import TrainData
 from videorl.train.local import train
