@@ -16,6 +16,7 @@ from videorl.atomic import atomic_write_text
 from videorl.errors import VideorlError
 from videorl.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from videorl.plugins import Plugins
+from videorl.runs.lock import FolderLock
 from videorl.runs.trackers import parse_logger_options
 
 _SHOW_FAILED = 20
@@ -403,8 +404,10 @@ def run_command(plugins: Plugins, args: tuple[str, ...], print_config: bool, **f
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        evaluation = build_evaluation(config, plugins, echo=click.echo)
-        report = evaluation.run(plugins)
+        # one writer per --out folder, from the model it may export there to the last summary
+        with FolderLock.acquire(config.output_dir, "the evaluation folder (--out)"):
+            evaluation = build_evaluation(config, plugins, echo=click.echo)
+            report = evaluation.run(plugins)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
     for name, result in report.results.items():
