@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from videorl.parallel import Parallel
-from videorl.runs.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
+from videorl.runs.checkpoint import CheckpointManager
+from videorl.runs.resume import ActorState, resume, save_checkpoint
 
 
 def _actor(mb: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

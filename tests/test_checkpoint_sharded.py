@@ -28,7 +28,8 @@ def test_each_rank_writes_and_reads_its_own_shards_and_resumes_bit_identically(t
     import torch
     from safetensors.torch import load_file
 
-    from videorl.runs.checkpoint import CheckpointManager, export_hf_model
+    from videorl.runs.checkpoint import CheckpointManager
+    from videorl.runs.export import export_hf_model
 
     root = tmp_path / "run" / "checkpoints"
     done = subprocess.run(
@@ -130,7 +131,8 @@ def _rank_main(root: Path, out: Path) -> None:
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
     from videorl.parallel import init_distributed
-    from videorl.runs.checkpoint import ActorState, CheckpointManager, resume, save_checkpoint
+    from videorl.runs.checkpoint import CheckpointManager
+    from videorl.runs.resume import ActorState, resume, save_checkpoint
 
     dist = init_distributed()
     model, optimizer = _sharded(0)

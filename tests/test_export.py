@@ -114,3 +114,30 @@ def test_export_of_a_run_whose_latest_checkpoint_is_corrupt_takes_the_previous_o
     assert result.exit_code == 0, result.output
     assert f"exported {copy / 'checkpoints' / 'step_000001'}" in result.output
     assert "step_000002" in caplog.text and "corrupt" in caplog.text
+
+
+@pytest.mark.parametrize("change", ["intermediate_size", "vision_depth"])
+def test_export_refuses_a_base_model_of_another_shape_or_depth(
+    run: Path, tmp_path: Path, change: str
+) -> None:
+    """The export would load, with the tensors the base lacks (or reshapes) initialised afresh."""
+    import json
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(run.parent / "model", other)
+    config = json.loads((other / "config.json").read_text())
+    section = config.get("text_config", config) if "intermediate_size" not in config else config
+    if change == "intermediate_size":
+        section["intermediate_size"] = int(section["intermediate_size"]) * 2
+    else:  # one more vision block: tensors the checkpoint lacks, which would load initialised afresh
+        config["vision_config"]["depth"] = int(config["vision_config"].get("depth", 2)) + 1
+    (other / "config.json").write_text(json.dumps(config))
+    result = _export(str(run), str(tmp_path / "hf"), "--base-model", str(other))
+    assert result.exit_code != 0
+    assert f"{other} is not the model" in result.output and "--base-model" in result.output
+    if change == "intermediate_size":
+        assert "tensor(s) have another shape" in result.output
+    else:
+        assert "tensor(s) of the base are not in the checkpoint" in result.output
+    assert not (tmp_path / "hf").exists()

@@ -257,6 +257,24 @@ def test_a_run_refuses_to_overwrite_checkpoints_without_resume(task: Any, tmp_pa
         build_training(load_config(None, _overrides(task, run, 2)), load_plugins())
 
 
+def test_a_second_videorl_train_on_a_run_in_use_is_refused_naming_its_pid(task: Any, tmp_path: Path) -> None:
+    """Two trainings in one output_dir would delete each other's checkpoint in flight and cut
+    metrics.jsonl: the second is refused before it builds anything, and the first keeps its lock."""
+    from videorl.runs.lock import LOCK_FILE, FolderLock
+
+    run, config_file = tmp_path / "run", tmp_path / "train.yaml"
+    config_file.write_text("")
+    args = [sys.executable, "-m", "videorl.cli", "train", str(config_file), *_overrides(task, run, 1)]
+    with FolderLock.acquire(run, "the output_dir"):  # a run in progress: this process writes it
+        done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0
+        assert f"is the output_dir of another running process (pid {os.getpid()} on " in done.stderr
+        assert "Traceback" not in done.stderr
+        assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]  # nothing of the second run
+    build_training(load_config(None, _overrides(task, run, 1)), load_plugins()).run()  # free again
+    assert not (run / LOCK_FILE).exists()
+
+
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(task: Any, tmp_path: Path) -> None:
     run = tmp_path / "run"

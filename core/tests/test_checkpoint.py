@@ -19,18 +19,12 @@ import torch
 import videorl.runs.checkpoint as ck
 from videorl.atomic import DiskFullError
 from videorl.parallel import Parallel
-from videorl.runs.checkpoint import (
-    ActorState,
-    Checkpoint,
-    CheckpointError,
-    CheckpointManager,
-    capture_rng_state,
-    export_hf_model,
-    restore_rng_state,
-    resume,
-    save_checkpoint,
-)
+from videorl.runs.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from videorl.runs.dcp_files import safe_reader
+from videorl.runs.export import export_hf_model
+from videorl.runs.manifest import checked_files, file_crc32, read_manifest
+from videorl.runs.resume import ActorState, resume, save_checkpoint
+from videorl.runs.tensors import capture_rng_state, restore_rng_state
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -85,7 +79,8 @@ def test_tied_tensors_are_stored_once_and_tied_again(tmp_path: Path) -> None:
     loaded = CheckpointManager(tmp_path).load(path).model_state()
     assert loaded["head.weight"] is loaded["embed.weight"]
     assert torch.equal(loaded["other"], weight[1:])
-    stored = safe_reader(path / "tensors").read_metadata().state_dict_metadata
+    files = checked_files(read_manifest(path))
+    stored = safe_reader(path / "tensors", files).read_metadata().state_dict_metadata
     assert sorted(stored) == ["model.embed.weight", "model.other"]
 
 
@@ -313,7 +308,7 @@ def _format1_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor], *
         "data": {},
     }
     if checksums:
-        manifest["checksums"] = {"model.safetensors": ck._crc32(path / "model.safetensors")}
+        manifest["checksums"] = {"model.safetensors": file_crc32(path / "model.safetensors")}
     (path / "state.json").write_text(json.dumps(manifest))
     return path
 
@@ -405,7 +400,7 @@ def test_a_tampered_dcp_metadata_is_refused_before_it_runs(tmp_path: Path) -> No
         CheckpointManager(tmp_path / "checkpoints").load(path)  # the manifest catches it first...
     state = json.loads((path / "state.json").read_text())  # ...and a tamperer who fixes the manifest
     state["files"]["tensors/.metadata"] = metadata.stat().st_size
-    state["checksums"]["tensors/.metadata"] = ck._crc32(metadata)
+    state["checksums"]["tensors/.metadata"] = file_crc32(metadata)
     (path / "state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match=r"refused to load.*it names posix.system"):
         CheckpointManager(tmp_path / "checkpoints").load(path).model_state()

@@ -247,7 +247,7 @@ def test_a_tensor_parallel_group_generates_on_its_leader_and_each_rank_gets_its_
 def test_cuda_rng_state_is_this_rank_s_device_only(monkeypatch: Any) -> None:
     """A torchrun rank sees 8 GPUs, a Ray worker 1: a checkpoint holding every visible device's RNG
     state could not be resumed on Ray."""
-    from videorl.runs.checkpoint import capture_rng_state, restore_rng_state
+    from videorl.runs.tensors import capture_rng_state, restore_rng_state
 
     device_state = torch.tensor([7, 8, 9], dtype=torch.uint8)
     restored: list[list[int]] = []

@@ -278,3 +278,32 @@ def test_run_takes_a_training_run_or_one_of_its_checkpoints(
     again = run_cli(*args, "--model", str(step))  # the checkpoint itself: the same export, reused
     again.assert_success()
     assert "exported" not in again.output
+
+
+def test_score_and_compare_never_write_over_what_they_read(
+    colours: Path, tmp_path: Path, run_cli: Callable[..., CliResult]
+) -> None:
+    preds = _predictions(tmp_path / "p.jsonl", RECORDS)
+    before = preds.read_bytes()
+    args = [
+        "--plugin",
+        "colours_plugin",
+        "eval",
+        "score",
+        "--benchmark",
+        "colours",
+        "--data-root",
+        str(colours),
+    ]
+    result = run_cli(*args, "--predictions", str(preds), "--output", str(preds))
+    assert result.exit_code != 0 and f"--output {preds} is the input file" in result.stderr
+    assert preds.read_bytes() == before
+    results = {"format": "videorl-eval/1", "settings": {}, "benchmarks": {"colours": {"overall": 0.5}}}
+    for name in ("base", "rl"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+    kept = (tmp_path / "rl" / "results.json").read_bytes()
+    target = tmp_path / "rl" / "results.json"
+    result = run_cli("eval", "compare", str(tmp_path / "base"), str(tmp_path / "rl"), "--json", str(target))
+    assert result.exit_code != 0 and f"--json {target} lies inside {tmp_path / 'rl'}" in result.stderr
+    assert target.read_bytes() == kept

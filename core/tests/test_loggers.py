@@ -8,6 +8,7 @@ import json
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,7 @@ from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError, UnknownComponentError
 from videorl.hookspecs import hookimpl
 from videorl.plugins import load_plugins
+from videorl.runs import trackers
 from videorl.runs.history import read_metrics
 from videorl.runs.records import MetricsWriter, write_run_metadata
 from videorl.runs.trackers import TRACKER_IDS_FILE
@@ -252,14 +254,15 @@ def test_a_failing_tracker_is_reported_and_the_run_goes_on(tmp_path: Path) -> No
         "trainer.logger_options={recorder: {fail_at: 2}}",
         "seed=7",
     ]
-    with _writer(tmp_path, plugins, *options) as writer:
+    # the tracker runs in its own thread: its failure at step 2 is reported at the next call or the close
+    failed = (
+        r"logger 'recorder' failed \(step 2\): ConnectionError: tracker unreachable; it is off for the rest"
+    )
+    with pytest.warns(RuntimeWarning, match=failed), _writer(tmp_path, plugins, *options) as writer:
         writer.log(1, {"reward/overall": 0.1})
-        with pytest.warns(RuntimeWarning, match=r"logger 'recorder' failed \(step 2\): ConnectionError: "
-        r"tracker "
-                          r"unreachable; it is off for the rest of the run"):  # fmt: skip
-            writer.log(2, {"reward/overall": 0.2})
+        writer.log(2, {"reward/overall": 0.2})
         writer.log(3, {"reward/overall": 0.3})
-        assert writer.loggers.failed == {"recorder": "ConnectionError: tracker unreachable"}
+    assert writer.loggers.failed == {"recorder": "ConnectionError: tracker unreachable"}
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
     assert Recorder.seen == [("open", ("train", 0, 7)), ("log", (1, 0.1)), ("close", None)]
 
@@ -303,3 +306,52 @@ def test_without_tensorboard_the_default_loggers_warn_and_go_on(
         writer.log(1, {"x": 1.0})
         assert list(writer.loggers.loggers) == ["jsonl"]
     assert not (tmp_path / "run" / "tensorboard").exists()
+
+
+class Hanging:
+    """A tracker whose server stopped answering: ``log`` never returns."""
+
+    released = threading.Event()
+
+    def __init__(self, run: Any) -> None:
+        self.rows: list[int] = []
+
+    def log(self, step: int, row: Any) -> None:
+        self.rows.append(step)
+        Hanging.released.wait()  # forever, unless the test ends it
+
+    def log_summary(self, summary: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_a_tracker_that_stops_answering_never_stalls_training(tmp_path: Path) -> None:
+    module = ModuleType("videorl_hanging")
+
+    @hookimpl
+    def register_loggers(register: Any) -> None:
+        register("hanging", Hanging)
+
+    module.register_loggers = register_loggers  # type: ignore[attr-defined]
+    plugins = load_plugins(entry_points=False, extra=[module])
+    Hanging.released.clear()
+    started = time.monotonic()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(trackers, "TRACKER_DEADLINE", 0.5)
+            stuck = r"logger 'hanging' failed .*no answer within 0.5 s"
+            with (
+                pytest.warns(RuntimeWarning, match=stuck),
+                _writer(tmp_path, plugins, "trainer.loggers=[jsonl, hanging]") as writer,
+            ):
+                for step in range(1, 4):
+                    writer.log(step, {"reward/overall": 0.1})
+                time.sleep(0.6)  # past the deadline of the call in progress
+                writer.log(4, {"reward/overall": 0.1})
+                assert "hanging" not in writer.loggers.loggers
+                for step in range(5, 400):  # more rows than the queue holds: nothing waits
+                    writer.log(step, {"reward/overall": 0.1})
+        assert time.monotonic() - started < 5
+        assert len(read_metrics(tmp_path / "run" / "metrics.jsonl")) == 399
+    finally:
+        Hanging.released.set()

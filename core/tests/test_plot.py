@@ -80,3 +80,13 @@ def test_plot_errors_are_clear(tmp_path: Path, run_cli: Callable[..., Any]) -> N
     (run / "metrics.jsonl").write_text('{"step": 1}\n{oops\n{"step": 2}\n')
     result = run_cli("plot", str(run))
     assert result.exit_code == 1 and "metrics.jsonl:2: not a JSON object" in result.stderr
+
+
+def test_plot_never_writes_over_the_run_it_reads(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    run = _write_run(tmp_path, ROWS)
+    before = (run / "metrics.jsonl").read_bytes()
+    for out in (run / "metrics.jsonl", run / "checkpoints" / "x.png"):
+        result = run_cli("plot", str(run), "--out", str(out))
+        assert result.exit_code != 0 and "--out" in result.stderr, result.stderr
+    assert "is the input file" in run_cli("plot", str(run), "--out", str(run / "metrics.jsonl")).stderr
+    assert (run / "metrics.jsonl").read_bytes() == before and not (run / "checkpoints").exists()

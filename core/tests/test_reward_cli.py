@@ -282,3 +282,20 @@ def test_an_unreadable_input_is_a_message(cli: Any, tmp_path: Path, monkeypatch:
     result = cli("reward", "--input", str(rows), "--output", str(tmp_path / "o.jsonl"))
     assert result.exit_code != 0 and result.exception is None
     assert f"cannot read --input {rows}: Input/output error" in result.stderr
+
+
+def test_output_to_a_device_writes_through_and_keeps_the_device(cli: Any, tmp_path: Path) -> None:
+    """As root, replacing /dev/null with a regular file would break every program that writes to it."""
+    import stat
+
+    rows = write_rows(
+        tmp_path / "rows.jsonl", [{"id": "ok", "problem_type": "exact", "answer": "1", "response": "1"}]
+    )
+    before = os.stat("/dev/null")
+    cli("reward", "--input", str(rows), "--output", "/dev/null").assert_success()
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino and after.st_rdev == before.st_rdev
+    target = write_rows(tmp_path / "old.jsonl", ["{}"])
+    (tmp_path / "link.jsonl").symlink_to(target)  # a link: the file it leads to is written, the link stays
+    cli("reward", "--input", str(rows), "--output", str(tmp_path / "link.jsonl")).assert_success()
+    assert (tmp_path / "link.jsonl").is_symlink() and read_rows(target)[0]["id"] == "ok"

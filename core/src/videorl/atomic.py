@@ -15,9 +15,10 @@ import hashlib
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from videorl.errors import VideorlError
@@ -25,9 +26,11 @@ from videorl.errors import VideorlError
 __all__ = [
     "TEMP_MARK",
     "DiskFullError",
+    "OutputError",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
+    "check_output",
     "disk_full",
     "fsync_dir",
     "fsync_file",
@@ -36,6 +39,9 @@ __all__ = [
     "is_temp",
     "temp_path",
     "temp_writer_alive",
+    "write_output",
+    "write_output_bytes",
+    "write_output_text",
 ]
 
 #: what every temporary name holds (after its leading dot)
@@ -201,3 +207,80 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` in UTF-8 (see :func:`atomic_write`)."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# --- outputs a user names -------------------------------------------------------------------------
+
+
+class OutputError(VideorlError):
+    """An output path a command may not write: one of its inputs, inside a run it reads, or a folder."""
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def check_output(
+    target: str | Path,
+    *,
+    inputs: Iterable[str | Path | None] = (),
+    reads: Iterable[str | Path | None] = (),
+    allowed: Iterable[str | Path] = (),
+    what: str = "the output",
+) -> None:
+    """Refuse (:class:`OutputError`) an output ``target`` that is one of the command's ``inputs`` (also
+    through a link or another name), lies inside a folder it ``reads`` (a run, a cache) unless it is one of
+    ``allowed`` (the file the command itself keeps there), or is a folder or a socket."""
+    real = os.path.realpath(target)
+    for source in [p for p in inputs if p is not None]:
+        same = os.path.exists(target) and os.path.exists(source) and os.path.samefile(target, source)
+        if same or real == os.path.realpath(source):
+            raise OutputError(
+                f"{what} {target} is the input file {source} (or a link to it): writing it would replace "
+                f"what is read; choose another {what}"
+            )
+    kept = {os.path.realpath(p) for p in allowed}
+    for folder in [p for p in reads if p is not None]:
+        if real not in kept and _inside(real, os.path.realpath(folder)):
+            raise OutputError(
+                f"{what} {target} lies inside {folder}, which this command reads; write it somewhere else"
+            )
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.stat(target).st_mode
+        if stat.S_ISDIR(mode) or stat.S_ISSOCK(mode):
+            raise OutputError(
+                f"{what} {target} is a {'folder' if stat.S_ISDIR(mode) else 'socket'}, not a file"
+            )
+
+
+def write_output(target: str | Path, write: Callable[[Path], object]) -> None:
+    """Write a user-named output with ``write(path)``: a regular file (or a new one) atomically
+    (:func:`atomic_write`); through a link, the file it leads to (the link stays); into a device or a
+    FIFO (``/dev/null``, ``/dev/stdout``) directly, never replacing the node; a block device or anything
+    else is refused. Check it first with :func:`check_output`."""
+    real = Path(os.path.realpath(target))
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    if stat.S_ISREG(mode):
+        atomic_write(real, write)
+    elif stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        write(real)
+    else:
+        raise OutputError(f"{target} is neither a file nor a device: refusing to replace it")
+
+
+def write_output_bytes(target: str | Path, data: bytes) -> None:
+    """Write ``data`` to a user-named output (:func:`write_output`)."""
+
+    def write(path: Path) -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+
+    write_output(target, write)
+
+
+def write_output_text(target: str | Path, text: str) -> None:
+    """Write ``text`` in UTF-8 to a user-named output (:func:`write_output`)."""
+    write_output_bytes(target, text.encode("utf-8"))

@@ -27,15 +27,9 @@ from typing import TYPE_CHECKING, Any
 from videorl.atomic import atomic_write_text, fsync_dir
 from videorl.errors import ConfigError, VideorlError
 from videorl.hub import resolve_model
-from videorl.runs.checkpoint import (
-    EXPORT_MARKER,
-    FORMAT_VERSION,
-    Checkpoint,
-    CheckpointManager,
-    check_export_target,
-    export_hf_model,
-    run_config,
-)
+from videorl.runs.checkpoint import Checkpoint, CheckpointManager
+from videorl.runs.export import EXPORT_MARKER, check_export_target, export_hf_model, run_config
+from videorl.runs.manifest import FORMAT_VERSION
 
 if TYPE_CHECKING:
     import torch
@@ -242,7 +236,7 @@ class Adapters:
 
 class AdapterState:
     """The actor's adapters and their optimizer states as a DCP ``Stateful`` (what
-    :func:`videorl.runs.checkpoint.save_checkpoint` and ``resume`` take): the frozen base is left out,
+    :func:`videorl.runs.resume.save_checkpoint` and ``resume`` take): the frozen base is left out,
     so a checkpoint holds the adapters alone; under FSDP each rank its shards."""
 
     def __init__(self, adapters: Adapters, optimizer: torch.optim.Optimizer) -> None:
@@ -299,28 +293,61 @@ def export_policy(
     name = dtype or (config.model.dtype if config is not None else None)
     weights = None if name is None else getattr(torch, name)
     settings = config.actor.lora if config is not None and config.actor.lora.enabled else None
-    if settings is None:
-        if adapter:
-            raise VideorlError(
-                f"{checkpoint}: --adapter exports LoRA adapters, and the config.yaml of its run does not "
-                "say actor.lora.enabled: true (the run trained every weight): export it without --adapter"
-            )
-        return export_hf_model(checkpoint, base, out, overwrite=overwrite, dtype=weights)
-    assert config is not None  # a LoRA run's settings come from its config
+    from videorl.backend import backend_for_model
+
+    if settings is None and adapter:
+        raise VideorlError(
+            f"{checkpoint}: --adapter exports LoRA adapters, and the config.yaml of its run does not "
+            "say actor.lora.enabled: true (the run trained every weight): export it without --adapter"
+        )
     ckpt = CheckpointManager(checkpoint.parent).load(checkpoint)
     state = ckpt.model_state()
+    skeleton = backend_for_model(base, backends).load_model(dtype=torch.float32, device="meta")
+    if settings is not None:
+        inject(skeleton, settings)  # the adapters' names and shapes on this base
+    require_same_layout(state, skeleton.state_dict(), checkpoint, base, whole=settings is None)
+    if settings is None:
+        whole = _MergedCheckpoint(ckpt.path, ckpt.step, merged=state)
+        return export_hf_model(whole, base, out, overwrite=overwrite, dtype=weights)
+    assert config is not None  # a LoRA run's settings come from its config
     if adapter:
         return _export_adapter(
             checkpoint, state, settings, base, out, backends, overwrite=overwrite, dtype=weights
         )
-    from videorl.backend import backend_for_model
-
     # the base as the actor held it (frozen, in model.dtype), merged as the engine's refresh merges
     model = backend_for_model(base, backends).load_model(dtype=getattr(torch, config.model.dtype))
     adapters = inject(model, settings)
     adapters.load_state_dict(state)
     merged = _MergedCheckpoint(ckpt.path, ckpt.step, merged=adapters.merged(model.state_dict(), weights))
     return export_hf_model(merged, base, out, overwrite=overwrite, dtype=weights)
+
+
+def require_same_layout(
+    state: Mapping[str, Any], reference: Mapping[str, Any], checkpoint: Path, base: Path, *, whole: bool
+) -> None:
+    """Refuse (:class:`VideorlError`) a base model whose architecture, built from its ``config.json``
+    (``reference``: its state dict on the meta device), lacks a tensor of ``state`` or has it in another
+    shape, and, for a ``whole`` model, has tensors ``state`` lacks: the export would load with weights
+    initialised afresh."""
+    missing = sorted(set(state) - set(reference))
+    extra = sorted(set(reference) - set(state)) if whole else []
+    reshaped = [
+        f"{name}: {list(value.shape)} in the checkpoint, {list(reference[name].shape)} in the base"
+        for name, value in sorted(state.items())
+        if name in reference and tuple(value.shape) != tuple(reference[name].shape)
+    ]
+    problems = [
+        f"{len(items)} {what} (e.g. {items[0]})"
+        for items, what in ((missing, "tensor(s) of the checkpoint are not in the base"),
+                            (extra, "tensor(s) of the base are not in the checkpoint"),
+                            (reshaped, "tensor(s) have another shape"))
+        if items
+    ]  # fmt: skip
+    if problems:
+        raise VideorlError(
+            f"{base} is not the model {checkpoint} was trained from: " + "; ".join(problems) + ". Pass "
+            "the run's base model as --base-model (its config.yaml names it as model.path)"
+        )
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 from videorl.actor.lora import AdapterState
 from videorl.backend import hub_checkpoint_layout
 from videorl.generation import EngineCapabilities, capabilities_of
-from videorl.runs.checkpoint import ActorState
+from videorl.runs.resume import ActorState
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.stateful import Stateful
@@ -55,7 +55,7 @@ class Actor:
         return _cast(self.model.state_dict(), dtype)
 
     def checkpoint_state(self) -> Stateful:
-        """What a checkpoint saves and a resume loads (:func:`videorl.runs.checkpoint.save_checkpoint`):
+        """What a checkpoint saves and a resume loads (:func:`videorl.runs.resume.save_checkpoint`):
         the model and its optimizer, or with LoRA the adapters and their optimizer states alone."""
 
         if self.lora is not None:

@@ -52,6 +52,7 @@ def train_on_ray(
     workers = config.ray.actor_workers
     parts = compose_run(config, plugins, ranks=workers, ranks_name="ray.actor_workers")
     if not isinstance(parts.workflow, SingleTurn):  # the controller generates through the workers
+        parts.start.release()
         raise ConfigError(
             f"rollout.workflow {config.rollout.workflow!r} runs in one process or under torchrun; on Ray "
             "the controller drives single_turn only so far"
@@ -96,6 +97,7 @@ def train_on_ray(
         if io is not None:
             close_io(io)
         cluster.shutdown(clean=clean)
+        begun.release()  # output_dir's lock (close_io releases it once the writers are open)
         if started:
             ray.shutdown()
 

@@ -32,7 +32,8 @@ from videorl.episode import Episode
 from videorl.generation import capabilities_of
 from videorl.rollout import Completion
 from videorl.rollout.vllm_common import weights_dtype
-from videorl.runs.checkpoint import read_tensor_file, resume, save_checkpoint, write_tensor_file
+from videorl.runs.resume import resume, save_checkpoint
+from videorl.runs.tensors import read_tensor_file, write_tensor_file
 from videorl.timing import StageTimer
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from videorl.atomic import DiskFullError, atomic_write_text
+from videorl.atomic import DiskFullError, check_output, write_output_text
 from videorl.data.loaders import RowError, load_samples
 from videorl.errors import ConfigError, DataError, VideorlError
 from videorl.plugins import Plugins
@@ -209,7 +209,7 @@ def _write_report(path: Path, rows: list[dict[str, Any]]) -> str | None:
     """Write the failure report; on a full disk, the message saying so instead (nothing half-written)."""
 
     try:
-        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        write_output_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     except DiskFullError as exc:
         return str(exc)
     return None
@@ -340,6 +340,12 @@ def build_command(
         raise click.UsageError("name the DATA to cache (or give --config, whose datasets are used)")
     if cache_dir is None:
         raise click.UsageError("give --cache-dir (or a --config whose data.cache_dir is set)")
+    own_report = cache_dir / "build-failures.jsonl"
+    report_path = failures or own_report
+    try:  # the cache's own report is kept in it; nothing else the build reads is replaced
+        check_output(report_path, inputs=data, reads=[cache_dir], allowed=[own_report], what="--failures")
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
     params = _params(decode)
     failed: list[dict[str, Any]] = []
     samples = _load_data(data, media_root, failed)
@@ -369,7 +375,6 @@ def build_command(
                     "stage": failure.stage,
                 }
             )
-    report_path = failures or cache_dir / "build-failures.jsonl"
     not_written = _write_report(report_path, failed)
     click.echo(
         f"{len(report.refs)} of {len(users)} videos cached in {report.seconds:.1f} s "

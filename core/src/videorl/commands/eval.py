@@ -12,10 +12,11 @@ from typing import Any
 
 import click
 
-from videorl.atomic import atomic_write_text
+from videorl.atomic import check_output, write_output_text
 from videorl.errors import VideorlError
 from videorl.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from videorl.plugins import Plugins
+from videorl.runs.lock import FolderLock
 from videorl.runs.trackers import parse_logger_options
 
 _SHOW_FAILED = 20
@@ -131,6 +132,8 @@ def score_command(
             if run_dir is None:
                 raise click.UsageError("give --predictions P.jsonl or --run RUN")
             predictions = predictions_path(run_dir, canonical)
+        if output is not None:
+            check_output(output, inputs=[predictions], reads=[run_dir], what="--output")
         rows = benchmark.load(data_root)
         result = score_predictions(benchmark, rows, read_predictions(predictions))
         if resamples and rows:
@@ -152,7 +155,7 @@ def score_command(
             record_result(run_dir, result)
         text = json.dumps(result.summary, indent=2, ensure_ascii=False)
         if output is not None:
-            atomic_write_text(output, text + "\n")
+            write_output_text(output, text + "\n")
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
     if result.unknown_ids:
@@ -221,6 +224,9 @@ def compare_command(
             raise click.UsageError(f"--data-root {spec!r}: expected NAME=DIR")
         roots[name] = Path(directory).expanduser()
     try:
+        for option, target in (("--markdown", markdown), ("--png", png), ("--json", json_out)):
+            if target is not None:
+                check_output(target, reads=dirs, what=option)
         results = [read_results(d) for d in dirs]
         stats = _comparison_stats(plugins, dirs, results, roots, resamples, seed) if resamples else {}
         rows = compare_results(results, stats)
@@ -228,10 +234,10 @@ def compare_command(
         raise click.ClickException(str(exc)) from exc
     click.echo(format_table(rows, names, notes(names, stats)))
     if markdown is not None:
-        atomic_write_text(markdown, to_markdown(rows, names, notes(names, stats, limit=None)))
+        write_output_text(markdown, to_markdown(rows, names, notes(names, stats, limit=None)))
     if json_out is not None:
         report = {"runs": [str(d) for d in dirs], "benchmarks": {k: v.as_dict() for k, v in stats.items()}}
-        atomic_write_text(json_out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        write_output_text(json_out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if png is not None:
         try:
             plot_comparison(rows, png, names)
@@ -403,8 +409,10 @@ def run_command(plugins: Plugins, args: tuple[str, ...], print_config: bool, **f
         if print_config:
             click.echo(dump_config(config), nl=False)
             return
-        evaluation = build_evaluation(config, plugins, echo=click.echo)
-        report = evaluation.run(plugins)
+        # one writer per --out folder, from the model it may export there to the last summary
+        with FolderLock.acquire(config.output_dir, "the evaluation folder (--out)"):
+            evaluation = build_evaluation(config, plugins, echo=click.echo)
+            report = evaluation.run(plugins)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
     for name, result in report.results.items():

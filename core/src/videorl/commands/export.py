@@ -9,7 +9,7 @@ import click
 from videorl.actor.lora import export_policy
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
-from videorl.runs.checkpoint import base_model_of, resolve_checkpoint
+from videorl.runs.export import base_model_of, resolve_checkpoint
 
 
 @click.command("export")

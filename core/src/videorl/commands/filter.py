@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from videorl.atomic import check_output
 from videorl.errors import VideorlError
 from videorl.plugins import Plugins
 from videorl.train.pass_rate import progress_path, read_progress, score_pass_rates, write_kept_rows
@@ -84,6 +85,7 @@ def filter_command(
     if cache_dir is not None:
         items.append(f"data.cache_dir={cache_dir}")
     try:
+        check_output(out, inputs=[data, config_file], reads=[model], what="--out")
         config: TrainConfig = load_config(config_file, items)
         summary = _run(config, plugins, data, out, batch_size)
     except VideorlError as exc:

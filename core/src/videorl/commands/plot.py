@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from videorl.atomic import atomic_write_bytes
-from videorl.errors import DataError
+from videorl.atomic import check_output, write_output_bytes
+from videorl.errors import DataError, VideorlError
 from videorl.runs.history import read_metrics
 from videorl.runs.plot import curves, render
 from videorl.runs.records import METRICS_FILE
@@ -26,6 +26,12 @@ def plot_command(run: Path, out: Path | None) -> None:
     """Draw the reward and accuracy curves of RUN (a run directory or its metrics.jsonl) to a PNG."""
 
     metrics = run / METRICS_FILE if run.is_dir() else run
+    default = metrics.parent / "curves.png"
+    target = out or default
+    try:  # RUN/curves.png is plot's own; nothing else of the run it reads is replaced
+        check_output(target, inputs=[metrics], reads=[metrics.parent], allowed=[default], what="--out")
+    except VideorlError as exc:
+        raise click.ClickException(str(exc)) from None
     if not metrics.is_file():
         raise click.ClickException(f"{run} has no {METRICS_FILE}: is it the output_dir of a training run?")
     try:
@@ -39,7 +45,5 @@ def plot_command(run: Path, out: Path | None) -> None:
         png = render(data, title=str(metrics.parent.name))
     except ImportError as exc:
         raise click.ClickException(f"plotting needs matplotlib: pip install 'videorl[plot]' ({exc})") from exc
-    target = out or (metrics.parent / "curves.png")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(target, png)
+    write_output_bytes(target, png)
     click.echo(f"wrote {target}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pickle
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import IO, Any
 
 import click
 
-from videorl.atomic import atomic_write
+from videorl.atomic import check_output, write_output
 from videorl.config import load_rewards
 from videorl.errors import ConfigError, DataError, RegistryError, VideorlError
 from videorl.plugins import Plugins
@@ -277,13 +276,6 @@ def _reward_names(row: Row, router: RewardRouter) -> list[str]:
     return [name for inp in row.inputs for name, _ in router.route(inp.problem_type) or []]
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # b does not exist yet
-        return False
-
-
 @click.command("reward")
 @click.option(
     "--input",
@@ -322,17 +314,12 @@ def reward_command(
 ) -> None:
     """Score responses with the installed rewards (debugging rewards, scripting, tests)."""
 
-    if _same_file(input_path, output_path):
-        raise click.ClickException(
-            f"--output {output_path} is the input "
-            f"file{' (through a link)' if input_path != output_path else ''}: "
-            "scoring would replace it and lose its bad rows; choose another --output"
-        )
     try:
+        check_output(output_path, inputs=[input_path, config_path], what="--output")
         config = load_reward_config(config_path, timeout)
         router = RewardRouter.from_registry(plugins.rewards, config)
         specs = reward_specs(plugins.rewards) if workers > 1 else []
-    except ConfigError as exc:
+    except VideorlError as exc:
         raise click.ClickException(str(exc)) from exc
     if not router.names:
         raise click.ClickException(
@@ -371,7 +358,7 @@ def reward_command(
             _write_rows(f, rows, router, specs, workers, by_type, failures)
 
     try:
-        atomic_write(output_path, write)
+        write_output(output_path, write)
     except VideorlError as exc:  # a full disk: the message names the folder; nothing was left behind
         raise click.ClickException(str(exc)) from exc
     responses = sum(len(row.inputs) for row in rows)

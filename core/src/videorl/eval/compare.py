@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from videorl.atomic import atomic_write_bytes
+from videorl.atomic import write_output_bytes
 from videorl.benchmark import Benchmark, BenchmarkRow
 from videorl.eval.aggregate import mean
 from videorl.eval.scoring import aggregator
@@ -389,4 +389,4 @@ def plot_comparison(rows: Sequence[ComparisonRow], path: Path, names: Sequence[s
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
-    atomic_write_bytes(Path(path), buf.getvalue())
+    write_output_bytes(Path(path), buf.getvalue())

@@ -19,13 +19,9 @@ from videorl.actor.lora import export_policy, is_adapter_folder, merged_adapter_
 from videorl.errors import ConfigError, VideorlError
 from videorl.hub import resolve_model
 from videorl.rollout import SamplingParams
-from videorl.runs.checkpoint import (
-    CHECKPOINT_DIR,
-    EXPORT_MARKER,
-    STATE_FILE,
-    base_model_of,
-    resolve_checkpoint,
-)
+from videorl.runs.checkpoint import CHECKPOINT_DIR
+from videorl.runs.export import EXPORT_MARKER, base_model_of, resolve_checkpoint
+from videorl.runs.manifest import STATE_FILE
 from videorl.runs.records import CONFIG_FILE
 from videorl.runs.trackers import open_eval_loggers, summary_figures
 

@@ -25,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.atomic import atomic_write_text
 from videorl.errors import ConfigError, DataError
 from videorl.eval.scoring import BenchmarkResult
+from videorl.runs.lock import FolderLock
 
 if TYPE_CHECKING:
     from videorl.eval.inputs import RowInputs
@@ -129,6 +132,17 @@ def _read_or_new(run_dir: Path) -> dict[str, Any]:
     return {"format": FORMAT, "settings": {}, "benchmarks": {}}
 
 
+_WRITING = threading.Lock()  # results.json is read, changed and written by one thread at a time
+
+
+@contextmanager
+def _updating(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir`` (:class:`~videorl.runs.lock.FolderLock`: another process that writes it, ``eval
+    run`` or ``eval score --run``, is refused naming its pid) while ``results.json`` is read and written."""
+    with _WRITING, FolderLock.acquire(run_dir, "the evaluation folder"):
+        yield
+
+
 def _write(run_dir: Path, data: Mapping[str, Any]) -> Path:
     path = run_dir / RESULTS_FILE
     atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -141,20 +155,22 @@ def record_result(
     """Write ``NAME/scores.jsonl`` and put the summary into ``results.json`` (other entries kept)."""
     run_dir = Path(run_dir)
     lines = "".join(json.dumps(r.as_dict(), ensure_ascii=False) + "\n" for r in result.rows)
-    atomic_write_text(scores_path(run_dir, result.benchmark), lines)
-    data = _read_or_new(run_dir)
-    if settings:
-        data.setdefault("settings", {}).update(settings)
-    data["benchmarks"][result.benchmark] = result.summary
-    return _write(run_dir, data)
+    with _updating(run_dir):
+        atomic_write_text(scores_path(run_dir, result.benchmark), lines)
+        data = _read_or_new(run_dir)
+        if settings:
+            data.setdefault("settings", {}).update(settings)
+        data["benchmarks"][result.benchmark] = result.summary
+        return _write(run_dir, data)
 
 
 def write_timing(run_dir: Path | str, timing: Mapping[str, Any]) -> Path:
     """Put the run's stage times (``StageTimes.as_dict()``) into ``results.json``."""
     run_dir = Path(run_dir)
-    data = read_results(run_dir)
-    data["timing"] = dict(timing)
-    return _write(run_dir, data)
+    with _updating(run_dir):
+        data = read_results(run_dir)
+        data["timing"] = dict(timing)
+        return _write(run_dir, data)
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -175,29 +191,30 @@ def begin_run(run_dir: Path | str, settings: Mapping[str, Any]) -> None:
     merged, so that a run directory can gain benchmarks.
     """
     run_dir = Path(run_dir)
-    resumed = (run_dir / RESULTS_FILE).exists()
-    data = _read_or_new(run_dir)
-    old = data.get("settings") or {}
-    diffs: list[str] = []
-    if old:
-        for key in IDENTITY_KEYS:
-            diffs += _differences(old.get(key), settings.get(key), key)
-        for name, bench in (settings.get("benchmarks") or {}).items():
-            before = (old.get("benchmarks") or {}).get(name)
-            if before and before.get("data_root") != bench.get("data_root"):
-                diffs.append(
-                    f"benchmarks.{name}.data_root: {before.get('data_root')!r} in the run, "
-                    f"{bench.get('data_root')!r} now"
-                )
-    if diffs:
-        raise ConfigError(
-            f"{run_dir / RESULTS_FILE}: this run directory was evaluated with other settings, so its "
-            "predictions "
-            "cannot be resumed with these: " + "; ".join(diffs) + ". Use the same settings, or another --out."
-        )
-    merged = {**(old.get("benchmarks") or {}), **(settings.get("benchmarks") or {})}
-    data["settings"] = {**old, **settings, "benchmarks": merged} if resumed else dict(settings)
-    _write(run_dir, data)
+    with _updating(run_dir):
+        resumed = (run_dir / RESULTS_FILE).exists()
+        data = _read_or_new(run_dir)
+        old = data.get("settings") or {}
+        diffs: list[str] = []
+        if old:
+            for key in IDENTITY_KEYS:
+                diffs += _differences(old.get(key), settings.get(key), key)
+            for name, bench in (settings.get("benchmarks") or {}).items():
+                before = (old.get("benchmarks") or {}).get(name)
+                if before and before.get("data_root") != bench.get("data_root"):
+                    diffs.append(
+                        f"benchmarks.{name}.data_root: {before.get('data_root')!r} in the run, "
+                        f"{bench.get('data_root')!r} now"
+                    )
+        if diffs:
+            raise ConfigError(
+                f"{run_dir / RESULTS_FILE}: this run directory was evaluated with other settings, so its "
+                "predictions cannot be resumed with these: " + "; ".join(diffs) + ". Use the same "
+                "settings, or another --out."
+            )
+        merged = {**(old.get("benchmarks") or {}), **(settings.get("benchmarks") or {})}
+        data["settings"] = {**old, **settings, "benchmarks": merged} if resumed else dict(settings)
+        _write(run_dir, data)
 
 
 def _sha256(text: str | None) -> str | None:

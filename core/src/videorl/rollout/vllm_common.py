@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.alignment import check_same_prompt
 from videorl.errors import ConfigError
 from videorl.generation import Completion, SamplingParams
-from videorl.runs.checkpoint import export_hf_model
+from videorl.runs.export import export_hf_model
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -246,7 +246,7 @@ class WeightsFolder:
 
     vLLM points its model config at the folder it reloads from (and, in one process, loads its
     processor from there later), so the folder is a whole HF model folder: the base model's config,
-    tokenizer and processor files with the new weights (:func:`videorl.runs.checkpoint.export_hf_model`).
+    tokenizer and processor files with the new weights (:func:`videorl.runs.export.export_hf_model`).
     It is removed by :meth:`close`, or at the latest when this object is collected or the process exits.
     """
 

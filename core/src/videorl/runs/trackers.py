@@ -7,9 +7,10 @@ A logger is registered through the ``register_loggers`` hook; its target is call
 ``wandb`` and ``mlflow`` (each library imported only when its logger is enabled).
 
 :class:`videorl.runs.records.MetricsWriter` sends each step's row to every logger. A logger marked
-``required`` (``jsonl``) fails the run when it fails; any other one that raises is reported once, as a
-warning naming it, and left out for the rest of the run, so that a tracker going down never stops
-training.
+``required`` (``jsonl``) fails the run when it fails; any other one is called from its own thread through
+a bounded queue, and one that raises, or does not answer a call within :data:`TRACKER_DEADLINE` seconds
+(opening it included), is reported once, as a warning naming it, and left out for the rest of the run:
+a tracker going down or hanging never stops or stalls training.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import secrets
+import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -320,7 +323,11 @@ def open_loggers(
     try:
         for name in names:
             try:
-                opened[name] = registry.create(name, run=run, **dict(options.get(name) or {}))
+                logger = _open_within(
+                    name, lambda n=name: registry.create(n, run=run, **dict(options.get(n) or {}))
+                )
+                if logger is not None:
+                    opened[name] = logger
             except TypeError as exc:
                 raise ConfigError(f"logger {name!r}: {exc}") from None
             except LoggerUnavailable as exc:
@@ -330,6 +337,32 @@ def open_loggers(
             logger.close()
         raise
     return opened
+
+
+def _open_within(name: str, make: Any) -> Logger | None:
+    """``make()`` run in a thread for at most :data:`TRACKER_DEADLINE` seconds (a tracker's server that
+    does not answer blocks its factory); None, with a warning, when it has not returned by then."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["logger"] = make()
+        except BaseException as exc:  # raised in the caller's thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"videorl-logger-{name}-open", daemon=True)
+    thread.start()
+    thread.join(TRACKER_DEADLINE)
+    if thread.is_alive():
+        warnings.warn(
+            f"logger {name!r} did not open within {TRACKER_DEADLINE:g} s; the run goes on without it",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box["logger"]
 
 
 def parse_logger_options(items: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -385,33 +418,106 @@ def summary_figures(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     return out
 
 
-class LoggerSet:
-    """Sends a row or a summary to every logger; a failing logger that is not ``required`` is reported
-    (a warning naming it and the step) and left out from then on."""
+#: how long one call of a tracker (a step's row, the summary, closing) may take before it is abandoned
+TRACKER_DEADLINE = 60.0
+#: rows that may wait for a tracker that is slower than training, before it is abandoned
+TRACKER_QUEUE = 256
 
-    def __init__(self, loggers: Mapping[str, Logger]) -> None:
+
+class _TrackerThread:
+    """A logger called from its own daemon thread through a bounded queue, so that the caller never waits
+    on it: a call that raises, runs past the deadline, or finds the queue full ends the logger."""
+
+    def __init__(self, name: str, logger: Logger, deadline: float) -> None:
+        self.logger, self.deadline = logger, deadline
+        self.calls: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=TRACKER_QUEUE)
+        self.started: float | None = None  # when the call in progress began
+        self.error: str | None = None  # "(what): Type: message" of the call that failed
+        self.thread = threading.Thread(target=self._serve, name=f"videorl-logger-{name}", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while (item := self.calls.get()) is not None:
+            what, call = item
+            self.started = time.monotonic()
+            try:
+                call(self.logger)
+            except Exception as exc:
+                self.error = f"({what}): {type(exc).__name__}: {exc}"
+                if what != "close":
+                    with contextlib.suppress(Exception):  # already reported as failed
+                        self.logger.close()
+                return
+            finally:
+                self.started = None
+
+    def stuck(self) -> str | None:
+        """Why this logger is to be abandoned (it failed, or its call in progress is past the deadline)."""
+        started = self.started
+        if self.error is None and started is not None and time.monotonic() - started > self.deadline:
+            return f"(a call): no answer within {self.deadline:g} s"
+        return self.error
+
+    def submit(self, what: str, call: Any) -> str | None:
+        """Queue ``call``; why the logger is abandoned instead, if it is."""
+        reason = self.stuck()
+        if reason is None and not self.thread.is_alive():
+            reason = f"({what}): its thread ended"
+        if reason is not None:
+            return reason
+        try:
+            self.calls.put_nowait((what, call))
+        except queue.Full:
+            return f"({what}): {TRACKER_QUEUE} rows wait for it, it has not answered for a while"
+        return None
+
+    def finish(self) -> str | None:
+        """Close the logger, waiting at most the deadline for what is queued; why it was abandoned."""
+        reason = self.submit("close", lambda logger: logger.close())
+        with contextlib.suppress(queue.Full):
+            self.calls.put_nowait(None)
+        self.thread.join(self.deadline)
+        if reason is None and self.thread.is_alive():
+            reason = f"(close): no answer within {self.deadline:g} s"
+        return reason or self.error
+
+
+class LoggerSet:
+    """Sends a row or a summary to every logger. A ``required`` one (``jsonl``) is called here and fails
+    the run when it fails; every other one runs in its own thread (:class:`_TrackerThread`), and one that
+    fails or stops answering within ``deadline`` seconds is reported (a warning naming it and the call)
+    and left out from then on: training never waits on a tracker."""
+
+    def __init__(self, loggers: Mapping[str, Logger], *, deadline: float | None = None) -> None:
         self.loggers = dict(loggers)
         self.failed: dict[str, str] = {}
+        wait = TRACKER_DEADLINE if deadline is None else deadline
+        self._threads = {
+            name: _TrackerThread(name, logger, wait)
+            for name, logger in self.loggers.items()
+            if not getattr(logger, "required", False)
+        }
 
     def _each(self, what: str, call: Any) -> None:
         for name, logger in list(self.loggers.items()):
-            try:
-                call(logger)
-            except Exception as exc:
-                if getattr(logger, "required", False):
-                    raise
-                self.failed[name] = f"{type(exc).__name__}: {exc}"
-                del self.loggers[name]
-                warnings.warn(
-                    f"logger {name!r} failed ({what}): {self.failed[name]}; it is off for the rest of the "
-                    "run, "
-                    "which goes on",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                if what != "close":
-                    with contextlib.suppress(Exception):  # already reported as failed
-                        logger.close()
+            worker = self._threads.get(name)
+            if worker is None:
+                call(logger)  # required: its failure is the run's
+                continue
+            reason = worker.finish() if what == "close" else worker.submit(what, call)
+            if reason is not None:
+                self._abandon(name, reason)
+
+    def _abandon(self, name: str, reason: str) -> None:
+        """Report logger ``name`` as failed (``reason``: "(call): why") and leave it out."""
+        self.failed[name] = reason.split("): ", 1)[-1]
+        del self.loggers[name]
+        self._threads.pop(name, None)
+        warnings.warn(
+            f"logger {name!r} failed {reason}; it is off for the rest of the run, which goes on",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
     def log(self, step: int, row: Mapping[str, Any]) -> None:
         self._each(f"step {step}", lambda logger: logger.log(step, row))

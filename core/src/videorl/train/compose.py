@@ -23,14 +23,16 @@ from videorl.errors import ConfigError, DataError, RegistryError
 from videorl.hub import resolve_model
 from videorl.media import MediaCache
 from videorl.media.loader import MediaLoader
-from videorl.parallel import Parallel
+from videorl.parallel import Parallel, gather_objects
 from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
 from videorl.rollout.factory import make_rank_engine
 from videorl.rollout.workflow import RolloutWorkflow
-from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager, agreed_checkpoint
+from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager
+from videorl.runs.lock import FolderLock, LockedError
 from videorl.runs.records import CompletionLog, MetricsWriter, ProgressBar, write_run_metadata
+from videorl.runs.resume import agreed_checkpoint
 from videorl.train.benchmarks import BenchmarkPasses, local_evaluations
 from videorl.train.data import TrainData
 from videorl.train.local import train
@@ -223,6 +225,12 @@ class RunStart:
 
     checkpoints: CheckpointManager
     resume_from: Checkpoint | None
+    lock: FolderLock | None = None  # the writer's (rank 0, the Ray controller) lock of output_dir
+
+    def release(self) -> None:
+        """Let ``output_dir`` go (after the run, or a start that failed); once."""
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def step(self) -> int:
@@ -235,7 +243,7 @@ class RunStart:
         bar (``trainer.progress_bar``) and the completion log (``trainer.log_completions``)."""
 
         if not writer:
-            return RunIO(self.checkpoints)
+            return RunIO(self.checkpoints, lock=self.lock)
         out, t = Path(config.output_dir), config.trainer
         write_run_metadata(out, config, plugins)
         metrics = MetricsWriter.for_run(out, config, plugins, start_step=self.step)
@@ -243,28 +251,58 @@ class RunStart:
         completions = (
             CompletionLog(out, t.log_completions, start_step=self.step) if t.log_completions else None
         )
-        return RunIO(self.checkpoints, metrics, progress, completions)
+        return RunIO(self.checkpoints, metrics, progress, completions, lock=self.lock)
 
 
 def begin_run(config: TrainConfig, ranks: int, ranks_name: str, dist: Parallel | None = None) -> RunStart:
     """The checks every launcher makes first: ``data.rollout_batch_size`` a multiple of the ``ranks``
-    training ranks (``ranks_name`` says what sets them), and the checkpoint to resume from
-    (:func:`open_checkpoints`; agreed over ``dist`` when this process is one of a process group)."""
+    training ranks (``ranks_name`` says what sets them), ``output_dir`` locked by the writer (rank 0 of
+    ``dist``, or this process outside a group: a second run there is refused, every rank told), and the
+    checkpoint to resume from (:func:`open_checkpoints`; agreed over ``dist`` when this process is one of
+    a process group)."""
     if config.data.rollout_batch_size % ranks:
         raise ConfigError(
             f"data.rollout_batch_size ({config.data.rollout_batch_size}) must be a multiple of {ranks_name} "
             f"({ranks}): each training rank takes the same share of the prompts"
         )
-    checkpoints, resume_from = open_checkpoints(config, dist)
-    return RunStart(checkpoints, None if resume_from is None else checkpoints.load(resume_from))
+    lock = _lock_output_dir(config, dist)
+    try:
+        checkpoints, resume_from = open_checkpoints(config, dist)
+        return RunStart(checkpoints, None if resume_from is None else checkpoints.load(resume_from), lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _lock_output_dir(config: TrainConfig, dist: Parallel | None) -> FolderLock | None:
+    """The writer's lock of ``output_dir`` (:class:`FolderLock`); under a process group the other ranks
+    learn whether rank 0 has it (a collective) and stop with it when it has not."""
+    lock, refused = None, None
+    if dist is None or dist.rank == 0:
+        try:
+            lock = FolderLock.acquire(config.output_dir, "the output_dir")
+        except LockedError as exc:
+            refused = exc
+    if dist is not None and dist.world_size > 1:
+        told = gather_objects(None if refused is None else str(refused), dist)[0]
+        if told is not None and refused is None:
+            raise LockedError(f"rank 0: {told}")
+    if refused is not None:
+        raise refused
+    return lock
 
 
 def close_io(io: RunIO) -> None:
-    """Close the run's writers (the metrics' trackers, the progress bar)."""
-    if io.metrics is not None:
-        io.metrics.close()
-    if io.progress is not None:
-        io.progress.close()
+    """Close the run's writers (the metrics' trackers, the progress bar) and let ``output_dir`` go."""
+    try:
+        if io.metrics is not None:
+            io.metrics.close()
+        if io.progress is not None:
+            io.progress.close()
+    finally:
+        if io.lock is not None:
+            io.lock.release()
 
 
 def load_datasets(
@@ -355,13 +393,17 @@ def compose_run(
     algorithm = algorithms.build(config.algorithm, plugins)
     workflow = make_workflow(plugins, config.rollout.workflow)
     start = begin_run(config, ranks, ranks_name, dist)
-    if seed is not None:
-        seed_everything(seed)
-    backend = make_backend(config, plugins)
-    rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
-    encoder = make_encoder(config, backend, plugins)
-    samples, val_samples = load_datasets(config, rewards, encoder)
-    benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=start.step)  # rows before models
+    try:
+        if seed is not None:
+            seed_everything(seed)
+        backend = make_backend(config, plugins)
+        rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
+        encoder = make_encoder(config, backend, plugins)
+        samples, val_samples = load_datasets(config, rewards, encoder)
+        benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=start.step)  # rows first
+    except BaseException:
+        start.release()  # a start that failed: output_dir is free again
+        raise
     return RunParts(start, algorithm, workflow, backend, rewards, encoder, samples, val_samples, benchmarks)
 
 
@@ -373,6 +415,15 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Parallel | No
         config, plugins, ranks=dist.data_size, ranks_name="the number of data-parallel groups", dist=dist,
         seed=config.seed + dist.rank,
     )  # fmt: skip
+    try:
+        return _assemble(config, plugins, parts, dist)
+    except BaseException:
+        parts.start.release()  # a start that failed: output_dir is free again
+        raise
+
+
+def _assemble(config: TrainConfig, plugins: Plugins, parts: RunParts, dist: Parallel) -> Training:
+    """:func:`build_training` once the run's parts are composed: the actor, engine and run files."""
     backend, encoder, val_samples = parts.backend, parts.encoder, parts.val_samples
     validation = [encoder(s) for s in val_samples[dist.data_rank :: dist.data_size]]
     data = parts.data(config, dist.data_rank, dist.data_size, prefetch=config.data.prefetch)

@@ -17,7 +17,7 @@ from videorl.actor.step import train_step
 from videorl.parallel import Parallel
 from videorl.rollout.collect import collect_groups, local_rollout
 from videorl.rollout.scoring import local_scorer
-from videorl.runs.checkpoint import resume, save_checkpoint
+from videorl.runs.resume import resume, save_checkpoint
 from videorl.timing import StageTimer
 from videorl.train.loop import RunIO, run
 from videorl.train.step import assign_advantages, evaluate, step_metrics

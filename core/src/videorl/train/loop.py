@@ -72,6 +72,7 @@ from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
+    from videorl.runs.lock import FolderLock
 
     pass
 
@@ -183,3 +184,4 @@ class RunIO:
     metrics: MetricsWriter | None = None
     progress: ProgressBar | None = None
     completions: CompletionLog | None = None  # trainer.log_completions
+    lock: FolderLock | None = None  # output_dir's, released when the run's writers close
