@@ -72,6 +72,14 @@ def _reset(torch: Any, cuda: bool) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=["3b", "tiny"], default="3b")
@@ -226,11 +234,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def built(cfg: Any) -> Any:
-    """The run's algorithm, as the composition root builds it once (installed plugins)."""
-    from videorl import algorithms
-    from videorl.plugins import load_plugins
-
-    return algorithms.build(cfg.algorithm, load_plugins())

@@ -188,3 +188,38 @@ def test_every_example_the_docs_name_exists() -> None:
                 name,
             )
     assert named >= 4
+
+
+#: an example's claim that it fits: `videorl plan examples/NAME.yaml ARGS   # fits` in its comments
+PLAN_CLAIM = re.compile(r"^#\s+videorl plan examples/(?P<name>[\w.-]+\.yaml) (?P<args>[^#]+?)\s+# fits\s*$")
+
+
+def test_every_example_is_planned_and_its_claimed_fits_hold(tmp_path: Path) -> None:
+    """`videorl plan` runs on every example; where the example's comments claim a fit (the GPU
+    examples, with the public shape of their model), the plan must agree."""
+    from click.testing import CliRunner
+
+    from videorl.cli import make_cli
+    from videorl.plugins import load_plugins
+    from videorl_models.tiny import build_tiny
+
+    plugins = load_plugins()
+    cli = make_cli(plugins)
+    tiny = build_tiny("qwen2_5_vl", tmp_path / "tiny", seed=0)
+    claims = 0
+    for path in CONFIGS:
+        lines = [PLAN_CLAIM.match(line) for line in path.read_text().splitlines()]
+        mine = [m for m in lines if m is not None]
+        assert all(m["name"] == path.name for m in mine), path  # a claim names its own file
+        runs = [m["args"].split() for m in mine] or [
+            ["--gpus", "1", "--gpu-memory", "80", f"model.path={tiny}"]
+        ]
+        for args in runs:
+            done = CliRunner().invoke(cli, ["plan", str(path), *args], obj=plugins)
+            assert done.exit_code == 0, (path.name, done.output)
+            if mine:
+                claims += 1
+                assert done.output.splitlines()[-1] == "fits", (
+                    f"{path.name} claims a fit that plan denies:\n{done.output}"
+                )
+    assert claims >= 2  # gpu-single.yaml and multi-node.yaml

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import torch
+
+log = logging.getLogger("videorl.devices")
+
+#: the warnings this process gave already (each is given once)
+_WARNED: set[str] = set()
 
 
 def local_device() -> torch.device:
@@ -41,6 +47,25 @@ def use_fast_attention(model: Any, compute_dtype: torch.dtype) -> None:
     chosen = attention_implementation(compute_dtype)
     if chosen is not None and hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(chosen)
+    warn_windowed_vision_on_sdpa(model)
+
+
+def warn_windowed_vision_on_sdpa(model: Any) -> None:
+    """Warn once per process when a vision tower with windowed attention (``vision_config.window_size``:
+    Qwen2.5-VL) runs on a GPU without a variable-length kernel: sdpa then loops over the windows,
+    ~1,600 per 128-frame video and layer, ~44,800 small attention calls per forward of the 7B."""
+    vision = getattr(getattr(model, "config", None), "vision_config", None)
+    window = getattr(vision, "window_size", None)
+    if not torch.cuda.is_available() or not window or "windowed-sdpa" in _WARNED:
+        return
+    if str(getattr(vision, "_attn_implementation", None) or "sdpa").startswith("flash_attention"):
+        return
+    _WARNED.add("windowed-sdpa")
+    log.warning(
+        "the vision tower's windowed attention runs on sdpa, one small call per window (~44,800 per "
+        "forward of Qwen2.5-VL-7B on a 128-frame video; tens of minutes per step): install flash-attn "
+        "(docs/install.md, 'flash-attn') so that it runs as one variable-length call per layer"
+    )
 
 
 def release_cached_memory() -> None:

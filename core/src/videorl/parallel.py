@@ -10,14 +10,18 @@ are averaged over the whole mesh by FSDP. Process groups are created by :func:`i
 
 from __future__ import annotations
 
+import logging
 import math
 import os
-from collections.abc import Sequence
+import socket
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch
+
+log = logging.getLogger("videorl.parallel")
 
 
 @dataclass
@@ -113,6 +117,68 @@ def process_group_options(*, cuda: bool, local_rank: int) -> dict[str, Any]:
     return {"backend": "gloo", "timeout": COLLECTIVE_TIMEOUT}
 
 
+def new_group(ranks: Sequence[int]) -> Any:
+    """A process group of ``ranks`` (a collective: every rank calls it for every group) with the
+    default group's :data:`COLLECTIVE_TIMEOUT`. torch gives a new group its own default (30 minutes):
+    a tensor-parallel group's followers wait in an object collective while their leader generates the
+    whole group's rollout, which can take longer."""
+    import torch.distributed as dist
+
+    return dist.new_group(list(ranks), timeout=COLLECTIVE_TIMEOUT)
+
+
+def interface_of(address: str, interfaces: Iterable[tuple[str, str]]) -> str | None:
+    """The name of the network interface among ``interfaces`` (name, IPv4 address) that holds ``address``."""
+    return next((name for name, addr in interfaces if addr == address and name != "lo"), None)
+
+
+def _ipv4_interfaces() -> list[tuple[str, str]]:
+    """This host's interfaces with their IPv4 address (Linux; empty elsewhere)."""
+    import fcntl
+    import struct
+
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:  # SIOCGIFADDR: the interface's address
+                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address
+            found.append((name, socket.inet_ntoa(packed[20:24])))
+    return found
+
+
+def route_address(master_addr: str) -> str | None:
+    """This host's address on the route to ``master_addr`` (a UDP socket's connect sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master_addr, 9))
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
+def set_gloo_interface(environ: dict[str, str] | Any = os.environ) -> str | None:
+    """Set ``GLOO_SOCKET_IFNAME`` for a rendezvous at a non-loopback ``MASTER_ADDR``, unless set: the
+    interface on the route to it. Left alone, gloo binds to the address the host name resolves to,
+    which on many distributions is 127.0.1.1 (``/etc/hosts``), and ranks of other nodes cannot reach
+    it. Returns the interface chosen (None: set already, a single-host rendezvous, or not found)."""
+    master = environ.get("MASTER_ADDR", "")
+    if environ.get("GLOO_SOCKET_IFNAME") or not master:
+        return None
+    try:
+        address = socket.gethostbyname(master)
+    except OSError:
+        return None
+    if address.startswith("127."):
+        return None
+    chosen = interface_of(route_address(address) or "", _ipv4_interfaces())
+    if chosen is not None:
+        environ["GLOO_SOCKET_IFNAME"] = chosen
+        log.info("GLOO_SOCKET_IFNAME=%s (the interface towards MASTER_ADDR %s)", chosen, master)
+    return chosen
+
+
 def backend_devices(backend: str) -> set[str]:
     """The device types a process-group backend string serves (``"cpu:gloo,cuda:nccl"``, ``"gloo"``)."""
     if ":" not in backend:
@@ -122,7 +188,8 @@ def backend_devices(backend: str) -> set[str]:
 
 def init_distributed() -> Parallel:
     """Join the process group torchrun describes (``WORLD_SIZE`` > 1): gloo on CPU; on GPUs gloo for
-    CPU tensors and NCCL for CUDA tensors (:func:`process_group_options`)."""
+    CPU tensors and NCCL for CUDA tensors (:func:`process_group_options`); gloo on the interface towards
+    ``MASTER_ADDR`` (:func:`set_gloo_interface`)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return Parallel()
@@ -133,6 +200,7 @@ def init_distributed() -> Parallel:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if cuda:
             torch.cuda.set_device(local_rank)  # before any CUDA call, so nothing lands on GPU 0
+        set_gloo_interface()
         dist.init_process_group(**process_group_options(cuda=cuda, local_rank=local_rank))
     return Parallel(dist.get_rank(), dist.get_world_size())
 

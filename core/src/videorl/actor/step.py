@@ -1,11 +1,15 @@
 """The actor's half of a training step, written once for the one-process / torchrun driver
 (:class:`videorl.train.local.LocalStep`) and the Ray actor worker (:class:`videorl.cluster.worker.Worker`):
 
-1. the first-step parity gate (``rollout.parity_check``), before any parameter changes;
-2. the learning rate of the step (warm-up);
-3. the engine asleep (an engine that can free its device memory for the update);
+1. the engine asleep (an engine that can free its device memory for the update and the check);
+2. the first-step parity gate (``rollout.parity_check``), before any parameter changes;
+3. the learning rate of the step (warm-up);
 4. the update (:func:`videorl.actor.update.update`);
 5. the engine's refresh with the new weights (the weight sync).
+
+The parity gate compares the log-probs the engine already returned with the actor's forward, so it
+needs no engine awake: run after the engine sleeps, its forward does not meet the engine's weights
+and KV cache on the GPU (after a resume, with Adam's states loaded besides).
 
 Sequence parallelism plugs in below, in the actor's forward; the drivers stay as they are.
 """
@@ -46,12 +50,12 @@ def train_step(
     engine here, or one that generates with the actor's own module). ``parity_check``: compare the
     engine's log-probs of ``episodes`` with the actor's first (the run's first step on this process)."""
     metrics: dict[str, float] = {}
+    if engine is not None:
+        sleep_engine(engine)
     if parity_check:
         with timer("parity_check"):
             metrics.update(first_step_check(config, actor, episodes, dist))
     set_learning_rate(actor.optimizer, config, step)
-    if engine is not None:
-        sleep_engine(engine)
     with timer("actor"):
         metrics = {**update(config, actor, algorithm, episodes, dist, timer), **metrics}
     if engine is not None:

@@ -1,8 +1,12 @@
-"""``videorl plan CONFIG --gpus N --gpu-memory GB [--nodes M]``: memory per GPU and node before launch."""
+"""``videorl plan CONFIG --gpus N --gpu-memory GB [--nodes M] [--shape FAMILY-SIZE]``: memory per GPU
+and node before launch."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,7 +22,8 @@ if TYPE_CHECKING:
 def _table(title: str, values: dict[str, Any], unit: str = "GB") -> list[str]:
     lines = [title]
     for key, value in values.items():
-        shown = f"{value:,.0f}" if key in ("kv_tokens", "groups_at_once") else f"{value:,.2f} {unit}"
+        counts = ("kv_tokens", "groups_at_once", "kv_bytes_per_token")
+        shown = f"{value:,.0f}" if key in counts else f"{value:,.2f} {unit}"
         lines.append(f"  {key:<40} {shown}")
     return lines
 
@@ -31,6 +36,15 @@ def _table(title: str, values: dict[str, Any], unit: str = "GB") -> list[str]:
 )
 @click.option("--gpu-memory", type=float, required=True, help="Memory of one GPU, in GB (10^9 bytes).")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes the GPUs are spread over.")
+@click.option(
+    "--host-memory", type=float, default=None, help="Host memory of one node, in GB (checked when given)."
+)
+@click.option(
+    "--shape",
+    default=None,
+    metavar="FAMILY-SIZE",
+    help="Plan a public model shape (e.g. qwen3_vl-8b) instead of model.path: no checkpoint needed.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
 @click.pass_obj
 def plan_command(
@@ -40,14 +54,32 @@ def plan_command(
     gpus: int,
     gpu_memory: float,
     nodes: int,
+    host_memory: float | None,
+    shape: str | None,
     as_json: bool,
 ) -> None:
-    """Estimate the memory a colocated run of CONFIG needs per GPU and per node, and say what does not fit.
+    """Estimate the memory a run of CONFIG needs per GPU and per node, and say what does not fit.
 
-    The model is built on the meta device from its config.json (no weight is read); the sequence is
-    the longest prompt the visual budget gives plus a full response. Estimates from tensor sizes, not
-    measurements (docs/multi-node.md explains every piece).
+    The model is built on the meta device from its config.json (no weight is read; a folder with a
+    bare config.json is enough, or --shape); the sequence is the longest prompt the visual budget gives
+    plus a full response. With ray.placement split the actor and engine GPUs are apart. Estimates from
+    tensor sizes, not measurements (docs/multi-node.md explains every piece).
     """
+    with tempfile.TemporaryDirectory(prefix="videorl-plan-") as tmp:
+        if shape is not None:
+            from videorl.diagnostics.shapes import write_shape
+
+            try:
+                folder = write_shape(shape, Path(tmp) / shape)
+            except VideorlError as exc:
+                raise click.ClickException(str(exc)) from None
+            overrides = (*overrides, f"model.path={folder}")
+        _plan(plugins, config_file, overrides, Placement(gpus, gpu_memory, nodes, host_memory), as_json)
+
+
+def _plan(
+    plugins: Plugins, config_file: str, overrides: tuple[str, ...], placement: Placement, as_json: bool
+) -> None:
     import torch
 
     from videorl.config import load_config
@@ -56,16 +88,17 @@ def plan_command(
     try:
         config: TrainConfig = load_config(config_file, list(overrides))
         backend = make_backend(config, plugins)
-        shape = ModelShape.of(backend.load_model(device=torch.device("meta")))
+        model = ModelShape.of(backend.load_model(device=torch.device("meta")))
         seq = sequence_tokens(config, backend, config.data.visual_budget(backend.budget))
-        result = plan(config, shape, Placement(gpus, gpu_memory, nodes), seq)
+        result = plan(config, model, placement, seq)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(
             json.dumps(
                 {
-                    "parameters": shape.parameters,
+                    "parameters": model.parameters,
+                    "layout": asdict(result.layout) if result.layout else None,
                     "sequence": result.sequence,
                     "update": result.update,
                     "rollout": result.rollout,
@@ -75,12 +108,20 @@ def plan_command(
             )
         )
         return
+    layout = result.layout
+    assert layout is not None
+    where = (
+        f"split: {layout.actor_gpus} actor GPUs, {layout.engines} engines of {layout.engine_gpus} GPU(s)"
+        if layout.split
+        else f"colocated: FSDP over {layout.actor_gpus} GPUs, engines of tensor parallel {layout.tp}"
+    )
     lines = [
-        f"{config.model.path}: {shape.parameters / 1e9:.2f} B parameters "
-        f"({shape.vision_parameters / 1e9:.2f} B "
-        f"vision); {gpus} GPU(s) of {gpu_memory:g} GB on {nodes} node(s)",
-        f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual) + {seq['response']:,} "
-        "response",
+        f"{config.model.path}: {model.parameters / 1e9:.2f} B parameters "
+        f"({model.vision_parameters / 1e9:.2f} B vision); {placement.gpus} GPU(s) of "
+        f"{placement.gpu_memory_gb:g} GB on {placement.nodes} node(s); {where}",
+        f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual"
+        + ("; estimated, no tokenizer" if seq["estimated"] else "")
+        + f") + {seq['response']:,} response",
     ]
     lines += _table("update phase, per GPU", result.update)
     lines += _table("rollout phase, per GPU", result.rollout)

@@ -1,27 +1,36 @@
 """Memory per GPU and per node before launch: ``videorl plan CONFIG --gpus N --gpu-memory GB``.
 
-The model is built on the ``meta`` device from its own ``config.json`` (no weight is read): its
-parameters by FSDP unit (decoder layers, vision blocks, the vision tower's own and the root's), its
-text and vision widths. A sequence is the longest prompt the visual budget gives, counted by the
-backend (a video of ``video_max_frames`` frames of ``video_max_pixels`` square pixels), a question of
-:data:`QUESTION_TOKENS` and a full response. The pieces are those of ``docs/multi-node.md``
-("GPUs and memory for Qwen3-VL-8B"), in GB = 10⁹ bytes, estimates from tensor sizes:
+The model is built on the ``meta`` device from its own ``config.json`` (no weight is read; a bare
+``config.json``, or a public shape of :mod:`videorl.diagnostics.shapes`, is enough): its parameters
+by FSDP unit (decoder layers, vision blocks, the vision tower's own and the root's), its text and
+vision widths. A sequence is the longest prompt the visual budget gives, counted by the backend (a
+video of ``video_max_frames`` frames of ``video_max_pixels`` square pixels), a question of
+:data:`QUESTION_TOKENS` and a full response. The pieces are those of ``docs/multi-node.md`` ("GPUs
+and memory for Qwen3-VL-8B"), in GB = 10⁹ bytes, estimates from tensor sizes, summed as if they
+met (they mostly do at the first micro-batch's backward), so a plan errs on the side of room:
 
 - update phase: float32 master + gradient + AdamW states (16 B per parameter over the FSDP ranks),
-  the bf16 weights gathered for compute (root unit, two decoder layers, the vision unit), the
-  per-layer checkpoints of a micro-batch (``actor.max_tokens_per_micro_batch`` tokens) in the text
-  model and of a video's patches in the vision tower (or every layer's activations without gradient
-  checkpointing), the visual features, the response's logits (bf16) and one float32 chunk;
+  the bf16 weights gathered for compute (root unit, two decoder layers, the vision unit), FSDP2's
+  unsharded gradients (the root's and one layer's, bf16 and their float32 reduce-scatter copy), the
+  per-layer checkpoints of a micro-batch in the text model and of a video's patches in the vision
+  tower, the working set of the layer being recomputed, the visual features, the response
+  positions' logits and their gradient (bf16) and the float32 chunks, and, colocated, what a
+  sleeping engine keeps (or all of its share without sleep mode);
 - rollout phase: vLLM's share of the GPU (``gpu_memory_utilization``): weights (bf16, split by tensor
-  parallelism), working memory, the KV cache and how many tokens and groups it holds;
-- host memory per node: the weight refresh (each rank's state dict in the engine's dtype and, for
-  vLLM, its model folder in ``/dev/shm``) and the load (rank 0 reads the float32 model).
+  parallelism), working memory, the KV cache and how many tokens and groups it holds; colocated, the
+  actor's states stay beside it;
+- host memory per node: the prompts held (the step's batch and, with ``data.prefetch``, the next:
+  uint8 frames and float32 pixels), the weight refresh, the staging of an asynchronous sharded
+  checkpoint, the engines' front-end processes and the load (rank 0 reads the float32 model).
 
-With sleep mode (vLLM on GPUs) the engine's share is free during the update; without it, it stays.
+Placement: colocated (FSDP over every GPU, an engine of ``tensor_parallel_size`` GPUs on the same
+GPUs), or split (``ray.placement: split``: ``ray.actor_workers`` FSDP ranks, ``ray.rollout_workers``
+engines of ``ray.rollout_gpus_per_worker`` GPUs each, on GPUs of their own).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +42,19 @@ if TYPE_CHECKING:
 
 GB = 1e9
 QUESTION_TOKENS = 200  # system prompt, question and options beside the video
+#: the text around each temporal group of a video when no tokenizer is at hand (a bare config.json):
+#: Qwen3-VL's ``<t seconds>``, vision start and end take about 8; Qwen2/2.5-VL 2 per video (so more room)
+FRAMING_TOKENS_PER_GROUP = 8
 OVERHEAD_GB = 4.0  # CUDA context, NCCL buffers, allocator slack
 ENGINE_WORKING_GB = 6.0  # vLLM's forward at max_num_batched_tokens, its vision encoder, the sampler
+#: what a sleeping colocated engine keeps on its GPU: its processes' CUDA contexts, NCCL buffers, the
+#: CUDA graphs' pool and allocator blocks outside vLLM's sleep allocator
+ENGINE_ASLEEP_GB = 2.0
+#: host memory of one vLLM engine's processes beside the weights: front-end and engine core each
+#: keep a multimodal processor cache (``mm_processor_cache_gb``, 4 GiB by default), plus the
+#: processes' own memory (torch, CUDA, the tokenizer and processor)
+ENGINE_HOST_GB = 12.0
+CHUNK = 1024  # positions per float32 log-softmax chunk (videorl.model_inputs)
 
 
 @dataclass(frozen=True)
@@ -54,8 +74,11 @@ class ModelShape:
     vocab: int
     vision_depth: int
     vision_width: int
+    vision_intermediate: int
     deepstack: int  # vision feature maps added to the language model (Qwen3-VL), besides the last
     spatial_merge: int  # patches merged into one visual token, per side
+    patch: int = 14  # pixels per patch side
+    temporal_patch: int = 2  # frames per patch
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
@@ -92,16 +115,23 @@ class ModelShape:
             vocab=int(text.vocab_size),
             vision_depth=int(getattr(vcfg, "depth", 0)),
             vision_width=int(getattr(vcfg, "hidden_size", 0)),
+            vision_intermediate=int(getattr(vcfg, "intermediate_size", 0)),
             deepstack=len(getattr(vcfg, "deepstack_visual_indexes", None) or []),
             spatial_merge=int(getattr(vcfg, "spatial_merge_size", 1)),
+            patch=int(getattr(vcfg, "patch_size", 14)),
+            temporal_patch=int(getattr(vcfg, "temporal_patch_size", 2)),
         )
 
 
 @dataclass(frozen=True)
 class Placement:
+    """The machines: ``gpus`` of ``gpu_memory_gb`` each over ``nodes``, and (optional) each node's
+    host memory in GB."""
+
     gpus: int
     gpu_memory_gb: float
     nodes: int = 1
+    host_memory_gb: float | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.nodes < 1 or self.gpus % self.nodes or self.gpu_memory_gb <= 0:
@@ -109,6 +139,37 @@ class Placement:
                 f"plan: --gpus ({self.gpus}) must be a positive multiple of --nodes ({self.nodes}) and "
                 f"--gpu-memory ({self.gpu_memory_gb}) positive"
             )
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's actor ranks and engines sit: ``actor_gpus`` FSDP ranks, ``engines`` engines of
+    ``engine_gpus`` GPUs (tensor parallelism ``tp``), on the same GPUs or (``split``) on their own."""
+
+    split: bool
+    actor_gpus: int
+    engines: int
+    engine_gpus: int
+    tp: int
+
+    @classmethod
+    def of(cls, config: TrainConfig, placement: Placement) -> Layout:
+        tp = int(config.rollout.engine_options.get("tensor_parallel_size", 1))
+        r = config.ray
+        if r.placement != "split":
+            return cls(False, placement.gpus, max(placement.gpus // tp, 1), tp, tp)
+        per_worker = int(r.gpus_per_worker or 1)
+        rollout_gpus = int(r.rollout_gpus_per_worker or per_worker)
+        engines = r.rollout_workers if r.rollout_workers is not None else r.actor_workers
+        return cls(True, r.actor_workers * per_worker, engines, rollout_gpus, tp)
+
+    @property
+    def gpus(self) -> int:
+        return self.actor_gpus + (self.engines * self.engine_gpus if self.split else 0)
 
 
 @dataclass
@@ -119,6 +180,7 @@ class Plan:
     update: dict[str, float]
     rollout: dict[str, float]
     host_per_node: dict[str, float]
+    layout: Layout | None = None
     findings: list[str] = field(default_factory=list)
 
     @property
@@ -130,8 +192,16 @@ def _gb(n: float) -> float:
     return round(n / GB, 2)
 
 
+def _floor2(x: float) -> float:
+    """``x`` rounded down to 2 decimals: advice of an upper limit that still fits once printed."""
+    return math.floor(x * 100 + 1e-9) / 100
+
+
 def sequence_tokens(config: TrainConfig, backend: ModelBackend, visual_budget: Any) -> dict[str, int]:
-    """The longest prompt of the budget (square frames, counted by the backend) and a full response."""
+    """The longest prompt of the budget (square frames, counted by the backend) and a full response.
+
+    Without a tokenizer (a bare ``config.json``) the prompt is the visual tokens, the framing of
+    :data:`FRAMING_TOKENS_PER_GROUP` per temporal group and the question (``estimated``: 1)."""
     import torch
 
     from videorl.backend import PromptInput
@@ -159,110 +229,228 @@ def sequence_tokens(config: TrainConfig, backend: ModelBackend, visual_budget: A
         width=w,
         height=h,
     )
+    groups = frames // backend.temporal_patch_size
+    visual = groups * (h // backend.factor) * (w // backend.factor)
     video = torch.zeros((), dtype=torch.uint8).expand(frames, 3, h, w)
-    prompt = backend.prompt_length(PromptInput("plan", "", videos=[(video, meta)])) + QUESTION_TOKENS
-    visual = frames // backend.temporal_patch_size * (h // backend.factor) * (w // backend.factor)
+    estimated = 0
+    try:
+        prompt = backend.prompt_length(PromptInput("plan", "", videos=[(video, meta)])) + QUESTION_TOKENS
+    except (OSError, ValueError):  # no tokenizer or processor files beside config.json
+        prompt, estimated = visual + FRAMING_TOKENS_PER_GROUP * groups + QUESTION_TOKENS, 1
     response = config.rollout.max_response_length
-    return {"prompt": prompt, "visual": visual, "response": response, "sequence": prompt + response}
+    return {
+        "prompt": prompt,
+        "visual": visual,
+        "response": response,
+        "sequence": prompt + response,
+        "frames": frames,
+        "frame_pixels": h * w,
+        "estimated": estimated,
+    }
 
 
 def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict[str, int]) -> Plan:
     """The memory plan of ``config`` on ``placement`` (see the module docstring)."""
-    options = config.rollout.engine_options
-    tp = int(options.get("tensor_parallel_size", 1))
-    utilization = float(options.get("gpu_memory_utilization", 0.6))
-    sleep = bool(options.get("enable_sleep_mode", True))
-    g, n, p = placement.gpu_memory_gb, placement.gpus, shape.parameters
-    mb_tokens = max(config.actor.max_tokens_per_micro_batch, seq["sequence"])
-    chunk = 1024
+    layout = Layout.of(config, placement)
+    update = update_phase(config, shape, placement, layout, seq)
+    rollout = rollout_phase(config, shape, placement, layout, seq, update)
+    host = host_memory(config, shape, placement, layout, seq)
+    result = Plan(seq, update, rollout, host, layout)
+    result.findings = findings(config, shape, placement, layout, result)
+    return result
 
+
+def _layer_working_set(shape: ModelShape, tokens: int, patches: int) -> tuple[int, int]:
+    """Bytes of one decoder layer's activations over ``tokens`` (q, k, v, attention out, two norms
+    and the residual: 5 hidden + 2 KV widths; gate, up and the activation: 3 FFN widths) and of one
+    vision block's over ``patches`` (qkv, attention out, two norms, the residual: 7 widths; fc1 and
+    its activation: 2 FFN widths), in bf16."""
+    text = 5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.intermediate
+    vision = 7 * shape.vision_width + 2 * shape.vision_intermediate
+    return 2 * tokens * text, 2 * patches * vision
+
+
+def update_phase(
+    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, seq: dict[str, int]
+) -> dict[str, float]:
+    """The update's figures per actor GPU (see the module docstring)."""
+    options = config.rollout.engine_options
+    p = shape.parameters
+    budget = config.actor.max_tokens_per_micro_batch
+    mb_tokens = max(budget, seq["sequence"])
+    per_mb = max(1, budget // seq["sequence"])  # sequences packed into one micro-batch
+    patches = seq["visual"] * shape.spatial_merge**2
+    text_layer, vision_block = _layer_working_set(shape, mb_tokens, patches)
     update: dict[str, float] = {
-        "states": _gb(16 * p / n),
+        "states": _gb(16 * p / layout.actor_gpus),
         "gathered_weights": _gb(2 * (shape.root + 2 * shape.decoder_layer + shape.vision_unit)),
+        # bf16 gradients of the root (held through the backward) and of one layer, cast to float32
+        # for their reduce-scatter (FSDP2's reduce_dtype)
+        "unsharded_gradients": _gb(6 * (shape.root + shape.decoder_layer)),
         "text_checkpoints": _gb(shape.layers * mb_tokens * shape.hidden * 2),
-        "vision_checkpoints": _gb(
-            shape.vision_depth * seq["visual"] * shape.spatial_merge**2 * shape.vision_width * 2
-        ),
+        "recomputed_layer": _gb(max(text_layer, vision_block)),
+        "vision_checkpoints": _gb(shape.vision_depth * patches * shape.vision_width * 2),
         "visual_features": _gb((1 + shape.deepstack) * seq["visual"] * shape.hidden * 2),
-        "logits": _gb((seq["response"] + 1) * shape.vocab * 2 + 4 * chunk * shape.vocab * 4),
+        # the response positions' logits and their gradient in bf16, log-softmax in float32 chunks
+        "logits": _gb(2 * per_mb * (seq["response"] + 1) * shape.vocab * 2 + 4 * CHUNK * shape.vocab * 4),
     }
-    # without checkpointing every layer keeps its working set: q, k, v, attention out, two norms and
-    # the residual (5 hidden + 2 KV widths), gate, up and the activation (3 FFN widths), in bf16
-    per_token = 5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.intermediate
-    without = _gb(shape.layers * mb_tokens * per_token * 2)
+    without = _gb(shape.layers * text_layer)
     if not config.actor.gradient_checkpointing:
         update["text_activations"] = without
-        del update["text_checkpoints"]
+        del update["text_checkpoints"], update["recomputed_layer"]
     if config.algorithm.use_kl_loss:
-        update["reference_shard"] = _gb(2 * p / n)
+        update["reference_shard"] = _gb(2 * p / layout.actor_gpus)
     update["overhead"] = OVERHEAD_GB
-    engine_share = round(utilization * g, 2)
-    if not sleep:
-        update["engine_awake"] = engine_share
+    if not layout.split:
+        if bool(options.get("enable_sleep_mode", True)):
+            update["engine_asleep"] = ENGINE_ASLEEP_GB
+        else:
+            utilization = float(options.get("gpu_memory_utilization", 0.6))
+            update["engine_awake"] = round(utilization * placement.gpu_memory_gb, 2)
     update["total"] = round(sum(update.values()), 2)
     update["text_activations_without_checkpointing"] = without
+    return update
 
-    weights = _gb(2 * p / tp)
-    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2 / tp
+
+def rollout_phase(
+    config: TrainConfig,
+    shape: ModelShape,
+    placement: Placement,
+    layout: Layout,
+    seq: dict[str, int],
+    update: dict[str, float],
+) -> dict[str, float]:
+    """The rollout's figures per engine GPU: the engine's share and its KV cache, and colocated the
+    actor's states beside it."""
+    options = config.rollout.engine_options
+    utilization = float(options.get("gpu_memory_utilization", 0.6))
+    engine_share = round(utilization * placement.gpu_memory_gb, 2)
+    weights = _gb(2 * shape.parameters / layout.tp)
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2 / layout.tp
     kv_gb = round(engine_share - weights - ENGINE_WORKING_GB, 2)
     group_tokens = seq["prompt"] + config.rollout.n * seq["response"]  # prompt shared by the group
-    rollout: dict[str, float] = {
-        "states": update["states"],
+    rollout: dict[str, float] = {}
+    if not layout.split:
+        rollout["states"] = update["states"]
+    rollout |= {
         "engine_share": engine_share,
         "engine_weights": weights,
         "engine_working": ENGINE_WORKING_GB,
         "kv_cache": kv_gb,
+        "kv_bytes_per_token": kv_per_token,
         "kv_tokens": float(int(max(kv_gb, 0) * GB / kv_per_token)),
         "groups_at_once": float(int(max(kv_gb, 0) * GB / (kv_per_token * group_tokens))),
-        "overhead": OVERHEAD_GB,
     }
-    if config.algorithm.use_kl_loss:
-        rollout["reference_shard"] = update["reference_shard"]
-    rollout["total"] = round(
-        sum(v for k, v in rollout.items() if k in ("states", "engine_share", "overhead", "reference_shard")),
-        2,
-    )
+    if not layout.split:
+        rollout["overhead"] = OVERHEAD_GB
+        if config.algorithm.use_kl_loss:
+            rollout["reference_shard"] = update["reference_shard"]
+    counted = ("states", "engine_share", "overhead", "reference_shard")
+    rollout["total"] = round(sum(v for k, v in rollout.items() if k in counted), 2)
+    return rollout
 
-    ranks_per_node = n // placement.nodes
-    # each rank's gathered state dict, in the engine's dtype for vLLM (with weight_sync folder also
-    # written to /dev/shm; in memory it goes bucket by bucket through a staging buffer on the GPU),
-    # float32 for the hf engine's own copy
+
+def _prompt_bytes(shape: ModelShape, seq: dict[str, int]) -> int:
+    """Host bytes of one encoded video prompt: its uint8 frames and its float32 pixel patches."""
+    frames = seq["frames"] * 3 * seq["frame_pixels"]
+    pixels = seq["visual"] * shape.spatial_merge**2 * 3 * shape.temporal_patch * shape.patch**2 * 4
+    return frames + pixels
+
+
+def host_memory(
+    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, seq: dict[str, int]
+) -> dict[str, float]:
+    """Host memory per node: of an actor node (colocated: every node), and split of a rollout node."""
+    options = config.rollout.engine_options
+    p, per_node = shape.parameters, placement.gpus_per_node
     vllm = config.rollout.engine != "hf"
+    # the refresh's gathered state dict: the engine's dtype for vLLM, float32 for the hf engine's copy;
+    # with weight_sync folder, also written to /dev/shm
     engine_bytes = 4 if not vllm or str(options.get("dtype", config.model.dtype)) == "float32" else 2
     copies = 2 if vllm and config.rollout.weight_sync == "folder" else 1
+    held = 2 if config.data.prefetch else 1  # the step's batch, and the next one being prepared
+    ranks = min(per_node, layout.actor_gpus)
+    prompts_per_rank = math.ceil(config.data.rollout_batch_size / layout.actor_gpus)
     host = {
-        "weight_refresh": _gb(ranks_per_node * engine_bytes * p * copies),
+        "prompts": _gb(ranks * held * prompts_per_rank * _prompt_bytes(shape, seq)),
+        "weight_refresh": _gb(ranks * engine_bytes * p * copies),
+        "checkpoint_staging": _gb(ranks * 12 * p / layout.actor_gpus),  # master, Adam m and v
+        "engine_front_ends": round((ranks // layout.tp if not layout.split else 0) * ENGINE_HOST_GB, 2),
         "load_rank0": _gb(4 * p),
     }
+    host["total"] = round(sum(host.values()), 2)
+    if layout.split:
+        engines = max(per_node // layout.engine_gpus, 1)
+        prompts_per_engine = math.ceil(config.data.rollout_batch_size / layout.engines)
+        host["rollout_node_prompts"] = _gb(engines * held * prompts_per_engine * _prompt_bytes(shape, seq))
+        host["rollout_node_weights"] = _gb(engines * engine_bytes * p * copies)  # received, then loaded
+        host["rollout_node_engines"] = round(engines * ENGINE_HOST_GB, 2)
+        host["rollout_node_total"] = round(
+            host["rollout_node_prompts"] + host["rollout_node_weights"] + host["rollout_node_engines"], 2
+        )
+    return host
 
-    findings = []
+
+def findings(
+    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, result: Plan
+) -> list[str]:
+    """What does not fit, each with the setting that would (upper limits rounded down, counts up)."""
+    g, seq, update, rollout = placement.gpu_memory_gb, result.sequence, result.update, result.rollout
+    options = config.rollout.engine_options
+    out = []
+    if layout.split and layout.gpus > placement.gpus:
+        out.append(
+            f"split placement needs {layout.actor_gpus} actor + {layout.engines} x {layout.engine_gpus} "
+            f"engine GPUs = {layout.gpus} > --gpus {placement.gpus}"
+        )
+    if layout.split and layout.engine_gpus < layout.tp:
+        out.append(
+            f"an engine of tensor_parallel_size {layout.tp} needs ray.rollout_gpus_per_worker >= {layout.tp}"
+        )
     if seq["prompt"] > config.data.max_prompt_length:
-        findings.append(
+        out.append(
             f"the budget's longest prompt ({seq['prompt']} tokens) exceeds data.max_prompt_length "
             f"({config.data.max_prompt_length}): raise it or lower data.video_max_pixels / video_max_frames"
         )
     if update["total"] > g:
         fixes = []
-        if not sleep:
+        if "engine_awake" in update:
             fixes.append("rollout.engine_options.enable_sleep_mode=true (GPUs)")
         if not config.actor.gradient_checkpointing:
             fixes.append("actor.gradient_checkpointing=true")
         rest = update["total"] - update["states"]
         if rest < g:
-            fixes.append(f"at least {int(-(-16 * p / GB // (g - rest)))} GPUs (the states shrink with more)")
-        findings.append(
+            who = "actor GPUs" if layout.split else "GPUs"
+            fixes.append(
+                f"at least {math.ceil(16 * shape.parameters / GB / (g - rest))} {who} (states shrink)"
+            )
+        out.append(
             f"update phase: {update['total']} GB per GPU > {g} GB; "
             + ("; ".join(fixes) or "a smaller micro-batch")
         )
-    if kv_gb * GB < kv_per_token * seq["sequence"]:
-        findings.append(
-            f"rollout: the engine's KV cache ({kv_gb} GB) holds less than one sequence of {seq['sequence']} "
-            "tokens: raise gpu_memory_utilization or tensor_parallel_size"
+    kv_per_token = rollout["kv_bytes_per_token"]
+    if rollout["kv_cache"] * GB < kv_per_token * seq["sequence"]:
+        out.append(
+            f"rollout: the engine's KV cache ({rollout['kv_cache']} GB) holds less than one sequence of "
+            f"{seq['sequence']} tokens: raise gpu_memory_utilization or tensor_parallel_size"
         )
     if rollout["total"] > g:
-        room = (g - update["states"] - OVERHEAD_GB - rollout.get("reference_shard", 0.0)) / g
-        findings.append(
+        beside = (
+            rollout.get("states", 0.0) + rollout.get("overhead", 0.0) + rollout.get("reference_shard", 0.0)
+        )
+        room = _floor2((g - beside) / g)
+        out.append(
             f"rollout phase: {rollout['total']} GB per GPU > {g} GB; "
             f"rollout.engine_options.gpu_memory_utilization <= {room:.2f}, or more GPUs"
         )
-    return Plan(seq, update, rollout, host, findings)
+    if float(options.get("gpu_memory_utilization", 0.6)) > 1:
+        out.append("rollout.engine_options.gpu_memory_utilization must be at most 1")
+    host = placement.host_memory_gb
+    for key in ("total", "rollout_node_total"):
+        if host is not None and key in result.host_per_node and result.host_per_node[key] > host:
+            node = "a rollout node" if key == "rollout_node_total" else "a node"
+            out.append(
+                f"host memory: {result.host_per_node[key]} GB on {node} > {host} GB; data.prefetch=false, "
+                "fewer ranks per node, or rollout.weight_sync=memory"
+            )
+    return out

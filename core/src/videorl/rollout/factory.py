@@ -133,10 +133,10 @@ def make_rank_engine(
     if len(placement.group) == 1:
         assert engine is not None
         return engine, shares
-    import torch.distributed as tdist
+    from videorl.parallel import new_group
 
     size = len(placement.group)
-    groups = [tdist.new_group(list(range(g, g + size))) for g in range(0, dist.world_size, size)]  # all ranks
+    groups = [new_group(range(g, g + size)) for g in range(0, dist.world_size, size)]  # all ranks
 
     dtype = weights_dtype(str(config.rollout.engine_options.get("dtype", config.model.dtype)))
     return GroupedEngine(engine, placement, groups[dist.rank // size], dtype), shares

@@ -133,6 +133,14 @@ def check_engine_options(
             )
 
 
+#: The executor of an engine with tensor parallelism. Every engine here runs on one node (a torchrun
+#: rank's GPUs, or one Ray bundle of ``rollout_gpus_per_worker`` GPUs), so its ranks are processes
+#: of its own (vLLM's ``mp`` executor). Left to itself, vLLM picks its ``ray`` executor inside a Ray
+#: actor that has a placement group, which refuses a bundle of more than one GPU ("Placement group
+#: bundle cannot have more than 1 GPU"): a split-placement rollout worker of TP 2 could not start.
+TP_EXECUTOR = "mp"
+
+
 def engine_options(
     model: Path,
     *,
@@ -146,7 +154,8 @@ def engine_options(
 ) -> dict[str, Any]:
     """vLLM engine arguments: log-probs after the logit bias (``processed_logprobs``, as the training
     forward computes them), ``max_media_per_prompt`` videos and images per prompt, the GPU memory share
-    (not on CPU), and each of ``optional`` that is not ``None``."""
+    (not on CPU), the executor of a tensor-parallel engine (:data:`TP_EXECUTOR`), and each of
+    ``optional`` that is not ``None`` (a user's ``distributed_executor_backend`` wins)."""
     from vllm.platforms import current_platform
 
     options: dict[str, Any] = {
@@ -158,6 +167,8 @@ def engine_options(
         "logprobs_mode": "processed_logprobs",
         "limit_mm_per_prompt": {"video": max_media_per_prompt, "image": max_media_per_prompt},
     }
+    if tensor_parallel_size > 1:
+        options["distributed_executor_backend"] = TP_EXECUTOR
     options.update({k: v for k, v in optional.items() if v is not None})
     if not current_platform.is_cpu():
         options["gpu_memory_utilization"] = gpu_memory_utilization
