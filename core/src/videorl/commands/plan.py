@@ -9,6 +9,7 @@ import click
 
 from videorl.diagnostics.plan import ModelShape, Placement, plan, sequence_tokens
 from videorl.errors import VideorlError
+from videorl.generation import capabilities_of
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
@@ -58,7 +59,8 @@ def plan_command(
         backend = make_backend(config, plugins)
         shape = ModelShape.of(backend.load_model(device=torch.device("meta")))
         seq = sequence_tokens(config, backend, config.data.visual_budget(backend.budget))
-        result = plan(config, shape, Placement(gpus, gpu_memory, nodes), seq)
+        engine = capabilities_of(plugins.rollout_engines.get(config.rollout.engine))
+        result = plan(config, shape, Placement(gpus, gpu_memory, nodes), seq, engine)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
+from videorl.generation import EngineCapabilities
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -166,8 +167,15 @@ def sequence_tokens(config: TrainConfig, backend: ModelBackend, visual_budget: A
     return {"prompt": prompt, "visual": visual, "response": response, "sequence": prompt + response}
 
 
-def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict[str, int]) -> Plan:
-    """The memory plan of ``config`` on ``placement`` (see the module docstring)."""
+def plan(
+    config: TrainConfig,
+    shape: ModelShape,
+    placement: Placement,
+    seq: dict[str, int],
+    engine: EngineCapabilities | None = None,
+) -> Plan:
+    """The memory plan of ``config`` on ``placement`` (see the module docstring) with the rollout engine
+    that declares ``engine`` (None: vLLM's)."""
     options = config.rollout.engine_options
     tp = int(options.get("tensor_parallel_size", 1))
     utilization = float(options.get("gpu_memory_utilization", 0.6))
@@ -224,12 +232,13 @@ def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict
     )
 
     ranks_per_node = n // placement.nodes
-    # each rank's gathered state dict, in the engine's dtype for vLLM (with weight_sync folder also
-    # written to /dev/shm; in memory it goes bucket by bucket through a staging buffer on the GPU),
-    # float32 for the hf engine's own copy
-    vllm = config.rollout.engine != "hf"
-    engine_bytes = 4 if not vllm or str(options.get("dtype", config.model.dtype)) == "float32" else 2
-    copies = 2 if vllm and config.rollout.weight_sync == "folder" else 1
+    # each rank's gathered state dict, in the engine's dtype when it takes them so (vLLM), else in the
+    # actor's float32 (the hf engine's own copy); with weight_sync folder a Hub-layout engine's are also
+    # written to /dev/shm (in memory they go bucket by bucket through a staging buffer on the GPU)
+    engine = engine or EngineCapabilities()
+    in_engine_dtype = engine.weights_in_engine_dtype
+    engine_bytes = 2 if in_engine_dtype and str(options.get("dtype", config.model.dtype)) != "float32" else 4
+    copies = 2 if engine.weights_layout == "hub" and config.rollout.weight_sync == "folder" else 1
     host = {
         "weight_refresh": _gb(ranks_per_node * engine_bytes * p * copies),
         "load_rank0": _gb(4 * p),

@@ -12,14 +12,14 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.alignment import check_same_prompt
 from videorl.errors import ConfigError
-from videorl.generation import Completion, SamplingParams
+from videorl.generation import Completion, EngineSpec, SamplingParams
 from videorl.runs.checkpoint import export_hf_model
 
 if TYPE_CHECKING:
@@ -131,6 +131,13 @@ def check_engine_options(
                 "its options are the fields of vllm.engine.arg_utils.EngineArgs "
                 "(https://docs.vllm.ai/en/stable/configuration/engine_args.html)"
             )
+
+
+def spec_keywords(spec: EngineSpec, options: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """The keywords of a vLLM engine built from ``spec``: its ``fields`` that are set, then ``options``
+    (``rollout.engine_options``), which win (``dtype``, ``max_model_len``, ...)."""
+    keywords = {key: getattr(spec, key) for key in fields if getattr(spec, key) is not None}
+    return {**keywords, **options}
 
 
 def engine_options(
