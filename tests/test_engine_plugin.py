@@ -87,8 +87,10 @@ def test_the_recorder_engine_installs_passes_its_contract_and_trains_in_one_proc
 
 def test_the_recorder_engine_trains_on_ray(installed: Task) -> None:
     run, calls = _train(installed, "ray", "--ray", "ray.actor_workers=2")
-    workers = {w["pid"] for w in json.loads((run / "ray-workers.json").read_text())}
+    listed = json.loads((run / "ray-workers.json").read_text())
+    workers = {w["pid"] for w in listed if "rollout" in w["roles"]}
     # each of the 2 actor workers hosts a recorder engine with a copy of its own, refreshed after each
     # update: it generated in that worker's process and received the weights
+    assert len(workers) == 2 and os.getpid() not in workers
     assert {c["pid"] for c in calls if c["call"] == "generate"} == workers
     assert {c["pid"] for c in calls if c["call"] == "update_weights"} == workers
