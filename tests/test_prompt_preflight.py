@@ -55,49 +55,50 @@ def test_a_prompt_over_the_limit_is_a_load_time_error_with_its_row_and_tokens(ta
 
 
 def test_the_engine_is_given_room_for_the_longest_prompt_and_response(task: Any) -> None:
+    from videorl.generation import EngineCapabilities, EngineSpec
     from videorl.rollout.factory import make_engine, max_model_len
+    from videorl.rollout.vllm_common import spec_keywords
 
     config, _, _ = _pieces(task, "data.max_prompt_length=700", "rollout.max_response_length=300")
     assert max_model_len(config) == 1000
-    seen: dict[str, Any] = {}
+    seen: list[tuple[EngineSpec, dict[str, Any]]] = []
 
     class Engine:
-        def __init__(
-            self,
-            backend: Any,
-            model_path: str,
-            *,
-            dtype: str = "auto",
-            seed: int = 0,
-            max_model_len: int = 4096,
-            visible_devices: str | None = None,
-        ) -> None:
-            seen.update(max_model_len=max_model_len, visible_devices=visible_devices)
+        capabilities = EngineCapabilities()
+
+        @classmethod
+        def from_spec(cls, backend: Any, spec: EngineSpec, options: dict[str, Any]) -> Engine:
+            seen.append((spec, options))
+            return cls()
 
     plugins = load_plugins()
     plugins.rollout_engines.register("recording", Engine, origin="test")
     make_engine(
         plugins,
         "recording",
-        None,
+        None,  # type: ignore[arg-type]
         model_path="m",
         dtype="float32",
-        seed=0,  # type: ignore[arg-type]
+        seed=0,
         max_model_len=max_model_len(config),
         visible_devices="3",
-    )
-    assert seen == {"max_model_len": 1000, "visible_devices": "3"}
-    make_engine(
-        plugins,
-        "recording",
-        None,
-        model_path="m",
-        dtype="float32",
-        seed=0,  # type: ignore[arg-type]
         options={"max_model_len": 64},
-        max_model_len=1000,
     )
-    assert seen["max_model_len"] == 64  # rollout.engine_options win
+    spec, options = seen[0]
+    assert (spec.name, spec.max_model_len, spec.visible_devices, spec.dtype) == (
+        "recording",
+        1000,
+        "3",
+        "float32",
+    )
+    assert options == {"max_model_len": 64} and spec.actor_module is None
+    # a vLLM engine's keywords: the spec's, rollout.engine_options winning
+    fields = ("dtype", "max_model_len", "visible_devices")
+    assert spec_keywords(spec, options, fields) == {
+        "dtype": "float32",
+        "max_model_len": 64,
+        "visible_devices": "3",
+    }
 
 
 def test_tensor_parallel_groups_need_validation_prompts_on_every_rank(task: Any, tmp_path: Path) -> None:

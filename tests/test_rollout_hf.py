@@ -171,3 +171,20 @@ def test_one_prefill_per_prompt_gives_what_n_repeated_prompts_give(setup: Any) -
     expected_lp = _teacher_forced(backend, model, prompts, groups)
     got = [c.logprobs for g in groups for c in g]
     assert max(abs(a - b) for e, o in zip(expected_lp, got) for a, b in zip(e, o)) < 1e-5
+
+
+def test_the_hf_engine_keeps_the_engine_contract(setup: Any) -> None:
+    """``videorl.testing.assert_engine_contract``: groups, log-probs of the training forward before and
+    after a refresh of perturbed weights, its declared capabilities, the shared actor module."""
+    from videorl.testing import assert_engine_contract
+
+    backend = setup[0]
+    groups = assert_engine_contract(HFEngine, backend, options={"max_batch_prompts": 1})
+    assert [len(g) for g in groups] == [2, 2]
+
+    class Stale(HFEngine):  # keeps its weights: the refresh check must catch it
+        def update_weights(self, state_dict: Any) -> None:
+            pass
+
+    with pytest.raises(AssertionError, match="after update_weights: log-probs differ"):
+        assert_engine_contract(Stale, backend, data_types=("text",))

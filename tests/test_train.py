@@ -17,6 +17,7 @@ from videorl import demo
 from videorl.api import hookimpl
 from videorl.config import load_config
 from videorl.errors import ConfigError, DataError
+from videorl.generation import EngineCapabilities
 from videorl.plugins import load_plugins
 from videorl.runs.history import read_metrics
 from videorl.train.compose import build_training
@@ -567,6 +568,8 @@ def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weig
     inner = training.engine
 
     class Sleepy:
+        capabilities = EngineCapabilities(can_sleep=True)
+
         def generate(self, prompts: Any, params: Any) -> Any:
             calls.append("generate")
             return inner.generate(prompts, params)

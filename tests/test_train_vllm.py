@@ -242,6 +242,10 @@ VLLMEngine(backend, max_model_len=1000, enable_prefix_caching=True, max_num_seqs
 out = {"memory": dict(seen)}
 VLLMEngine(backend, weight_sync="folder")
 out["folder"] = dict(seen)
+from videorl.rollout.factory import make_engine  # the spec's values, rollout.engine_options winning
+make_engine(load_plugins(), "vllm", backend, model_path=sys.argv[1], dtype="float32", seed=3,
+            max_model_len=1000, options={"max_model_len": 64, "max_num_seqs": 7})
+out["spec"] = {k: seen[k] for k in ("dtype", "seed", "max_model_len", "max_num_seqs")}
 errors = []
 for bad in ({"max_num_seq": 4}, {"weight_bucket": 8}, {"worker_extension_cls": "my.Ext"},
             {"weight_sync": "shm"}, {"weight_bucket_mb": 0}, {"frobnicate": 1}, {"enable_sleep_mode": True}):
@@ -279,6 +283,7 @@ def test_engine_options_reach_vllm_and_defaults_follow_the_platform(tiny_model_d
     assert "gpu_memory_utilization" not in options
     assert options["worker_extension_cls"] == RECEIVER  # the in-memory refresh's worker methods
     assert "worker_extension_cls" not in result["folder"]
+    assert result["spec"] == {"dtype": "float32", "seed": 3, "max_model_len": 64, "max_num_seqs": 7}
 
     typo, own_typo, conflict, mode, bucket, unknown, asleep = result["errors"]
     assert typo.startswith("rollout.engine_options.max_num_seq: vLLM's engine takes no option")

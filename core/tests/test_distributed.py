@@ -192,6 +192,7 @@ import json, sys
 import torch, torch.distributed as dist
 from videorl.model_inputs import EncodedPrompt
 from videorl.rollout import Completion, SamplingParams
+from videorl.generation import EngineCapabilities
 from videorl.rollout.placement import GroupedEngine, engine_placement
 
 class LabelEngine:  # answers each prompt with its sample id's length, recording what it was asked
@@ -207,7 +208,7 @@ dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_s
 placement = engine_placement(rank=rank, world_size=2, local_rank=rank, local_world_size=2,
                              tensor_parallel_size=2, cuda=False)
 engine = LabelEngine() if placement.hosts_engine else None
-grouped = GroupedEngine(engine, placement, dist.new_group([0, 1]), None)
+grouped = GroupedEngine(engine, placement, dist.new_group([0, 1]), None, EngineCapabilities())
 ids = ["a", "bbb"] if rank == 0 else ["cc", "dddd", "eeeee"]
 prompts = [EncodedPrompt(i, [1], None, {"pixel_values": torch.ones(2)}, [1], None) for i in ids]
 got = grouped.generate(prompts, SamplingParams(n=2))

@@ -1,4 +1,4 @@
-"""The public API for plugin authors: everything a reward, benchmark or model-backend plugin imports.
+"""The public API for plugin authors: what a reward, benchmark, model-backend or engine plugin imports.
 
 Plugins (the first-party ones included) import from here and from ``videorl.hookimpl`` only, as a
 third party would. Importing this module is cheap: no torch, no vllm.
@@ -37,6 +37,16 @@ from videorl.errors import (
     VideorlError,
 )
 from videorl.eval.aggregate import benchmark_summary, breakdown, group_means, macro_mean, mean
+from videorl.generation import (
+    Completion,
+    EngineCapabilities,
+    EngineFactory,
+    EngineSpec,
+    RolloutEngine,
+    SamplingParams,
+    capabilities_of,
+    check_engine_options,
+)
 from videorl.hookspecs import hookimpl
 from videorl.media.info import MediaInfo
 from videorl.media.metadata import VideoMetadata
@@ -59,6 +69,7 @@ from videorl.rewards.format import FormatRule
 from videorl.rewards.router import RewardEvent, RewardRouter
 from videorl.rewards.task import TaskReward
 from videorl.rewards.types import Reward, RewardInput, RewardOutput
+from videorl.rollout.hf import HFEngine
 from videorl.rollout.workflow import RolloutWorkflow
 from videorl.runs.trackers import Logger, RunContext
 from videorl.workers import LineWorker, LineWorkers
@@ -68,11 +79,16 @@ __all__ = [
     "AlignmentError",
     "Benchmark",
     "BenchmarkRow",
+    "Completion",
     "ConfigError",
     "DataError",
     "EncodedPrompt",
+    "EngineCapabilities",
+    "EngineFactory",
+    "EngineSpec",
     "Episode",
     "FormatRule",
+    "HFEngine",
     "LineWorker",
     "LineWorkers",
     "Logger",
@@ -95,9 +111,11 @@ __all__ = [
     "RewardInput",
     "RewardOutput",
     "RewardRouter",
+    "RolloutEngine",
     "RolloutRequest",
     "RolloutWorkflow",
     "RunContext",
+    "SamplingParams",
     "Segment",
     "TaskReward",
     "UnknownComponentError",
@@ -110,8 +128,10 @@ __all__ = [
     "backend_for_model",
     "benchmark_summary",
     "breakdown",
+    "capabilities_of",
     "check_alignment",
     "check_batch_alignment",
+    "check_engine_options",
     "check_frames",
     "check_image",
     "check_response_tokens",

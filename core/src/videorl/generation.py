@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import difflib
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -10,6 +11,9 @@ from videorl.errors import ConfigError
 
 if TYPE_CHECKING:
     from videorl.model_inputs import EncodedPrompt
+
+#: the default size in MiB of a bucket of refreshed weights (``rollout.weight_bucket_mb``)
+DEFAULT_BUCKET_MB = 512
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,8 @@ class RolloutEngine(Protocol):
 
 @dataclass(frozen=True)
 class EngineCapabilities:
-    """What a rollout engine declares about itself (a ``capabilities`` attribute of its class or
-    factory), so that the trainer asks the engine instead of comparing engine names.
+    """What a rollout engine declares about itself (a ``capabilities`` attribute of its class), so that
+    the trainer, the evaluator and the checks ask the engine instead of comparing engine names.
 
     - ``weights_layout``: the names ``update_weights`` expects, ``"hub"`` (the Hub checkpoint's names
       and layout, which vLLM's loaders read; :func:`~videorl.backend.hub_checkpoint_layout`) or
@@ -86,10 +90,19 @@ class EngineCapabilities:
       float32 masters. False: in the actor's dtype.
     - ``can_sleep``: ``sleep()`` frees its device memory for the update; the next refresh wakes it.
     - ``shares_actor_module``: in one process it can generate with the actor's own module (no copy,
-      never refreshed); the factory then takes ``model=`` and ``owns_model=``.
-    - ``own_devices``: it runs on accelerators of its own beside the actor's (placement asks).
+      never refreshed): :attr:`EngineSpec.actor_module`.
+    - ``own_devices``: it runs on accelerators of its own beside the actor's (placement asks); False:
+      on the process's device (:attr:`EngineSpec.device`), with a concrete dtype.
     - ``incremental``: it can continue a generation with new tokens and media without encoding the
       earlier turns again (multi-turn workflows use it when true).
+    - ``request_format``: what it generates from: ``"request"``, the backend's
+      :meth:`~videorl.backend.ModelBackend.rollout_request` of each prompt (prompt ids, the frames and
+      their metadata; an engine that processes media itself, as vLLM does), or ``"encoded"``, the
+      backend's :meth:`~videorl.backend.ModelBackend.collate` of the encoded prompts (processed pixels
+      and grids, the training forward's inputs).
+    - ``async_variant``: the registered name of the same engine with ``submit(prompt, params)``
+      (continuous batching); evaluation, which hands over each prompt as soon as it is encoded, uses
+      it in this engine's place. None: the engine itself.
     """
 
     weights_layout: Literal["hub", "transformers"] = "hub"
@@ -98,11 +111,76 @@ class EngineCapabilities:
     shares_actor_module: bool = False
     own_devices: bool = True
     incremental: bool = False
+    request_format: Literal["request", "encoded"] = "request"
+    async_variant: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the trainer (or the evaluator, a check) asks of the engine it builds: every engine gets all
+    of it and uses what applies to it; ``rollout.engine_options`` come beside it and, where an engine
+    takes an option of the same name (vLLM's ``dtype``, ``max_model_len``), win.
+
+    - ``name``: the engine's registered name (for messages);
+    - ``model_path``: the model folder to load (the actor's starting weights);
+    - ``dtype``: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (the checkpoint's);
+    - ``seed``: the engine's own random seed (each rank's differs);
+    - ``max_model_len``: the longest prompt plus response it must hold; None: its own default;
+    - ``device``: where an engine without devices of its own (``own_devices=False``) puts its copy;
+    - ``visible_devices``: the ``CUDA_VISIBLE_DEVICES`` of an engine's own processes
+      (:mod:`videorl.rollout.placement`); None: leave them as they are;
+    - ``weight_sync``, ``weight_bucket_mb``: how refreshed weights reach an engine of its own
+      processes (``rollout.weight_sync``, ``rollout.weight_bucket_mb``);
+    - ``actor_module``: the actor's own module, for an engine that can share it (``shares_actor_module``)
+      in a run of one process; None: load a copy;
+    - ``max_batch_prompts``: most prompts per forward batch (evaluation's ``pipeline.batch_size``);
+      None: the engine's default;
+    - ``max_num_batched_tokens``: most tokens per scheduler step of a continuously batching engine
+      (chunked prefill); None: its default.
+    """
+
+    name: str
+    model_path: str
+    dtype: str = "auto"
+    seed: int = 0
+    max_model_len: int | None = None
+    device: Any = None
+    visible_devices: str | None = None
+    weight_sync: Literal["memory", "folder"] = "memory"
+    weight_bucket_mb: int = DEFAULT_BUCKET_MB
+    actor_module: Any = None
+    max_batch_prompts: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+class EngineFactory(Protocol):
+    """What ``register_rollout_engines`` registers: usually the engine class itself, with its
+    :class:`EngineCapabilities` and a ``from_spec`` constructor."""
+
+    capabilities: EngineCapabilities
+
+    def from_spec(self, backend: Any, spec: EngineSpec, options: Mapping[str, Any]) -> RolloutEngine:
+        """The engine for ``backend``'s model as ``spec`` asks, with ``options``
+        (``rollout.engine_options``), each of which it checks (:func:`check_engine_options`)."""
+        ...
+
+
+def check_engine_options(engine: str, options: Mapping[str, Any], valid: Collection[str]) -> None:
+    """Refuse an option of ``options`` that is not in ``valid`` (the options the engine ``engine``
+    takes): a :class:`ConfigError` naming it, the closest valid names and all of them."""
+    for key in options:
+        if key not in valid:
+            close = difflib.get_close_matches(key, list(valid), n=2, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ConfigError(
+                f"rollout.engine_options.{key}: the {engine} engine takes no option {key!r}.{hint} "
+                f"Its options: {', '.join(sorted(valid)) or '(none)'}"
+            )
 
 
 def capabilities_of(engine: object) -> EngineCapabilities:
-    """The capabilities ``engine`` (an engine, its class or factory, or a wrapper holding one as
-    ``engine``) declares; an engine that declares none gets the defaults (a vLLM-like engine)."""
+    """The capabilities ``engine`` (an engine, its class, or a wrapper holding one as ``engine``)
+    declares; an engine that declares none gets the defaults (a vLLM-like engine)."""
     declared = getattr(engine, "capabilities", None)
     if declared is None and getattr(engine, "engine", None) is not None:
         return capabilities_of(engine.engine)  # type: ignore[attr-defined]

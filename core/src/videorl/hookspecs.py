@@ -109,8 +109,11 @@ def register_prompt_templates(register: Register) -> None:
 def register_rollout_engines(register: Register) -> None:
     """Register rollout engines (vLLM, HF ``generate``, ...).
 
-    An engine target is a class or factory that returns an object implementing
-    :class:`videorl.api.RolloutEngine`.
+    An engine target is a class (:class:`videorl.api.EngineFactory`) declaring its
+    :class:`~videorl.api.EngineCapabilities` as ``capabilities`` and building itself with
+    ``from_spec(backend, spec, options)`` (an :class:`~videorl.api.EngineSpec` and
+    ``rollout.engine_options``) into a :class:`videorl.api.RolloutEngine`
+    (docs/plugin-authors/engines.md).
     """
 
 

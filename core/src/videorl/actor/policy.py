@@ -108,6 +108,5 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, config: TrainConfig, ste
 def sleep_engine(engine: RolloutEngine) -> None:
     """Let an engine that can (``sleep()``, e.g. vLLM's sleep mode on GPUs) free its device memory for
     the actor update; its next weight refresh wakes it."""
-    sleep = getattr(engine, "sleep", None)
-    if callable(sleep):
-        sleep()
+    if capabilities_of(engine).can_sleep:
+        engine.sleep()  # type: ignore[attr-defined]

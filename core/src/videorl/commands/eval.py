@@ -336,7 +336,7 @@ def _key_help(key: str, text: str = "") -> str:
 @click.option(
     "--out", "run_dir", type=click.Path(path_type=Path, file_okay=False), help=_key_help("output_dir")
 )
-@click.option("--engine", type=click.Choice(["hf", "vllm"]), help=_key_help("engine.name"))
+@click.option("--engine", metavar="NAME", help=_key_help("engine.name"))
 @click.option(
     "--cache-dir", type=click.Path(path_type=Path, file_okay=False), help=_key_help("data.cache_dir")
 )

@@ -13,6 +13,7 @@ import click
 
 from videorl.diagnostics.plan import ModelShape, Placement, plan, sequence_tokens
 from videorl.errors import VideorlError
+from videorl.generation import capabilities_of
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
@@ -90,7 +91,8 @@ def _plan(
         backend = make_backend(config, plugins)
         model = ModelShape.of(backend.load_model(device=torch.device("meta")))
         seq = sequence_tokens(config, backend, config.data.visual_budget(backend.budget))
-        result = plan(config, model, placement, seq)
+        engine = capabilities_of(plugins.rollout_engines.get(config.rollout.engine))
+        result = plan(config, model, placement, seq, engine)
     except VideorlError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -46,6 +46,7 @@ from videorl.diagnostics.comparisons import (
     visual_spans,
 )
 from videorl.errors import AlignmentError, DataError
+from videorl.generation import capabilities_of
 from videorl.model_inputs import response_logprobs
 from videorl.rollout import SamplingParams
 
@@ -328,10 +329,10 @@ def run_check(
 ) -> ParityReport:
     """Compare the trainer's path (``model``, the stored weights, autocast in ``compute_dtype``) with
     ``engine`` on ``prompts``; the engine receives what training sends it (``backend.rollout_request``
-    for engines other than ``hf``, which generates from ``backend.collate``)."""
+    or ``backend.collate``, as its :class:`~videorl.generation.EngineCapabilities` declare)."""
 
     report = ParityReport(model_name or str(getattr(backend, "path", "")), engine_name, dtype, tolerance)
-    uses_requests = engine_name != "hf"
+    uses_requests = capabilities_of(engine).request_format == "request"
     greedy = SamplingParams(n=1, temperature=0.0, max_tokens=greedy_tokens)
     sampled = SamplingParams(n=1, temperature=1.0, max_tokens=response_tokens, seed=seed)
     kept: list[tuple[EncodedPrompt, list[float], list[int]]] = []  # encoded, trainer log-probs, response

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
+from videorl.generation import EngineCapabilities
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -249,12 +250,19 @@ def sequence_tokens(config: TrainConfig, backend: ModelBackend, visual_budget: A
     }
 
 
-def plan(config: TrainConfig, shape: ModelShape, placement: Placement, seq: dict[str, int]) -> Plan:
-    """The memory plan of ``config`` on ``placement`` (see the module docstring)."""
+def plan(
+    config: TrainConfig,
+    shape: ModelShape,
+    placement: Placement,
+    seq: dict[str, int],
+    engine: EngineCapabilities | None = None,
+) -> Plan:
+    """The memory plan of ``config`` on ``placement`` (see the module docstring) with the rollout engine
+    that declares ``engine`` (None: vLLM's)."""
     layout = Layout.of(config, placement)
     update = update_phase(config, shape, placement, layout, seq)
     rollout = rollout_phase(config, shape, placement, layout, seq, update)
-    host = host_memory(config, shape, placement, layout, seq)
+    host = host_memory(config, shape, placement, layout, seq, engine or EngineCapabilities())
     result = Plan(seq, update, rollout, host, layout)
     result.findings = findings(config, shape, placement, layout, result)
     return result
@@ -358,16 +366,22 @@ def _prompt_bytes(shape: ModelShape, seq: dict[str, int]) -> int:
 
 
 def host_memory(
-    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, seq: dict[str, int]
+    config: TrainConfig,
+    shape: ModelShape,
+    placement: Placement,
+    layout: Layout,
+    seq: dict[str, int],
+    engine: EngineCapabilities,
 ) -> dict[str, float]:
     """Host memory per node: of an actor node (colocated: every node), and split of a rollout node."""
     options = config.rollout.engine_options
     p, per_node = shape.parameters, placement.gpus_per_node
-    vllm = config.rollout.engine != "hf"
-    # the refresh's gathered state dict: the engine's dtype for vLLM, float32 for the hf engine's copy;
-    # with weight_sync folder, also written to /dev/shm
-    engine_bytes = 4 if not vllm or str(options.get("dtype", config.model.dtype)) == "float32" else 2
-    copies = 2 if vllm and config.rollout.weight_sync == "folder" else 1
+    # the refresh's gathered state dict: in the engine's dtype where it takes them so (vLLM), else the
+    # actor's float32 (the hf engine's own copy); with weight_sync folder a Hub-layout engine's are also
+    # written to /dev/shm
+    in_engine_dtype = engine.weights_in_engine_dtype
+    engine_bytes = 2 if in_engine_dtype and str(options.get("dtype", config.model.dtype)) != "float32" else 4
+    copies = 2 if engine.weights_layout == "hub" and config.rollout.weight_sync == "folder" else 1
     held = 2 if config.data.prefetch else 1  # the step's batch, and the next one being prepared
     ranks = min(per_node, layout.actor_gpus)
     prompts_per_rank = math.ceil(config.data.rollout_batch_size / layout.actor_gpus)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.actor.lora import export_policy, is_adapter_folder, merged_adapter_model
-from videorl.errors import ConfigError, VideorlError
+from videorl.errors import ConfigError, UnknownComponentError, VideorlError
+from videorl.generation import capabilities_of
 from videorl.hub import resolve_model
 from videorl.rollout import SamplingParams
 from videorl.runs.checkpoint import CHECKPOINT_DIR
@@ -99,16 +100,22 @@ def benchmark_dirs(specs: list[str], data_root: Path | None) -> list[tuple[str, 
     return out
 
 
-def engine_identity(config: EvalConfig) -> dict[str, Any]:
-    """What identifies the engine in the results: name, dtype, and device for HF."""
+def engine_identity(config: EvalConfig, plugins: Plugins) -> dict[str, Any]:
+    """What identifies the engine in the results: its registered name and dtype, and for an engine on
+    this process's device (``own_devices=False``, as ``hf``) that device and the dtype ``auto`` stands
+    for there. An unregistered ``engine.name`` is a :class:`ConfigError` with the closest names."""
     import torch
 
     e = config.engine
-    if e.name == "vllm":
-        return {"name": "vllm", "dtype": e.dtype}
+    try:
+        name = plugins.rollout_engines.canonical(e.name)
+    except UnknownComponentError as exc:
+        raise ConfigError(f"engine.name (--engine): {exc}") from None
+    if capabilities_of(plugins.rollout_engines.get(name)).own_devices:
+        return {"name": name, "dtype": e.dtype}
     device = e.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = e.dtype if e.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    return {"name": "hf", "dtype": dtype, "device": device}
+    return {"name": name, "dtype": dtype, "device": device}
 
 
 def max_model_len(config: EvalConfig) -> int:
@@ -125,20 +132,17 @@ def max_model_len(config: EvalConfig) -> int:
 def make_eval_engine(
     config: EvalConfig, plugins: Plugins, backend: ModelBackend, model: Path
 ) -> RolloutEngine:
-    """The engine, built as training builds its own (:func:`videorl.rollout.factory.make_engine`): HF
-    generate with a model of its own, or vLLM's AsyncLLM (registered as ``vllm-async``)."""
+    """The engine, built as training builds its own (:func:`videorl.rollout.factory.make_engine`): the
+    registered ``engine.name``, or the variant of it that takes prompts one by one (``submit``) where it
+    declares one (vLLM's ``AsyncLLM``, registered as ``vllm-async``)."""
     from videorl.rollout.factory import make_engine
 
-    e, identity = config.engine, engine_identity(config)
-    if e.name == "hf":
-        return make_engine(
-            plugins, "hf", backend, model_path=str(model), dtype=identity["dtype"], seed=config.sampling.seed,
-            options={"max_batch_prompts": config.pipeline.batch_size}, device=identity["device"],
-        )  # fmt: skip
-    options = {"max_model_len": max_model_len(config), "max_num_batched_tokens": e.max_num_batched_tokens}
+    e, identity = config.engine, engine_identity(config, plugins)
+    name = capabilities_of(plugins.rollout_engines.get(identity["name"])).async_variant or identity["name"]
     return make_engine(
-        plugins, "vllm-async", backend, model_path=str(model), dtype=e.dtype, seed=config.sampling.seed,
-        options=options,
+        plugins, name, backend, model_path=str(model), dtype=identity["dtype"], seed=config.sampling.seed,
+        device=identity.get("device"), max_model_len=max_model_len(config),
+        max_batch_prompts=config.pipeline.batch_size, max_num_batched_tokens=e.max_num_batched_tokens,
     )  # fmt: skip
 
 
@@ -192,6 +196,7 @@ def build_evaluation(
     from videorl.eval.results import begin_run, run_settings
     from videorl.media import MediaCache
 
+    engine = engine_identity(config, plugins)  # an unknown engine stops the run before anything loads
     run_dir = Path(config.output_dir)
     data_root = Path(config.data_root) if config.data_root else None
     tasks = [load_task(plugins.benchmarks, name, root, limit=config.limit)
@@ -209,7 +214,7 @@ def build_evaluation(
     inputs = RowInputs(backend, cache, video, image, thinking=config.data.thinking)
     p = config.pipeline
     settings = run_settings(
-        inputs, sampling, model=model, engine=engine_identity(config), requirements=plugins.requirements(),
+        inputs, sampling, model=model, engine=engine, requirements=plugins.requirements(),
         tasks=tasks, limit=config.limit,
         pipeline={"workers": p.workers, "batch_size": p.batch_size, "queue_size": p.queue_size},
     )  # fmt: skip

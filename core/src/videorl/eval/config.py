@@ -91,13 +91,17 @@ class EvalSamplingConfig:
 
 @dataclass
 class EvalEngineConfig:
-    name: Literal["hf", "vllm"] = option(
-        "hf", "hf: transformers generate, batched; vllm: vLLM AsyncLLM with chunked prefill."
+    name: str = option(
+        "hf",
+        "A registered rollout engine (videorl plugins): hf, transformers generate, batched; vllm, vLLM's "
+        "AsyncLLM with chunked prefill; or a plugin's.",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = option(
         "auto", "auto: HF bfloat16 on GPU, float32 on CPU; vLLM the checkpoint's."
     )
-    device: str | None = option(None, "HF engine device; null: cuda when available, else cpu.")
+    device: str | None = option(
+        None, "Device of an engine without devices of its own (hf); null: cuda when available, else cpu."
+    )
     max_model_len: int | None = option(
         None, "vLLM: context length; null: training's default prompt limit plus sampling.max_tokens."
     )

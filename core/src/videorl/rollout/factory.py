@@ -5,11 +5,11 @@ tensor-parallel groups). What an engine can do is what it declares
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from videorl.devices import local_device
 from videorl.errors import ConfigError
-from videorl.generation import capabilities_of
+from videorl.generation import DEFAULT_BUCKET_MB, EngineSpec, capabilities_of
 from videorl.rollout.placement import GroupedEngine, engine_placement
 from videorl.rollout.vllm_common import weights_dtype
 
@@ -34,57 +34,42 @@ def make_engine(
     device: Any = None,
     max_model_len: int | None = None,
     visible_devices: str | None = None,
-    weight_sync: str | None = None,
-    weight_bucket_mb: int | None = None,
+    weight_sync: Literal["memory", "folder"] = "memory",
+    weight_bucket_mb: int = DEFAULT_BUCKET_MB,
+    max_batch_prompts: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> RolloutEngine:
-    """The rollout engine ``name`` for ``backend``'s checkpoint, with ``options``
-    (``rollout.engine_options``).
+    """The rollout engine ``name`` for ``backend``'s checkpoint: its registered factory's ``from_spec``
+    with an :class:`~videorl.generation.EngineSpec` of the keywords (each described there) and
+    ``options`` (``rollout.engine_options``), which the engine checks itself.
 
-    An engine that can share the actor's module (the ``hf`` engine) generates with ``model`` when given
-    (the actor itself, never refreshed), else with a copy of its own on ``device``; every other loads
-    ``model_path``, in ``dtype``, seeded with ``seed``, with room for ``max_model_len`` tokens per
-    sequence and on ``visible_devices`` (:mod:`videorl.rollout.placement`), refreshed as ``weight_sync``
-    says with buckets of ``weight_bucket_mb`` (``rollout.*``), each unless ``options`` say otherwise.
-    An option the engine does not take is a :class:`ConfigError`.
+    ``model`` (the actor's module) goes to an engine that declares it can share it, never to another.
     """
-    import inspect
-
-    import torch
-
     canonical = plugins.rollout_engines.canonical(name)
     factory = plugins.rollout_engines.get(canonical)
-    kwargs = dict(options or {})
-    accepted = inspect.signature(factory).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-        for key in kwargs:
-            if key not in accepted or key in ("backend", "model", "model_path", "owns_model"):
-                valid = [
-                    k for k in accepted if k not in ("self", "backend", "model", "model_path", "owns_model")
-                ]
-                raise ConfigError(
-                    f"rollout.engine_options.{key}: the {canonical} engine takes no option {key!r}; "
-                    f"its options: {', '.join(valid)}"
-                )
-    if capabilities_of(factory).shares_actor_module:
-        owns = model is None
-        if owns:
-            from videorl.devices import use_fast_attention
-
-            model = backend.load_model(dtype=getattr(torch, dtype), device=device)
-            use_fast_attention(model, getattr(torch, dtype))
-        engine: RolloutEngine = factory(backend, model, owns_model=owns, **kwargs)
-        return engine
-    for key, value in (
-        ("dtype", dtype),
-        ("seed", seed),
-        ("max_model_len", max_model_len),
-        ("visible_devices", visible_devices),
-        ("weight_sync", weight_sync),
-        ("weight_bucket_mb", weight_bucket_mb),
-    ):
-        if key in accepted and value is not None:
-            kwargs.setdefault(key, value)
-    engine = factory(backend, model_path, **kwargs)
+    capabilities = capabilities_of(factory)
+    if not callable(getattr(factory, "from_spec", None)):
+        origin = plugins.rollout_engines.entry(canonical).origin
+        raise ConfigError(
+            f"rollout engine {canonical!r} (distribution {origin!r}) has no from_spec(backend, spec, "
+            "options); an engine plugin registers a class with capabilities and from_spec "
+            "(docs/plugin-authors/engines.md)"
+        )
+    spec = EngineSpec(
+        name=canonical,
+        model_path=model_path,
+        dtype=dtype,
+        seed=seed,
+        max_model_len=max_model_len,
+        device=device,
+        visible_devices=visible_devices,
+        weight_sync=weight_sync,
+        weight_bucket_mb=weight_bucket_mb,
+        actor_module=model if capabilities.shares_actor_module else None,
+        max_batch_prompts=max_batch_prompts,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    engine: RolloutEngine = factory.from_spec(backend, spec, dict(options or {}))
     return engine
 
 
@@ -139,7 +124,7 @@ def make_rank_engine(
     groups = [new_group(range(g, g + size)) for g in range(0, dist.world_size, size)]  # all ranks
 
     dtype = weights_dtype(str(config.rollout.engine_options.get("dtype", config.model.dtype)))
-    return GroupedEngine(engine, placement, groups[dist.rank // size], dtype), shares
+    return GroupedEngine(engine, placement, groups[dist.rank // size], dtype, capabilities), shares
 
 
 def max_model_len(config: TrainConfig) -> int:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from videorl.generation import Completion, EngineCapabilities, SamplingParams
+from videorl.generation import (
+    Completion,
+    EngineCapabilities,
+    EngineSpec,
+    SamplingParams,
+    check_engine_options,
+)
 from videorl.model_inputs import token_logprobs
 
 if TYPE_CHECKING:
@@ -89,7 +95,10 @@ class HFEngine:
         weights_in_engine_dtype=False,
         shares_actor_module=True,
         own_devices=False,
+        request_format="encoded",
     )
+    #: ``rollout.engine_options`` it takes: the dtype and device of its own copy (the spec's by default)
+    accepted_options = ("max_batch_prompts", "dtype", "device")
 
     def __init__(
         self,
@@ -112,6 +121,23 @@ class HFEngine:
         if eos is None:
             eos = tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+
+    @classmethod
+    def from_spec(cls, backend: ModelBackend, spec: EngineSpec, options: Mapping[str, Any]) -> HFEngine:
+        """The engine generating with ``spec.actor_module``, or with a copy of its own loaded in
+        ``spec.dtype`` on ``spec.device`` (fast attention on), each unless ``options`` say otherwise."""
+        check_engine_options(spec.name, options, cls.accepted_options)
+        model, owns = spec.actor_module, spec.actor_module is None
+        if owns:
+            import torch
+
+            from videorl.devices import use_fast_attention
+
+            dtype = getattr(torch, str(options.get("dtype", spec.dtype)))
+            model = backend.load_model(dtype=dtype, device=options.get("device", spec.device))
+            use_fast_attention(model, dtype)
+        batch = options.get("max_batch_prompts", spec.max_batch_prompts or 64)
+        return cls(backend, model, owns_model=owns, max_batch_prompts=int(batch))
 
     def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
         import torch

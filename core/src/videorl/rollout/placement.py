@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
-from videorl.generation import Completion, SamplingParams
+from videorl.generation import Completion, EngineCapabilities, SamplingParams
 
 if TYPE_CHECKING:
     from videorl.generation import RolloutEngine
@@ -104,18 +104,28 @@ class GroupedEngine:
     """
 
     def __init__(
-        self, engine: RolloutEngine | None, placement: EnginePlacement, group: Any, weights_dtype: Any
+        self,
+        engine: RolloutEngine | None,
+        placement: EnginePlacement,
+        group: Any,
+        weights_dtype: Any,
+        capabilities: EngineCapabilities,
     ) -> None:
-        """``weights_dtype``: the dtype the group's refresh is gathered in, the same on every rank
-        (the others hold no engine to ask)."""
+        """``weights_dtype`` and ``capabilities``: the dtype the group's refresh is gathered in and what
+        the engine declares, the same on every rank (the others hold no engine to ask)."""
         self.engine, self.placement, self.group = engine, placement, group
-        self.weights_dtype = weights_dtype
+        self.weights_dtype, self.capabilities = weights_dtype, capabilities
 
     def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
         import torch.distributed as dist
 
-        # The engine needs the ids and the frames, not the processed pixels (4x the frames in float32).
-        light = [dataclasses.replace(p, visual={}) for p in prompts]
+        # An engine of rollout requests needs the ids and the frames, not the processed pixels (4x the
+        # frames in float32).
+        light = (
+            [dataclasses.replace(p, visual={}) for p in prompts]
+            if self.capabilities.request_format == "request"
+            else list(prompts)
+        )
         leader, size = self.placement.leader, len(self.placement.group)
         gathered: list[Any] = [None] * size if self.placement.hosts_engine else []
         dist.gather_object((light, params), gathered or None, dst=leader, group=self.group)
@@ -135,9 +145,8 @@ class GroupedEngine:
         return list(mine[0])
 
     def sleep(self) -> None:
-        sleep = getattr(self.engine, "sleep", None)
-        if callable(sleep):
-            sleep()
+        if self.engine is not None and self.capabilities.can_sleep:
+            self.engine.sleep()  # type: ignore[attr-defined]
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         if self.engine is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from videorl.devices import release_cached_memory
 from videorl.errors import ConfigError
-from videorl.generation import Completion, EngineCapabilities, SamplingParams
+from videorl.generation import DEFAULT_BUCKET_MB, Completion, EngineCapabilities, EngineSpec, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
     check_engine_options,
@@ -27,12 +27,13 @@ from videorl.rollout.vllm_common import (
     engine_process_environment,
     model_dir,
     platform_defaults,
+    spec_keywords,
     suppression_bias,
     vllm_sampling_params,
     weight_sync_options,
     weights_dtype,
 )
-from videorl.rollout.vllm_weights import DEFAULT_BUCKET_MB, MemoryRefresh
+from videorl.rollout.vllm_weights import MemoryRefresh
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 class VLLMEngine:
     """``vllm.LLM`` behind the :class:`~videorl.rollout.RolloutEngine` interface."""
 
-    capabilities = EngineCapabilities(can_sleep=True)
+    capabilities = EngineCapabilities(can_sleep=True, async_variant="vllm-async")
 
     def __init__(
         self,
@@ -107,6 +108,12 @@ class VLLMEngine:
         self.sleep_mode, self.asleep = sleep_mode, False
         #: the dtype refreshed weights are written in (vLLM would cast them to it on loading anyway)
         self.weights_dtype = weights_dtype(dtype)
+
+    @classmethod
+    def from_spec(cls, backend: ModelBackend, spec: EngineSpec, options: Mapping[str, Any]) -> VLLMEngine:
+        """The engine as ``spec`` asks, ``options`` winning (each checked by :meth:`__init__`)."""
+        fields = ("dtype", "seed", "max_model_len", "visible_devices", "weight_sync", "weight_bucket_mb")
+        return cls(backend, spec.model_path, **spec_keywords(spec, options, fields))
 
     def sleep(self) -> None:
         """With ``enable_sleep_mode``: free the engine's device memory (weights and KV cache, vLLM's

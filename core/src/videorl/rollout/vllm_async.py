@@ -24,7 +24,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from videorl.generation import Completion, EngineCapabilities, SamplingParams
+from videorl.generation import DEFAULT_BUCKET_MB, Completion, EngineCapabilities, EngineSpec, SamplingParams
 from videorl.rollout.vllm_common import (
     WeightsFolder,
     check_engine_options,
@@ -33,11 +33,12 @@ from videorl.rollout.vllm_common import (
     engine_options,
     model_dir,
     platform_defaults,
+    spec_keywords,
     suppression_bias,
     vllm_sampling_params,
     weight_sync_options,
 )
-from videorl.rollout.vllm_weights import DEFAULT_BUCKET_MB, MemoryRefresh
+from videorl.rollout.vllm_weights import MemoryRefresh
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -115,6 +116,21 @@ class AsyncVLLMEngine:
         except BaseException:
             self._stop_loop()
             raise
+
+    @classmethod
+    def from_spec(
+        cls, backend: ModelBackend, spec: EngineSpec, options: Mapping[str, Any]
+    ) -> AsyncVLLMEngine:
+        """The engine as ``spec`` asks (its processes see what this one sees), ``options`` winning."""
+        fields = (
+            "dtype",
+            "seed",
+            "max_model_len",
+            "max_num_batched_tokens",
+            "weight_sync",
+            "weight_bucket_mb",
+        )
+        return cls(backend, spec.model_path, **spec_keywords(spec, options, fields))
 
     @staticmethod
     async def _start(args: Any) -> Any:

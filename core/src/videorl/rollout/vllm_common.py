@@ -12,14 +12,14 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.alignment import check_same_prompt
 from videorl.errors import ConfigError
-from videorl.generation import Completion, SamplingParams
+from videorl.generation import Completion, EngineSpec, SamplingParams
 from videorl.runs.export import export_hf_model
 
 if TYPE_CHECKING:
@@ -139,6 +139,13 @@ def check_engine_options(
 #: actor that has a placement group, which refuses a bundle of more than one GPU ("Placement group
 #: bundle cannot have more than 1 GPU"): a split-placement rollout worker of TP 2 could not start.
 TP_EXECUTOR = "mp"
+
+
+def spec_keywords(spec: EngineSpec, options: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """The keywords of a vLLM engine built from ``spec``: its ``fields`` that are set, then ``options``
+    (``rollout.engine_options``), which win (``dtype``, ``max_model_len``, ...)."""
+    keywords = {key: getattr(spec, key) for key in fields if getattr(spec, key) is not None}
+    return {**keywords, **options}
 
 
 def engine_options(

@@ -40,8 +40,6 @@ from typing import Any, Literal
 
 import torch
 
-#: the default bucket size in MiB (``rollout.weight_bucket_mb``)
-DEFAULT_BUCKET_MB = 512
 #: every tensor starts at a multiple of this many bytes in a bucket, so its view has an aligned dtype
 ALIGN = 16
 

@@ -1,0 +1,1 @@
+"""Example third-party videorl plugin: the ``recorder`` rollout engine."""
