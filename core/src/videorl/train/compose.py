@@ -23,6 +23,7 @@ from videorl.errors import ConfigError, DataError, RegistryError
 from videorl.hub import resolve_model
 from videorl.media import MediaCache
 from videorl.media.loader import MediaLoader
+from videorl.parallel import Parallel
 from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.data import Sample
     from videorl.encoding import Prompt, PromptEncoder
-    from videorl.parallel import Parallel
     from videorl.plugins import Plugins
     from videorl.prompts import PromptTemplate
     from videorl.rewards.router import RewardRouter
