@@ -58,8 +58,9 @@ def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(
         p["name"]: p for p in json.loads(_run(env, work, "-m", "videorl.cli", "plugins", "--json").stdout)
     }
     entry = listed["videorl-algorithm-gmpo"]
-    assert entry["status"] == "ok" and entry["version"] == "0.1.0"
-    assert entry["components"] == {"algorithm_presets": ["gmpo"], "policy_losses": ["gmpo"]}
+    assert entry["status"] == "ok" and entry["version"] == "0.2.0"
+    # core has GMPO built in as gmpo: the example registers its copy beside it, no collision
+    assert entry["components"] == {"algorithm_presets": ["gmpo_example"], "policy_losses": ["gmpo_example"]}
     _run(env, work, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=-p videorl.testing",
          str(GMPO / "tests"))  # fmt: skip
 
@@ -78,7 +79,7 @@ def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(
         },
         "rollout": {"engine": "hf", "n": 2, "max_response_length": 4},
         "actor": {"global_batch_size": 2, "gradient_checkpointing": False},
-        "algorithm": {"preset": "gmpo", "loss_options": {"log_clip_high": 0.3}},
+        "algorithm": {"preset": "gmpo_example", "loss_options": {"log_clip_high": 0.3}},
         "trainer": {"max_steps": 2, "save_every": 0, "val_every": 0, "loggers": ["jsonl"],
                     "progress_bar": False},
     }  # fmt: skip
@@ -90,7 +91,9 @@ def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(abs(m["actor/loss"]) < 10 and m["actor/grad_norm"] >= 0 for m in metrics)
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["algorithm"]
-    assert (saved["preset"], saved["adv_estimator"], saved["policy_loss"]) == ("gmpo", "grpo", "gmpo")
+    assert (saved["preset"], saved["adv_estimator"], saved["policy_loss"]) == (
+        "gmpo_example", "grpo", "gmpo_example",
+    )  # fmt: skip
     assert saved["loss_options"] == {"log_clip_low": 0.4, "log_clip_high": 0.3}  # resolved, yours kept
-    assert "videorl-algorithm-gmpo==0.1.0" in (tmp_path / "run" / "requirements.txt").read_text()
+    assert "videorl-algorithm-gmpo==0.2.0" in (tmp_path / "run" / "requirements.txt").read_text()
     assert _litter(GMPO) == before, "the test wrote into contrib/videorl-algorithm-gmpo"

@@ -26,6 +26,8 @@ def test_build_training_applies_the_presets_section_keys(tmp_path: Path) -> None
         assert (cfg.dynamic_sampling, cfg.overlong_buffer) == (True, 4)  # the preset's, and yours wins
         saved = yaml.safe_load((Path(config.output_dir) / "config.yaml").read_text())["algorithm"]
         assert (saved["dynamic_sampling"], saved["overlong_buffer"], saved["preset"]) == (True, 4, "dapo")
-        assert saved["loss_options"] == {"clip_low": 0.2, "clip_high": 0.28, "loss_agg_mode": "token-mean"}
+        assert saved["loss_options"] == {
+            "clip_low": 0.2, "clip_high": 0.28, "loss_agg_mode": "token-mean", "clip_ratio_c": None,
+        }  # fmt: skip
     finally:
         training.close()

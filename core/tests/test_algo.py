@@ -8,11 +8,15 @@ import random
 import pytest
 import torch
 
+from videorl.algorithms.advantages import (
+    grpo_advantages,
+    reinforce_pp_advantages,
+    remax_advantages,
+    rloo_advantages,
+)
 from videorl.algorithms.formulas import (
     aggregate,
-    batch_whitened_advantages,
     cispo_loss,
-    grpo_advantages,
     gspo_loss,
     informative_groups,
     kl_k3,
@@ -20,8 +24,6 @@ from videorl.algorithms.formulas import (
     overlong_penalty,
     pack_by_token_budget,
     policy_loss,
-    remax_advantages,
-    rloo_advantages,
     rollout_correction,
 )
 from videorl.model_inputs import entropy_from_logits, mask_logits, token_logprobs
@@ -81,16 +83,16 @@ def test_remax_advantages_subtract_the_greedy_reward() -> None:
         remax_advantages(torch.tensor([[1.0]]))
 
 
-def test_reinforce_plus_plus_whitens_over_the_batch() -> None:
+def test_reinforce_plus_plus_whitens_over_the_batch_s_responses() -> None:
     rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     # batch (1, 0, 1, 1): mean 0.75, unbiased std sqrt((3 · 0.25² + 0.75²) / 3) = 0.5
-    out = batch_whitened_advantages(rewards, eps=0.0)
+    out = reinforce_pp_advantages(rewards, eps=0.0)
     close(out, [[0.5, -1.5], [0.5, 0.5]])
     # baseline variant: centred per group (0.5, -0.5, 0, 0), mean 0, std sqrt(0.5 / 3)
-    base = batch_whitened_advantages(rewards, eps=0.0, group_baseline=True)
+    base = reinforce_pp_advantages(rewards, eps=0.0, group_baseline=True)
     s = math.sqrt(0.5 / 3)
     close(base, [[0.5 / s, -0.5 / s], [0.0, 0.0]])
-    assert batch_whitened_advantages(torch.ones(2, 2)).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    assert reinforce_pp_advantages(torch.ones(2, 2)).tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
 def test_overlong_penalty_by_hand() -> None:
@@ -173,8 +175,8 @@ def test_aggregate_by_hand() -> None:
     assert aggregate(values, empty_row, "seq-mean-token-mean").item() == pytest.approx(
         1.5
     )  # the empty row is skipped
-    with pytest.raises(ValueError, match="seq-mean-token-mean"):
-        aggregate(values, mask, "sum")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seq-mean-token-sum-norm"):
+        aggregate(values, mask, "sum")
 
 
 def _loss_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -13,12 +13,15 @@ from videorl import algorithms
 from videorl.algorithms import PolicyLoss
 from videorl.algorithms.components import (
     CISPOLoss,
+    GDPOEstimator,
+    GMPOLoss,
     GRPOEstimator,
     GSPOLoss,
     PPOClipLoss,
     ReinforcePlusPlusEstimator,
     ReMaxEstimator,
     RLOOEstimator,
+    SAPOLoss,
 )
 from videorl.config import AlgorithmConfig, TrainConfig, load_config
 from videorl.errors import ConfigError
@@ -37,7 +40,9 @@ def test_the_default_resolves_to_grpo_with_every_option_spelled_out() -> None:
     cfg = resolve()
     assert (cfg.preset, cfg.adv_estimator, cfg.policy_loss) == (None, "grpo", "ppo_clip")
     assert cfg.estimator_options == {"norm_adv_by_std": True, "adv_eps": 1e-6}
-    assert cfg.loss_options == {"clip_low": 0.2, "clip_high": 0.28, "loss_agg_mode": "token-mean"}
+    assert cfg.loss_options == {
+        "clip_low": 0.2, "clip_high": 0.28, "loss_agg_mode": "token-mean", "clip_ratio_c": None,
+    }  # fmt: skip
     assert algorithms.resolve(cfg, PLUGINS) == cfg  # resolving twice changes nothing
     built = algorithms.build(cfg, PLUGINS)
     assert built.estimator == GRPOEstimator() and built.loss == PPOClipLoss()
@@ -68,7 +73,7 @@ def test_a_section_key_is_the_option_of_that_name_only_when_changed() -> None:
         (
             ["algorithm.loss_options={clip_hihg: 0.3}"],
             "algorithm.loss_options.clip_hihg: the policy loss 'ppo_clip' has no option 'clip_hihg'. "
-            "Did you mean 'clip_high'? Its options: clip_low, clip_high, loss_agg_mode.",
+            "Did you mean 'clip_high'? Its options: clip_low, clip_high, loss_agg_mode, clip_ratio_c.",
         ),
         (
             ["algorithm.adv_estimator=rloo", "algorithm.estimator_options={adv_eps: 0.1}"],
@@ -91,6 +96,23 @@ def test_an_unknown_component_or_option_names_the_component(overrides: list[str]
     with pytest.raises(ConfigError) as info:
         algorithms.build(config.algorithm, PLUGINS)
     assert message in str(info.value)
+
+
+def test_the_2026_presets_resolve_to_their_components() -> None:
+    gdpo = resolve("algorithm.preset=gdpo")
+    assert (gdpo.adv_estimator, gdpo.policy_loss) == ("gdpo", "ppo_clip")
+    assert gdpo.estimator_options == {
+        "reward_weights": {"accuracy": 1.0, "format": 1.0}, "adv_eps": 1e-6, "whiten_over": "responses",
+    }  # fmt: skip
+    gmpo = resolve("algorithm.preset=gmpo")
+    assert (gmpo.policy_loss, gmpo.loss_options) == ("gmpo", {"clip_low": 0.4, "clip_high": 0.4})
+    assert resolve("algorithm.policy_loss=geo_mean").policy_loss == "gmpo"  # veRL's name
+    sapo = resolve("algorithm.preset=sapo")
+    assert sapo.loss_options == {"tau_pos": 1.0, "tau_neg": 1.05, "loss_agg_mode": "token-mean"}
+    assert resolve("algorithm.preset=reinforce_pp").estimator_options["whiten_over"] == "tokens"
+    assert resolve("algorithm.kl_penalty=k2").kl_penalty == "k2"
+    with pytest.raises(ConfigError, match="algorithm.kl_penalty must be one of"):
+        resolve("algorithm.kl_penalty=k4")
 
 
 def test_component_options_carry_defaults_and_help() -> None:
@@ -119,9 +141,12 @@ def test_print_config_shows_the_resolved_algorithm_and_rejects_a_typo(
         RLOOEstimator,
         ReMaxEstimator,
         ReinforcePlusPlusEstimator,
+        GDPOEstimator,
         PPOClipLoss,
         GSPOLoss,
         CISPOLoss,
+        GMPOLoss,
+        SAPOLoss,
     ],
 )
 def test_the_built_ins_pass_the_third_party_contract(component: type) -> None:

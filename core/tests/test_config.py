@@ -155,7 +155,8 @@ optim:
     assert f"{path}:9: optim.betas must be a list of 2 values (float, float), got [0.9]" in message
     assert (
         "override 'algorithm.loss_agg_mode=token_mean': algorithm.loss_agg_mode must be one of 'token-mean', "
-        "'seq-mean-token-mean' (did you mean 'token-mean'?)" in message
+        "'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm' (did you mean 'token-mean'?)"
+        in message
     )
     assert "override 'trainer.max_steps=ten': trainer.max_steps must be int, got 'ten'" in message
     assert message.count("\n") == 6  # every problem reported at once, one line each

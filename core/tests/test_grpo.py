@@ -268,6 +268,7 @@ def pinned_step(*overrides: str) -> tuple[list[float], dict[str, float], torch.T
     groups = [trajectories[:2], trajectories[2:]]
     for t, r in zip(trajectories, [1.0, 0.0, 0.25, 1.0]):
         t.reward = r
+        t.parts = {"accuracy": float(r == 1.0), "format": r}  # what GDPO normalises one by one
     cfg = config("data.rollout_batch_size=2", "actor.global_batch_size=1", "rollout.n=2", *overrides)
     flat = assign_advantages(cfg, built(cfg), groups)
     a = actor(lr=2.0)
@@ -291,8 +292,8 @@ def test_grpo_is_bit_for_bit_the_loop_before_algorithm_components() -> None:
     assert close(float((weights.double() ** 2).sum()), PINNED_WEIGHT_SQ)
 
 
-ESTIMATORS = ["grpo", "rloo", "reinforce_pp"]
-LOSSES = ["ppo_clip", "gspo", "cispo"]
+ESTIMATORS = ["grpo", "rloo", "reinforce_pp", "gdpo"]
+LOSSES = ["ppo_clip", "gspo", "cispo", "gmpo", "sapo"]
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
@@ -314,6 +315,27 @@ def test_presets_change_the_numbers_and_dr_grpo_is_unnormalised() -> None:
     assert pinned_step("algorithm.preset=rloo")[0] == pytest.approx(
         [1.0, -1.0, -0.75, 0.75]
     )  # n/(n-1)·(r - mean)
+
+
+@pytest.mark.parametrize("estimator", ["kl", "abs", "mse", "low_var_kl"])
+def test_the_kl_term_is_reduced_as_the_loss_reduces_its_own(estimator: str) -> None:
+    # advantages 0: the policy loss has no gradient, the step is the KL term's alone. With k1 against a
+    # reference of 0 the term is Σ logp over the valid tokens divided by the mode's count: 11 tokens
+    # (token-mean) or 4 responses (seq-mean-token-sum), so one SGD step moves the weights 11/4 as far.
+    steps = []
+    for mode in ("token-mean", "seq-mean-token-sum"):
+        trajectories = batch()
+        for t in trajectories:
+            t.advantage, t.ref_logprobs = 0.0, [0.0] * len(t.response_ids)
+        cfg = config("data.rollout_batch_size=2", "actor.global_batch_size=2", "algorithm.use_kl_loss=true",
+                     "algorithm.kl_coef=1.0", f"algorithm.kl_penalty={estimator}",
+                     f"algorithm.loss_options={{loss_agg_mode: {mode}}}")  # fmt: skip
+        a, before = actor(), params(actor())
+        metrics = update(cfg, a, built(cfg), trajectories, Parallel(), StageTimer())
+        assert math.isfinite(metrics["actor/kl"]) and metrics["actor/kl"] != 0
+        steps.append(params(a) - before)
+    assert steps[0].abs().sum() > 0
+    torch.testing.assert_close(steps[1], steps[0] * 11 / 4, rtol=1e-4, atol=1e-6)  # weights - weights
 
 
 def test_overlong_shaping_lowers_the_reward_of_long_responses_before_the_estimator() -> None:

@@ -38,3 +38,17 @@ def test_gmpo_by_hand_with_a_negative_advantage() -> None:
     out.loss.backward()
     assert log_probs.grad is not None
     torch.testing.assert_close(log_probs.grad, torch.tensor([[math.exp(0.4) / 2] * 2]))
+
+
+def test_gmpo_clips_the_log_ratio_by_the_paper_s_range_on_either_side() -> None:
+    # clip (-0.1, 0.4), A < 0, log-ratios (-0.3, 0.6): the pessimistic side is max(δ, clip(δ)) =
+    # (-0.1, 0.6), the geometric mean exp(0.25), the loss +exp(0.25), as the built-in gmpo computes it
+    loss = GMPOLoss(log_clip_low=0.1, log_clip_high=0.4)
+    out = loss.loss(
+        torch.tensor([[-0.3, 0.6]]),
+        torch.zeros(1, 2),
+        torch.tensor([-1.0]),
+        torch.ones(1, 2, dtype=torch.bool),
+        ONE,
+    )
+    assert math.isclose(out.loss.item(), math.exp(0.25), rel_tol=1e-6)

@@ -5,7 +5,15 @@ third party would. Importing this module is cheap: no torch, no vllm.
 """
 
 from videorl import answers
-from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction, Preset
+from videorl.algorithms import (
+    AdvantageEstimator,
+    LossScale,
+    PolicyLoss,
+    PolicyLossFunction,
+    Preset,
+    StepAdvantageEstimator,
+    StepRewards,
+)
 from videorl.alignment import (
     check_alignment,
     check_batch_alignment,
@@ -117,6 +125,8 @@ __all__ = [
     "RunContext",
     "SamplingParams",
     "Segment",
+    "StepAdvantageEstimator",
+    "StepRewards",
     "TaskReward",
     "UnknownComponentError",
     "VideoMetadata",

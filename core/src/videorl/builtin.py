@@ -59,8 +59,9 @@ def register_advantage_estimators(register: Register) -> None:
     register("remax", f"{_COMPONENTS}:ReMaxEstimator", description="greedy response's reward as baseline")
     register(
         "reinforce_pp", f"{_COMPONENTS}:ReinforcePlusPlusEstimator", aliases=("reinforce++",),
-        description="rewards whitened over the batch",
+        description="rewards whitened over the batch's tokens",
     )  # fmt: skip
+    register("gdpo", f"{_COMPONENTS}:GDPOEstimator", description="each reward part group-normalised alone")
 
 
 @hookimpl
@@ -68,6 +69,11 @@ def register_policy_losses(register: Register) -> None:
     register("ppo_clip", f"{_COMPONENTS}:PPOClipLoss", description="PPO clip, DAPO clip-higher")
     register("gspo", f"{_COMPONENTS}:GSPOLoss", description="sequence-level ratio (GSPO, GSPO-token)")
     register("cispo", f"{_COMPONENTS}:CISPOLoss", description="clipped detached IS weight × log-prob")
+    register(
+        "gmpo", f"{_COMPONENTS}:GMPOLoss", aliases=("geo_mean",),
+        description="geometric mean of the log-clipped token ratios",
+    )  # fmt: skip
+    register("sapo", f"{_COMPONENTS}:SAPOLoss", description="soft sigmoid gate on the ratio, no clip")
 
 
 @hookimpl
@@ -76,7 +82,8 @@ def register_algorithm_presets(register: Register) -> None:
         ("grpo", "GRPO"), ("dr_grpo", "DR_GRPO"), ("dapo", "DAPO"), ("gspo", "GSPO"),
         ("gspo_token", "GSPO_TOKEN"),
         ("cispo", "CISPO"), ("rloo", "RLOO"), ("remax", "REMAX"), ("reinforce_pp", "REINFORCE_PP"),
-        ("reinforce_pp_baseline", "REINFORCE_PP_BASELINE"),
+        ("reinforce_pp_baseline", "REINFORCE_PP_BASELINE"), ("gdpo", "GDPO"), ("gmpo", "GMPO"),
+        ("sapo", "SAPO"),
     ):  # fmt: skip
         register(name, f"{_COMPONENTS}:{attr}")
 

@@ -85,6 +85,12 @@ class Episode:
         return [s.trained for s in self.segments for _ in s.token_ids]
 
     @property
+    def policy_tokens(self) -> int:
+        """The response tokens the update trains on: the policy's (an environment's reply is not)."""
+        mask = self.loss_mask
+        return len(self.response_ids) if mask is None else sum(mask)
+
+    @property
     def has_engine_logprobs(self) -> bool:
         """Whether the engine's log-probs of the policy's tokens are known (offline answers: no)."""
         first = next((s for s in self.turns if s.trained and s.logprobs), None)

@@ -150,8 +150,9 @@ def register_advantage_estimators(register: Register) -> None:
     An estimator target is a dataclass whose fields are its options (each with a default and a
     ``metadata={"help": ...}`` text; ``algorithm.estimator_options`` sets them); an instance implements
     :class:`videorl.api.AdvantageEstimator`: ``advantages(rewards)`` maps the ``(groups, n)`` rewards of
-    a step to advantages of the same shape. Check one with
-    :func:`videorl.testing.assert_algorithm_contract`.
+    a step to advantages of the same shape; or, to read more of the step (the reward's parts, each
+    response's length), :class:`videorl.api.StepAdvantageEstimator`: ``estimate(step)`` on a
+    :class:`videorl.api.StepRewards`. Check one with :func:`videorl.testing.assert_algorithm_contract`.
     """
 
 

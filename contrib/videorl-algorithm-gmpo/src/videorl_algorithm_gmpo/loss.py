@@ -11,7 +11,7 @@ from videorl.api import LossScale, PolicyLoss
 
 @dataclass
 class GMPOLoss:
-    """``-A · exp(mean_t sgn(A)·min(sgn(A)·δ_t, clip(sgn(A)·δ_t, -ε_low, ε_high)))`` per response."""
+    """``-A · exp(mean_t sgn(A)·min(sgn(A)·δ_t, sgn(A)·clip(δ_t, -ε_low, ε_high)))`` per response."""
 
     log_clip_low: float = field(default=0.4, metadata={"help": "Log-ratio clip below: -log_clip_low."})
     log_clip_high: float = field(default=0.4, metadata={"help": "Log-ratio clip above: log_clip_high."})
@@ -31,13 +31,14 @@ class GMPOLoss:
         seq_advantage = (per_token * valid).sum(dim=-1) / lengths
         sign = torch.sign(seq_advantage).unsqueeze(-1)
         log_ratio = (log_probs - old_log_probs) * valid  # 0 at padding: no gradient there
-        signed = sign * log_ratio
-        clipped = torch.clamp(signed, -self.log_clip_low, self.log_clip_high)
-        chosen = sign * torch.minimum(signed, clipped)  # the pessimistic term, as PPO's min
-        seq_ratio = torch.exp((chosen * valid).sum(dim=-1) / lengths)
+        clipped = torch.clamp(log_ratio, -self.log_clip_low, self.log_clip_high)  # the paper's ratio range
+        chosen = sign * torch.minimum(sign * log_ratio, sign * clipped)  # the pessimistic term, as PPO's min
+        # bounded before exp: a sum of log-ratios past 88.7 would overflow (and NaN the gradient)
+        seq_ratio = torch.exp(torch.clamp((chosen * valid).sum(dim=-1) / lengths, -20.0, 20.0))
         loss = (-seq_advantage * seq_ratio).sum() / max(scale.responses, 1.0)
         count = valid.sum().clamp(min=1)
         with torch.no_grad():
-            clip_fraction = ((clipped < signed).to(valid.dtype) * valid).sum() / count
+            changed = (chosen != log_ratio) & (sign != 0)
+            clip_fraction = (changed.to(valid.dtype) * valid).sum() / count
             approx_kl = (-log_ratio * valid).sum() / count
         return PolicyLoss(loss, clip_fraction, approx_kl)

@@ -141,7 +141,7 @@ def update(
     actor.model.train()
     for u, mini in enumerate(minis, start=1):
         trained = [t for t in mini if _trained(cfg, t)]
-        counts = torch.tensor([float(sum(_policy_tokens(t) for t in trained)), float(len(trained))])
+        counts = torch.tensor([float(sum(t.policy_tokens for t in trained)), float(len(trained))])
         # FSDP averages gradients over every rank of the mesh: a rank's share of the mean is 1/world_size
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
         batches = micro_batches(mini, budget, dist)
@@ -166,11 +166,14 @@ def update(
             scale = LossScale(tokens, responses, config.rollout.max_response_length)
             pl = policy_loss.loss(logp, old_logp, adv, mask, scale)
             loss, valid = pl.loss, mask.float()
+            # the entropy and KL terms are reduced as the loss reduces its own (veRL's loss_agg_mode)
+            mode = algorithm.loss_agg_mode
+            denominator = algo.denominator(mode, scale)
             if cfg.entropy_coef > 0:
-                loss = loss - cfg.entropy_coef * (entropy * valid).sum() / tokens
+                loss = loss - cfg.entropy_coef * algo.aggregate(entropy, mask, mode, denominator=denominator)
             if cfg.use_kl_loss:
-                kl = algo.kl_k3(logp, _rows([ref[id(t)] for t in batch], logp))
-                loss = loss + cfg.kl_coef * (kl * valid).sum() / tokens
+                kl = algo.kl_penalty(logp, _rows([ref[id(t)] for t in batch], logp), cfg.kl_penalty)
+                loss = loss + cfg.kl_coef * algo.aggregate(kl, mask, mode, denominator=denominator)
                 sums["actor/kl"] += float((kl.detach() * valid).sum())
             loss.backward()
             sums["actor/loss"] += float(pl.loss.detach())
@@ -303,9 +306,3 @@ def _clip_and_step(actor: Actor, grad_clip: float | None) -> float:
     actor.optimizer.step()
     actor.optimizer.zero_grad(set_to_none=True)
     return norm_value
-
-
-def _policy_tokens(t: Episode) -> int:
-    """The response tokens the update trains on (the policy's; a tool's reply is not)."""
-    mask = t.loss_mask
-    return len(t.response_ids) if mask is None else sum(mask)

@@ -1,21 +1,23 @@
 """Algorithms as components: advantage estimators, policy losses and named presets of both.
 
 Two registries, so that any estimator combines with any loss (as in veRL): an *advantage estimator*
-turns the ``(G, n)`` rewards of a step's groups into advantages; a *policy loss* turns per-token
+turns the ``(G, n)`` rewards of a step's groups into advantages (or, when it needs more, the step's
+:class:`StepRewards`: rewards, the reward's components, response lengths); a *policy loss* turns per-token
 log-probs, the old (behaviour) log-probs, advantages and the response mask into a scalar loss. A
 *preset* names a pair and the settings that make a published algorithm (``dapo``: clip-higher,
 dynamic sampling, overlong shaping and filtering).
 
 A component is a dataclass: its fields are its options, each with a default and a ``help`` text in
 the field's metadata (``dataclasses.field(default=..., metadata={"help": ...})``). The loop calls
-only :meth:`AdvantageEstimator.advantages` and :meth:`PolicyLossFunction.loss`.
+only :func:`advantages_of` (which calls :meth:`StepAdvantageEstimator.estimate` or
+:meth:`AdvantageEstimator.advantages`) and :meth:`PolicyLossFunction.loss`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -36,6 +38,9 @@ __all__ = [
     "PolicyLoss",
     "PolicyLossFunction",
     "Preset",
+    "StepAdvantageEstimator",
+    "StepRewards",
+    "advantages_of",
     "build",
     "component_options",
     "resolve",
@@ -50,6 +55,41 @@ class AdvantageEstimator(Protocol):
         """``(G, n)`` float32 rewards (group ``g``'s ``n`` responses in row ``g``) -> ``(G, n)``
         advantages."""
         ...
+
+
+@dataclass(frozen=True)
+class StepRewards:
+    """What an estimator may read of one step's ``G`` groups of ``n`` responses, in group order."""
+
+    rewards: torch.Tensor  # (G, n) float32: the scores, with DAPO's overlong shaping when it is on
+    lengths: torch.Tensor  # (G, n) int64: the tokens of each response the update trains on
+    parts: Sequence[Sequence[Mapping[str, float]]]  # [g][j]: the reward's components (Episode.parts)
+
+
+@runtime_checkable
+class StepAdvantageEstimator(Protocol):
+    """Advantages of one step's groups from more than their rewards: the response lengths (per-token
+    whitening, REINFORCE++) or the reward's components (GDPO)."""
+
+    def estimate(self, step: StepRewards) -> torch.Tensor:
+        """``step`` -> ``(G, n)`` advantages, one per response (every token of it takes that value)."""
+        ...
+
+
+def advantages_of(estimator: AdvantageEstimator | StepAdvantageEstimator, step: StepRewards) -> torch.Tensor:
+    """The ``(G, n)`` advantages of ``step`` by ``estimator``: its ``estimate(step)`` when it has one,
+    else its ``advantages(rewards)`` (the simple form, which every estimator written before
+    :class:`StepRewards` existed implements)."""
+    if isinstance(estimator, StepAdvantageEstimator):
+        out = estimator.estimate(step)
+    else:
+        out = estimator.advantages(step.rewards)
+    if tuple(out.shape) != tuple(step.rewards.shape):
+        raise ValueError(
+            f"the advantage estimator {type(estimator).__name__} returned advantages shaped "
+            f"{tuple(out.shape)} for rewards shaped {tuple(step.rewards.shape)}"
+        )
+    return out
 
 
 @dataclass
@@ -101,7 +141,7 @@ class Preset:
 class Algorithm:
     """The estimator and the loss a run trains with."""
 
-    estimator: AdvantageEstimator
+    estimator: AdvantageEstimator | StepAdvantageEstimator
     loss: PolicyLossFunction
 
     @property
@@ -109,6 +149,12 @@ class Algorithm:
         """Whether the estimator asks the rollout for one extra greedy response per prompt, scored and
         never trained on (its class says ``greedy_baseline = True``, e.g. ReMax)."""
         return bool(getattr(self.estimator, "greedy_baseline", False))
+
+    @property
+    def loss_agg_mode(self) -> str:
+        """How the update reduces its other per-token terms (KL, entropy): as the loss reduces its own
+        (its ``loss_agg_mode``, an option or a class attribute), else token-mean."""
+        return str(getattr(self.loss, "loss_agg_mode", "token-mean"))
 
 
 #: ``algorithm.*`` keys that are also the defaults of component options of the same name

@@ -7,16 +7,27 @@ Each component is a dataclass whose fields are its options; the formulas live in
 # ruff: noqa: RUF009 - option() returns dataclasses.field(...), with the help text in its metadata
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from videorl.algorithms import LossScale, Preset
+from videorl.algorithms import LossScale, Preset, StepRewards
+from videorl.algorithms import advantages as adv
 from videorl.algorithms import formulas as algo
 from videorl.config import option
 
+#: GDPO's reward components at most (each one a (G, n) tensor built from the episodes' parts)
+MAX_REWARD_COMPONENTS = 64
+
 # --- advantage estimators -------------------------------------------------------------------------
+
+
+def _check_whiten_over(value: str) -> None:
+    if value not in ("tokens", "responses"):
+        raise ValueError(f"whiten_over must be tokens or responses, got {value!r}")
 
 
 @dataclass
@@ -27,7 +38,7 @@ class GRPOEstimator:
     adv_eps: float = option(1e-6, "Added to the group standard deviation.")
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return algo.grpo_advantages(rewards, eps=self.adv_eps, norm_by_std=self.norm_adv_by_std)
+        return adv.grpo_advantages(rewards, eps=self.adv_eps, norm_by_std=self.norm_adv_by_std)
 
 
 @dataclass
@@ -35,18 +46,92 @@ class RLOOEstimator:
     """RLOO: each reward minus the mean of the other rewards of its group."""
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return algo.rloo_advantages(rewards)
+        return adv.rloo_advantages(rewards)
 
 
 @dataclass
 class ReinforcePlusPlusEstimator:
-    """REINFORCE++: rewards whitened over the whole batch (of this rank)."""
+    """REINFORCE++: rewards whitened over the whole batch (of this rank), by default over its tokens."""
 
     adv_eps: float = option(1e-6, "Added to the batch standard deviation.")
     group_baseline: bool = option(False, "Subtract each group's mean reward first (REINFORCE++-baseline).")
+    whiten_over: adv.WhitenOver = option(
+        "tokens",
+        "tokens: mean and std over the batch's tokens, each response weighing its length (the paper's "
+        "eq. 10, veRL, EasyR1); responses: over the batch's responses, one each.",
+    )
 
-    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return algo.batch_whitened_advantages(rewards, eps=self.adv_eps, group_baseline=self.group_baseline)
+    def __post_init__(self) -> None:
+        _check_whiten_over(self.whiten_over)
+
+    def estimate(self, step: StepRewards) -> torch.Tensor:
+        lengths = step.lengths if self.whiten_over == "tokens" else None
+        return adv.reinforce_pp_advantages(
+            step.rewards, lengths, eps=self.adv_eps, group_baseline=self.group_baseline
+        )
+
+
+@dataclass
+class GDPOEstimator:
+    """GDPO: each reward component group-normalised on its own, weighted, summed, batch-whitened."""
+
+    reward_weights: dict[str, float] = option(
+        factory=lambda: {"accuracy": 1.0, "format": 1.0},
+        help="The reward's components (keys of its parts) to normalise one by one, and each one's weight "
+        "in the sum.",
+    )
+    adv_eps: float = option(1e-6, "Added to each group standard deviation and to the batch's.")
+    whiten_over: adv.WhitenOver = option(
+        "responses",
+        "responses: whiten the sum over the batch's responses (the paper, TRL); tokens: over its tokens "
+        "(veRL's gdpo).",
+    )
+
+    def __post_init__(self) -> None:
+        _check_whiten_over(self.whiten_over)
+        weights = self.reward_weights
+        if not isinstance(weights, Mapping) or not 0 < len(weights) <= MAX_REWARD_COMPONENTS:
+            raise ValueError(
+                f"reward_weights must map 1 to {MAX_REWARD_COMPONENTS} reward parts to weights, "
+                f"got {weights!r}"
+            )
+        for key, w in weights.items():
+            if not isinstance(key, str) or isinstance(w, bool) or not isinstance(w, int | float):
+                raise ValueError(f"reward_weights: {key!r}: {w!r} is not a part name with a number")
+            if not math.isfinite(w):
+                raise ValueError(f"reward_weights: {key!r} has the weight {w}, not a finite number")
+
+    def estimate(self, step: StepRewards) -> torch.Tensor:
+        shape = tuple(step.rewards.shape)
+        components = torch.stack([_component(step, key, shape) for key in self.reward_weights])
+        weights = torch.tensor([float(w) for w in self.reward_weights.values()])
+        lengths = step.lengths if self.whiten_over == "tokens" else None
+        return adv.gdpo_advantages(components, weights, eps=self.adv_eps, lengths=lengths)
+
+
+def _component(step: StepRewards, key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """Part ``key`` of every response ``(G, n)``; 0 where a response's reward has no such part (a reward
+    that failed or abstained scores 0 with no parts), an error where none has it or a value is not finite."""
+    if len(step.parts) != shape[0] or any(len(row) != shape[1] for row in step.parts):
+        raise ValueError(f"the step's parts are not shaped as its rewards {shape}")
+    values = torch.zeros(shape, dtype=torch.float32)
+    found = False
+    for g, row in enumerate(step.parts):
+        for j, parts in enumerate(row):
+            if key in parts:
+                value = float(parts[key])
+                if not math.isfinite(value):
+                    raise ValueError(f"gdpo: the reward part {key!r} of response {j} of group {g} is {value}")
+                values[g, j] = value
+                found = True
+    if not found:
+        seen = sorted({k for row in step.parts for parts in row for k in parts})
+        raise ValueError(
+            f"gdpo: no response of this step has the reward part {key!r} (parts seen: "
+            f"{', '.join(seen) or 'none'}); set algorithm.estimator_options.reward_weights to parts your "
+            "reward returns"
+        )
+    return values
 
 
 @dataclass
@@ -58,38 +143,39 @@ class ReMaxEstimator:
     greedy_baseline: ClassVar[bool] = True
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return algo.remax_advantages(rewards)
+        return adv.remax_advantages(rewards)
 
 
 # --- policy losses --------------------------------------------------------------------------------
 
+_AGG_HELP = (
+    "token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm (Dr. GRPO: sum / "
+    "(responses × rollout.max_response_length)); the KL and entropy terms use it too."
+)
 
-def _denominator(mode: str, scale: LossScale) -> float:
-    if mode == "token-mean":
-        return scale.tokens
-    if mode == "seq-mean-token-sum-norm":
-        return scale.responses * scale.max_response_length
-    return scale.responses
+
+def _check_mode(mode: str) -> None:
+    if mode not in algo.LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be {', '.join(algo.LOSS_AGG_MODES)}; got {mode!r}")
 
 
 @dataclass
 class PPOClipLoss:
-    """The PPO clipped surrogate, with DAPO's decoupled (clip-higher) range."""
+    """The PPO clipped surrogate, with DAPO's decoupled (clip-higher) range and an optional dual clip."""
 
     clip_low: float = option(0.2, "Ratio clip below: 1 - clip_low.")
     clip_high: float = option(0.28, "Ratio clip above: 1 + clip_high (DAPO clip-higher).")
-    loss_agg_mode: algo.LossAggMode = option(
-        "token-mean",
-        "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm (Dr. GRPO: sum / (responses × "
-        "rollout.max_response_length)).",
+    loss_agg_mode: algo.LossAggMode = option("token-mean", _AGG_HELP)
+    clip_ratio_c: float | None = option(
+        None,
+        "Dual clip (Ye et al. 2020): where A < 0, a token's loss is at most -A·clip_ratio_c (> 1; veRL "
+        "and EasyR1 use 3.0); null: off.",
     )
 
     def __post_init__(self) -> None:
-        if self.loss_agg_mode not in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
-            raise ValueError(
-                f"loss_agg_mode must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm, "
-                f"got {self.loss_agg_mode!r}"
-            )
+        _check_mode(self.loss_agg_mode)
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            raise ValueError(f"clip_ratio_c must be > 1 (or null: off), got {self.clip_ratio_c}")
 
     def loss(
         self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -97,13 +183,17 @@ class PPOClipLoss:
     ) -> algo.PolicyLoss:  # fmt: skip
         return algo.policy_loss(
             log_probs, old_log_probs, advantages, mask, clip_low=self.clip_low, clip_high=self.clip_high,
-            mode=self.loss_agg_mode, denominator=_denominator(self.loss_agg_mode, scale),
+            clip_ratio_c=self.clip_ratio_c, mode=self.loss_agg_mode,
+            denominator=algo.denominator(self.loss_agg_mode, scale),
         )  # fmt: skip
 
 
 @dataclass
 class GSPOLoss:
     """GSPO: the clip on the length-normalised sequence ratio; the mean over responses."""
+
+    #: how the update reduces the KL and entropy terms alongside this loss
+    loss_agg_mode: ClassVar[algo.LossAggMode] = "seq-mean-token-mean"
 
     clip_low: float = option(3e-4, "Sequence-ratio clip below: 1 - clip_low.")
     clip_high: float = option(4e-4, "Sequence-ratio clip above: 1 + clip_high.")
@@ -127,13 +217,58 @@ class CISPOLoss:
     clip_high: float = option(0.28, "Weight clip above: 1 + clip_high.")
     loss_agg_mode: algo.LossAggMode = option("token-mean", "As for ppo_clip.")
 
+    def __post_init__(self) -> None:
+        _check_mode(self.loss_agg_mode)
+
     def loss(
         self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
         mask: torch.Tensor, scale: LossScale,
     ) -> algo.PolicyLoss:  # fmt: skip
         return algo.cispo_loss(
             log_probs, old_log_probs, advantages, mask, clip_low=self.clip_low, clip_high=self.clip_high,
-            mode=self.loss_agg_mode, denominator=_denominator(self.loss_agg_mode, scale),
+            mode=self.loss_agg_mode, denominator=algo.denominator(self.loss_agg_mode, scale),
+        )  # fmt: skip
+
+
+@dataclass
+class GMPOLoss:
+    """GMPO: the geometric mean of a response's token ratios, each clipped in log space."""
+
+    loss_agg_mode: ClassVar[algo.LossAggMode] = "seq-mean-token-mean"  # for the KL and entropy terms
+
+    clip_low: float = option(0.4, "Log-ratio clip below: -clip_low (the paper's 0.4: ratio e^-0.4).")
+    clip_high: float = option(0.4, "Log-ratio clip above: clip_high (the paper's 0.4: ratio e^0.4).")
+
+    def loss(
+        self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+        mask: torch.Tensor, scale: LossScale,
+    ) -> algo.PolicyLoss:  # fmt: skip
+        return algo.gmpo_loss(
+            log_probs, old_log_probs, advantages, mask, clip_low=self.clip_low, clip_high=self.clip_high,
+            denominator=scale.responses,
+        )  # fmt: skip
+
+
+@dataclass
+class SAPOLoss:
+    """SAPO: a sigmoid gate on the ratio, with its own temperature for each sign of the advantage."""
+
+    tau_pos: float = option(1.0, "Gate temperature where A > 0 (the paper's 1.0).")
+    tau_neg: float = option(1.05, "Gate temperature where A <= 0 (the paper's 1.05; > tau_pos fades faster).")
+    loss_agg_mode: algo.LossAggMode = option("token-mean", "As for ppo_clip.")
+
+    def __post_init__(self) -> None:
+        _check_mode(self.loss_agg_mode)
+        if not (self.tau_pos > 0 and self.tau_neg > 0):
+            raise ValueError(f"tau_pos and tau_neg must be > 0, got {self.tau_pos} and {self.tau_neg}")
+
+    def loss(
+        self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+        mask: torch.Tensor, scale: LossScale,
+    ) -> algo.PolicyLoss:  # fmt: skip
+        return algo.sapo_loss(
+            log_probs, old_log_probs, advantages, mask, tau_pos=self.tau_pos, tau_neg=self.tau_neg,
+            mode=self.loss_agg_mode, denominator=algo.denominator(self.loss_agg_mode, scale),
         )  # fmt: skip
 
 
@@ -183,4 +318,12 @@ REINFORCE_PP_BASELINE = Preset(
         "estimator_options": {"group_baseline": True},
     },
     "REINFORCE++-baseline: group mean subtracted, then batch-normalised",
+)
+GDPO = Preset(
+    {"adv_estimator": "gdpo", "policy_loss": "ppo_clip"},
+    "GDPO: each reward component group-normalised on its own (accuracy, format)",
+)
+GMPO = Preset({"adv_estimator": "grpo", "policy_loss": "gmpo"}, "GMPO: geometric mean of the clipped ratios")
+SAPO = Preset(
+    {"adv_estimator": "grpo", "policy_loss": "sapo"}, "SAPO: a soft sigmoid gate instead of the clip"
 )

@@ -1,5 +1,5 @@
-"""The algorithms' pieces: advantages (GRPO, RLOO, REINFORCE++), losses (PPO clip, GSPO, CISPO),
-KL, entropy, batching rules.
+"""The algorithms' pieces: reward shaping, losses (PPO clip, GSPO, CISPO, GMPO, SAPO), KL estimators,
+loss aggregation, batching rules (the advantages are in :mod:`videorl.algorithms.advantages`).
 
 Pure functions on tensors (or plain sequences for the batching rules); the training loop composes
 them. No function modifies its inputs in place (FSDP2 refuses in-place ops on the views it returns).
@@ -17,101 +17,46 @@ from typing import Literal
 
 import torch
 
-from videorl.algorithms import PolicyLoss
+from videorl.algorithms import LossScale, PolicyLoss
 
-LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+LOSS_AGG_MODES: tuple[str, ...] = LossAggMode.__args__  # type: ignore[attr-defined]
+KLEstimator = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
+KL_ESTIMATORS: tuple[str, ...] = KLEstimator.__args__  # type: ignore[attr-defined]
+#: the log-ratio bound before an exponential: exp(20) ≈ 4.9e8 is finite in float32, exp(88.7) is not,
+#: and a clamp's zero gradient times an infinite one is NaN (veRL and EasyR1 clamp at ±20 too)
+LOG_RATIO_BOUND = 20.0
 CorrectionMode = Literal["tis", "mis"]
 CorrectionLevel = Literal["token", "sequence"]
 
 __all__ = [
+    "KL_ESTIMATORS",
+    "LOSS_AGG_MODES",
     "CorrectionLevel",
     "CorrectionMode",
+    "KLEstimator",
     "LossAggMode",
     "MixPolicyDecision",
     "PolicyLoss",
     "RolloutCorrection",
     "aggregate",
-    "batch_whitened_advantages",
     "cispo_loss",
-    "grpo_advantages",
+    "denominator",
+    "gmpo_loss",
     "gspo_loss",
     "informative_groups",
     "kl_k3",
+    "kl_penalty",
     "mix_policy_decision",
     "overlong_penalty",
     "pack_by_token_budget",
     "policy_loss",
-    "remax_advantages",
-    "rloo_advantages",
     "rollout_correction",
+    "sapo_loss",
 ]
 
 
-# --- advantages --------------------------------------------------------------------------------
-
-
-def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6, norm_by_std: bool = True) -> torch.Tensor:
-    """Group-normalised advantages ``(r - mean) / (std + eps)`` of ``rewards`` shaped ``(G, n)``.
-
-    ``std`` is the unbiased standard deviation of each group (as EasyR1/veRL). A group whose rewards
-    are all equal gets exactly 0 (not a rounding residue divided by ``eps``); so does a group of one.
-    ``norm_by_std=False`` subtracts the mean only.
-    """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
-    rewards = rewards.to(torch.float32)
-    mean = rewards.mean(dim=1, keepdim=True)
-    centered = rewards - mean
-    if norm_by_std:
-        std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(mean)
-        centered = centered / (std + eps)
-    constant = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
-    return torch.where(constant, torch.zeros_like(centered), centered)
-
-
-def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """RLOO: each reward minus the mean of the *other* rewards of its group, ``n/(n-1)·(r - mean)``.
-
-    A group of one has no other response to compare with: 0.
-    """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
-    rewards = rewards.to(torch.float32)
-    n = rewards.shape[1]
-    if n < 2:
-        return torch.zeros_like(rewards)
-    return (rewards - rewards.mean(dim=1, keepdim=True)) * (n / (n - 1))
-
-
-def remax_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """ReMax: each sampled reward minus the reward of its prompt's greedy response, which is the last
-    column of ``rewards`` ``(G, n + 1)``; the greedy response's own advantage is 0 (it is not trained on)."""
-    if rewards.dim() != 2 or rewards.shape[1] < 2:
-        raise ValueError(
-            f"rewards must be shaped (groups, n + 1) with the greedy reward last, got {tuple(rewards.shape)}"
-        )
-    rewards = rewards.to(torch.float32)
-    advantages = rewards - rewards[:, -1:]
-    return torch.cat([advantages[:, :-1], torch.zeros_like(advantages[:, -1:])], dim=1)
-
-
-def batch_whitened_advantages(
-    rewards: torch.Tensor, *, eps: float = 1e-6, group_baseline: bool = False
-) -> torch.Tensor:
-    """REINFORCE++: rewards normalised over the whole batch, ``(r - mean) / (std + eps)``.
-
-    ``group_baseline`` (REINFORCE++-baseline) subtracts each group's mean first. ``std`` is the
-    unbiased standard deviation over every response of the batch; a batch whose (centred) rewards are
-    all equal gets exactly 0.
-    """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be shaped (groups, n), got {tuple(rewards.shape)}")
-    values = rewards.to(torch.float32)
-    if group_baseline:
-        values = values - values.mean(dim=1, keepdim=True)
-    if values.numel() < 2 or bool(values.amax() == values.amin()):
-        return torch.zeros_like(values)
-    return (values - values.mean()) / (values.std() + eps)
+# --- reward shaping and filtering ----------------------------------------------------------------
 
 
 def overlong_penalty(
@@ -136,16 +81,13 @@ def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.amax(dim=1) != rewards.amin(dim=1)
 
 
-# --- logits, log-probs, entropy ----------------------------------------------------------------
-
-
 # --- losses ------------------------------------------------------------------------------------
 
 
 def aggregate(
     values: torch.Tensor,
     mask: torch.Tensor,
-    mode: LossAggMode = "token-mean",
+    mode: LossAggMode | str = "token-mean",
     *,
     denominator: float | None = None,
 ) -> torch.Tensor:
@@ -153,32 +95,60 @@ def aggregate(
 
     ``token-mean``: the sum over valid tokens divided by their count. ``seq-mean-token-mean``: the
     mean over each sequence's valid tokens, then the mean over sequences that have any.
+    ``seq-mean-token-sum``: each sequence's sum over its valid tokens, then the mean over sequences.
     ``seq-mean-token-sum-norm`` (Dr. GRPO): the sum over valid tokens divided by a constant, by
     default the padded size ``B × T`` (pass ``sequences × max response length``).
     ``denominator`` replaces the count (of tokens, or of sequences): pass the count of the whole
     mini-batch when gradients are accumulated over micro-batches, so that every token (sequence)
-    weighs the same whatever micro-batch it was packed in.
+    weighs the same whatever micro-batch it was packed in (:func:`denominator`).
     """
     mask = mask.to(values.dtype)
+    given = None if denominator is None else torch.tensor(float(denominator))
+    tokens = mask.sum(dim=-1)
     if mode == "token-mean":
         total = (values * mask).sum()
-        count = mask.sum() if denominator is None else torch.tensor(float(denominator))
-    elif mode == "seq-mean-token-mean":
-        tokens = mask.sum(dim=-1)
-        per_seq = (values * mask).sum(dim=-1) / tokens.clamp(min=1)
+        count = mask.sum() if given is None else given
+    elif mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        per_seq = (values * mask).sum(dim=-1)
+        if mode == "seq-mean-token-mean":
+            per_seq = per_seq / tokens.clamp(min=1)
         total = per_seq.sum()
-        count = (
-            (tokens > 0).sum().to(values.dtype) if denominator is None else torch.tensor(float(denominator))
-        )
+        count = (tokens > 0).sum().to(values.dtype) if given is None else given
     elif mode == "seq-mean-token-sum-norm":
         total = (values * mask).sum()
-        count = torch.tensor(float(mask.numel() if denominator is None else denominator))
+        count = torch.tensor(float(mask.numel())) if given is None else given
     else:
-        raise ValueError(
-            f"unknown loss aggregation mode {mode!r}; use 'token-mean', 'seq-mean-token-mean' or "
-            "'seq-mean-token-sum-norm'"
-        )
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; use one of {', '.join(LOSS_AGG_MODES)}")
     return total / count.clamp(min=1).to(values.device)
+
+
+def denominator(mode: str, scale: LossScale) -> float:
+    """What :func:`aggregate` divides by in ``mode`` for a micro-batch of the mini-batch ``scale``
+    counts: its tokens (token-mean), its responses (the seq-mean modes) or Dr. GRPO's constant
+    ``responses × max_response_length``."""
+    if mode == "token-mean":
+        return scale.tokens
+    if mode == "seq-mean-token-sum-norm":
+        return scale.responses * scale.max_response_length
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        return scale.responses
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; use one of {', '.join(LOSS_AGG_MODES)}")
+
+
+def _ratio(log_ratio: torch.Tensor) -> torch.Tensor:
+    """``exp`` of a log-ratio bounded by :data:`LOG_RATIO_BOUND`, so that neither it nor its gradient
+    is infinite (a padded position, where a row is zero-padded against real log-probs, included)."""
+    return torch.exp(torch.clamp(log_ratio, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+
+
+def _stats(
+    flags: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The share of valid tokens where ``flags`` is set, and the mean of ``old - new`` over them."""
+    with torch.no_grad():
+        valid = mask.to(log_ratio.dtype)
+        count = valid.sum().clamp(min=1)
+        return (flags.to(valid.dtype) * valid).sum() / count, (-log_ratio * valid).sum() / count
 
 
 def policy_loss(
@@ -189,26 +159,32 @@ def policy_loss(
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    clip_ratio_c: float | None = None,
     mode: LossAggMode = "token-mean",
     denominator: float | None = None,
 ) -> PolicyLoss:
-    """DAPO clip-higher PPO loss, aggregated at token level.
+    """DAPO clip-higher PPO loss, with an optional dual clip.
 
     Per token: ``ratio = exp(log_prob - old_log_prob)``, ``loss = max(-A·ratio, -A·clip(ratio,
-    1 - clip_low, 1 + clip_high))``. ``advantages`` is per sequence ``(B,)`` or per token ``(B, T)``.
+    1 - clip_low, 1 + clip_high))``; with ``clip_ratio_c`` (dual-clip PPO, Ye et al. 2020), where
+    ``A < 0`` the loss is at most ``-A·clip_ratio_c``, so a token whose ratio ran far above 1 no
+    longer pushes without bound. ``advantages`` is per sequence ``(B,)`` or per token ``(B, T)``.
+    ``clip_fraction`` counts the tokens where either clip applied.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
     log_ratio = log_probs - old_log_probs
-    ratio = torch.exp(log_ratio)
+    ratio = _ratio(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
-    valid = mask.to(per_token.dtype)
-    count = valid.sum().clamp(min=1)
-    with torch.no_grad():
-        clip_fraction = ((clipped > unclipped).to(per_token.dtype) * valid).sum() / count
-        approx_kl = (-log_ratio * valid).sum() / count
+    flags = clipped > unclipped
+    if clip_ratio_c is not None:
+        bound = -advantages * clip_ratio_c
+        dual = (advantages < 0) & (per_token > bound)
+        per_token = torch.where(dual, bound.expand_as(per_token), per_token)
+        flags = flags | dual
+    clip_fraction, approx_kl = _stats(flags, log_ratio, mask)
     return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
 
 
@@ -237,16 +213,13 @@ def gspo_loss(
     log_ratio = log_probs - old_log_probs
     seq_log_ratio = (log_ratio * valid).sum(dim=-1) / lengths
     if token_level:
-        ratio = torch.exp(seq_log_ratio.detach().unsqueeze(-1) + log_probs - log_probs.detach())
+        ratio = _ratio(seq_log_ratio.detach().unsqueeze(-1) + log_probs - log_probs.detach())
     else:
-        ratio = torch.exp(seq_log_ratio).unsqueeze(-1).expand_as(log_probs)
+        ratio = _ratio(seq_log_ratio).unsqueeze(-1).expand_as(log_probs)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
-    count = valid.sum().clamp(min=1)
-    with torch.no_grad():
-        clip_fraction = ((clipped > unclipped).to(per_token.dtype) * valid).sum() / count
-        approx_kl = (-log_ratio * valid).sum() / count
+    clip_fraction, approx_kl = _stats(clipped > unclipped, log_ratio, mask)
     loss = aggregate(per_token, mask, "seq-mean-token-mean", denominator=denominator)
     return PolicyLoss(loss, clip_fraction, approx_kl)
 
@@ -271,14 +244,71 @@ def cispo_loss(
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
     log_ratio = log_probs - old_log_probs
-    ratio = torch.exp(log_ratio.detach())
+    ratio = _ratio(log_ratio.detach())
     weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = -weight * advantages * log_probs
-    valid = mask.to(per_token.dtype)
-    count = valid.sum().clamp(min=1)
-    with torch.no_grad():
-        clip_fraction = ((weight != ratio).to(per_token.dtype) * valid).sum() / count
-        approx_kl = (-log_ratio * valid).sum() / count
+    clip_fraction, approx_kl = _stats(weight != ratio, log_ratio, mask)
+    return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
+
+
+def gmpo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.4,
+    clip_high: float = 0.4,
+    denominator: float | None = None,
+) -> PolicyLoss:
+    """GMPO (Zhao et al. 2025, arXiv 2507.20673): the geometric mean of a response's token ratios,
+    each clipped in log space, pessimistic as PPO's min.
+
+    With ``δ_t = log_prob_t - old_log_prob_t`` and ``s = sgn(A_i)``: ``loss_i = -A_i · exp(mean_t
+    s·min(s·δ_t, s·clip(δ_t, -clip_low, clip_high)))``, summed over responses and divided by their
+    count (or ``denominator``). Per-token advantages ``(B, T)`` (rollout correction's weights) enter
+    as their mean over the response's valid tokens. ``clip_fraction``: tokens whose ``δ`` was clipped.
+    """
+    valid = mask.to(log_probs.dtype)
+    lengths = valid.sum(dim=-1).clamp(min=1)
+    per_token = advantages.unsqueeze(-1).expand_as(log_probs) if advantages.dim() == 1 else advantages
+    seq_advantage = (per_token * valid).sum(dim=-1) / lengths
+    sign = torch.sign(seq_advantage).unsqueeze(-1)
+    log_ratio = (log_probs - old_log_probs) * valid  # 0 at padding: neither value nor gradient there
+    bounded = torch.clamp(log_ratio, -clip_low, clip_high)
+    chosen = sign * torch.minimum(sign * log_ratio, sign * bounded)
+    seq_ratio = _ratio((chosen * valid).sum(dim=-1) / lengths)
+    count = float((valid.sum(dim=-1) > 0).sum()) if denominator is None else denominator
+    loss = (-seq_advantage * seq_ratio).sum() / max(count, 1.0)
+    clip_fraction, approx_kl = _stats((chosen != log_ratio) & (sign != 0), log_ratio, mask)
+    return PolicyLoss(loss, clip_fraction, approx_kl)
+
+
+def sapo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    mode: LossAggMode = "token-mean",
+    denominator: float | None = None,
+) -> PolicyLoss:
+    """SAPO (Gao et al. 2025, Qwen, arXiv 2511.20347): a soft gate instead of the clip.
+
+    Per token ``-f(ratio)·A`` with ``f(r) = σ(τ·(r - 1))·4/τ``, ``τ = tau_pos`` where ``A > 0`` and
+    ``tau_neg`` elsewhere: at ``r = 1`` its gradient is the policy gradient's (``f'(1) = 1``) and it
+    fades smoothly as the ratio leaves 1 (faster for negative advantages, ``tau_neg > tau_pos``). Nothing
+    is clipped: ``clip_fraction`` is 0.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    log_ratio = log_probs - old_log_probs
+    ratio = _ratio(log_ratio)
+    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    per_token = -torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * advantages
+    clip_fraction, approx_kl = _stats(torch.zeros_like(mask, dtype=torch.bool), log_ratio, mask)
     return PolicyLoss(aggregate(per_token, mask, mode, denominator=denominator), clip_fraction, approx_kl)
 
 
@@ -330,11 +360,30 @@ def rollout_correction(
 def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, *, clamp: float = 10.0) -> torch.Tensor:
     """Per-token k3 ("low-variance") estimate of KL(policy ‖ reference).
 
-    ``k3 = exp(ref - logp) - (ref - logp) - 1`` (≥ 0, unbiased under samples of the policy), clamped
-    to ``[-clamp, clamp]`` as veRL does to keep outliers from exploding.
+    ``k3 = exp(d) - d - 1`` with ``d = ref - logp`` bounded by :data:`LOG_RATIO_BOUND` first (``exp``
+    overflows past 88.7, and the clamp's zero gradient times that infinite one is NaN, even at a
+    padded position the mask multiplies by 0), then the estimate clamped to ``[-clamp, clamp]`` (as
+    veRL and EasyR1 do).
     """
-    diff = ref_log_probs - log_probs
+    diff = torch.clamp(ref_log_probs - log_probs, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     return torch.clamp(torch.exp(diff) - diff - 1.0, min=-clamp, max=clamp)
+
+
+def kl_penalty(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: KLEstimator | str = "low_var_kl"
+) -> torch.Tensor:
+    """Per-token estimate of KL(policy ‖ reference) from the sampled tokens' log-probs (Schulman 2020,
+    "Approximating KL divergence"): ``kl``/``k1`` ``logp - ref``; ``abs`` ``|logp - ref|``;
+    ``mse``/``k2`` ``(logp - ref)² / 2``; ``low_var_kl``/``k3`` :func:`kl_k3`."""
+    if estimator in ("kl", "k1"):
+        return log_probs - ref_log_probs
+    if estimator == "abs":
+        return (log_probs - ref_log_probs).abs()
+    if estimator in ("mse", "k2"):
+        return 0.5 * (log_probs - ref_log_probs).square()
+    if estimator in ("low_var_kl", "k3"):
+        return kl_k3(log_probs, ref_log_probs)
+    raise ValueError(f"unknown KL estimator {estimator!r}; use one of {', '.join(KL_ESTIMATORS)}")
 
 
 # --- batching rules ----------------------------------------------------------------------------

@@ -265,15 +265,17 @@ class AlgorithmConfig:
     preset: str | None = option(
         None,
         "A registered algorithm preset (grpo, dr_grpo, dapo, gspo, gspo_token, cispo, rloo, remax, "
-        "reinforce_pp, reinforce_pp_baseline; see docs/algorithms.md): sets the keys below that you leave at "
-        "their default.",
+        "reinforce_pp, reinforce_pp_baseline, gdpo, gmpo, sapo; see docs/algorithms.md): sets the keys below "
+        "that you leave at their default.",
     )
-    adv_estimator: str = option("grpo", "A registered advantage estimator (grpo, rloo, remax, reinforce_pp).")
+    adv_estimator: str = option(
+        "grpo", "A registered advantage estimator (grpo, rloo, remax, reinforce_pp, gdpo)."
+    )
     estimator_options: dict[str, Any] = option(
         factory=dict,
         help="Options of the advantage estimator (the run's config.yaml lists them all, resolved).",
     )
-    policy_loss: str = option("ppo_clip", "A registered policy loss (ppo_clip, gspo, cispo).")
+    policy_loss: str = option("ppo_clip", "A registered policy loss (ppo_clip, gspo, cispo, gmpo, sapo).")
     loss_options: dict[str, Any] = option(
         factory=dict, help="Options of the policy loss (the run's config.yaml lists them all, resolved)."
     )
@@ -283,12 +285,20 @@ class AlgorithmConfig:
     adv_eps: float = option(1e-6, "Added to the group standard deviation.")
     clip_low: float = option(0.2, "PPO ratio clip below: 1 - clip_low (DAPO ε_low).")
     clip_high: float = option(0.28, "PPO ratio clip above: 1 + clip_high (DAPO clip-higher ε_high).")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean"] = option(
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = option(
         "token-mean",
-        "token-mean: every valid token weighs the same; seq-mean-token-mean: mean per response, then over "
-        "responses.",
+        "token-mean: every valid token weighs the same; seq-mean-token-mean: mean per response, then "
+        "over responses; seq-mean-token-sum: sum per response, then the mean over responses; "
+        "seq-mean-token-sum-norm (Dr. GRPO): the sum over responses × rollout.max_response_length.",
     )
-    use_kl_loss: bool = option(False, "Add a k3 (low-variance) KL penalty to a frozen reference model.")
+    use_kl_loss: bool = option(False, "Add a KL penalty to a frozen reference model (algorithm.kl_penalty).")
+    kl_penalty: Literal["low_var_kl", "k3", "kl", "k1", "abs", "mse", "k2"] = option(
+        "low_var_kl",
+        "The per-token KL estimator: low_var_kl (k3: exp(d) - d - 1, d = ref - logp), kl (k1: logp - ref), "
+        "abs (|logp - ref|), mse (k2: (logp - ref)²/2). Reduced as the policy loss's loss_agg_mode.",
+    )
     kl_coef: float = option(0.01, "Weight of the KL penalty when algorithm.use_kl_loss is true.")
     entropy_coef: float = option(0.0, "Weight of the entropy bonus (entropy is logged either way).")
     dynamic_sampling: bool = option(

@@ -34,7 +34,15 @@ import pytest
 
 from videorl import cli
 from videorl import plugins as plugins_module
-from videorl.algorithms import AdvantageEstimator, LossScale, PolicyLoss, PolicyLossFunction
+from videorl.algorithms import (
+    AdvantageEstimator,
+    LossScale,
+    PolicyLoss,
+    PolicyLossFunction,
+    StepAdvantageEstimator,
+    StepRewards,
+    advantages_of,
+)
 from videorl.benchmark import Benchmark, BenchmarkRow
 from videorl.eval.scoring import aggregator
 from videorl.plugins import Plugins, load_plugins
@@ -335,8 +343,9 @@ def assert_algorithm_contract(component_class: type, **options: Any) -> Any:
 
     - it is a dataclass whose every field (option) has a default and a ``help`` text in its metadata,
       and it is made from its defaults (or ``options``);
-    - an estimator's ``advantages`` maps ``(groups, n)`` rewards to finite advantages of the same shape,
-      the same on a second call, without changing its input;
+    - an estimator (``advantages(rewards)``, or ``estimate(step)`` on a :class:`~videorl.api.StepRewards`)
+      maps ``(groups, n)`` rewards to finite advantages of the same shape, the same on a second call,
+      without changing its input;
     - a loss's ``loss`` returns a :class:`~videorl.api.PolicyLoss` with a finite scalar loss, the same for
       per-sequence ``(B,)`` and per-token ``(B, T)`` advantages (rollout correction passes the latter),
       linear in the advantages (twice the advantages, twice the loss: the correction's weights rely on it),
@@ -359,19 +368,22 @@ def assert_algorithm_contract(component_class: type, **options: Any) -> Any:
             f"{name}: option {f.name!r} has no help text (metadata={{'help': ...}})"
         )
     component: Any = component_class(**options)
-    is_estimator = isinstance(component, AdvantageEstimator)
+    is_estimator = isinstance(component, AdvantageEstimator | StepAdvantageEstimator)
     is_loss = isinstance(component, PolicyLossFunction)
-    assert is_estimator or is_loss, f"{name}: has neither advantages(rewards) nor loss(...)"
+    assert is_estimator or is_loss, f"{name}: has neither advantages(rewards), estimate(step) nor loss(...)"
     generator = torch.Generator().manual_seed(0)
     if is_estimator:
         rewards = torch.rand(3, 4, generator=generator)
         rewards[1] = 0.5  # a group of equal rewards
         before = rewards.clone()
-        out = component.advantages(rewards)
+        lengths = torch.randint(1, 9, (3, 4), generator=generator)
+        parts = tuple(tuple({"accuracy": float(r), "format": 1.0} for r in row) for row in rewards.tolist())
+        step = StepRewards(rewards, lengths, parts)
+        out = advantages_of(component, step)
         assert isinstance(out, torch.Tensor) and out.shape == rewards.shape, f"{name}: advantages shape"
         assert torch.isfinite(out).all(), f"{name}: advantages are not finite: {out}"
         assert torch.equal(rewards, before), f"{name}: advantages changed its input"
-        assert torch.equal(component.advantages(rewards), out), f"{name}: advantages are not deterministic"
+        assert torch.equal(advantages_of(component, step), out), f"{name}: advantages are not deterministic"
     if is_loss:
         base = torch.log(torch.rand(3, 4, generator=generator) * 0.8 + 0.1)
         old = base + 0.1 * torch.randn(3, 4, generator=generator)

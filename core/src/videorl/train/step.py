@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from videorl.algorithms import StepRewards, advantages_of
 from videorl.algorithms import formulas as algo
 from videorl.episode import Episode
 from videorl.errors import ConfigError
@@ -27,7 +28,8 @@ def assign_advantages(
     config: TrainConfig, algorithm: Algorithm, groups: Sequence[Sequence[Episode]]
 ) -> list[Episode]:
     """Set every trajectory's advantage by the run's estimator (on the rewards with DAPO's overlong
-    shaping, when on); the trajectories, flattened in group order."""
+    shaping, when on; an estimator that reads the step also sees the reward's parts and each response's
+    trained token count); the trajectories, flattened in group order."""
     cfg = config.algorithm
     rewards = torch.tensor([[t.reward for t in g] for g in groups])
     if cfg.overlong_buffer > 0:
@@ -35,14 +37,18 @@ def assign_advantages(
         rewards = rewards + algo.overlong_penalty(
             lengths, config.rollout.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
         )
-    estimator = algorithm.estimator
+    step = StepRewards(
+        rewards,
+        torch.tensor([[t.policy_tokens for t in g] for g in groups], dtype=torch.int64),
+        tuple(tuple(t.parts for t in g) for g in groups),
+    )
     if algorithm.greedy_baseline and not all(g and g[-1].baseline for g in groups):
         raise ConfigError(
             f"algorithm.adv_estimator {cfg.adv_estimator!r} needs a greedy baseline response per prompt, "
             "last in its group, which this rollout did not add: a rollout workflow must call "
             "videorl.rollout.single_turn.add_baselines when the algorithm's greedy_baseline is true"
         )
-    advantages = estimator.advantages(rewards)
+    advantages = advantages_of(algorithm.estimator, step)
     flat = []
     for g, group in enumerate(groups):
         for j, t in enumerate(group):
