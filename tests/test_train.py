@@ -587,6 +587,8 @@ def test_an_engine_that_can_sleep_sleeps_for_each_update_and_wakes_with_new_weig
     train(
         t.config,
         actor=t.actor,
+        algorithm=t.algorithm,
+        workflow=t.workflow,
         engine=Sleepy(),
         rewards=t.rewards,
         data=t.data,
