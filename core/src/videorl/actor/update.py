@@ -116,22 +116,9 @@ def update(
     gradient of the mini-batch's token-mean loss however it is split into micro-batches and ranks.
     """
     cfg = config.algorithm
-    policy_loss = algorithm.loss
     forbidden = sorted(actor.backend.forbidden_token_ids() | set(config.model.suppress_token_ids))
-    n = config.rollout.n
-    groups = [list(trajectories[i : i + n]) for i in range(0, len(trajectories), n)]
-    updates = max(1, min(len(groups), config.data.rollout_batch_size // config.actor.global_batch_size))
-    per_update = math.ceil(len(groups) / updates)
-    minis = [[t for g in groups[u * per_update : (u + 1) * per_update] for t in g] for u in range(updates)]
-    budget, packed = config.actor.max_tokens_per_micro_batch, config.actor.padding_free
-    old: dict[int, torch.Tensor] = {}
-    if updates > 1:
-        with timer("old_logprob"), torch.no_grad():
-            for batch in micro_batches(trajectories, budget, dist):
-                logp, _, _ = forward_responses(
-                    actor.model, actor.backend, batch, forbidden, actor.compute_dtype, padding_free=packed
-                )
-                old.update({id(t): logp[row, : len(t.response_ids)] for row, t in enumerate(batch)})
+    minis = _mini_batches(config, trajectories)
+    old = _old_logprobs(config, actor, trajectories, forbidden, dist, timer) if len(minis) > 1 else {}
     # Before the micro-batch loop, not between an actor forward and its backward (where its
     # activations would sit on top of the actor's).
     ref: dict[int, torch.Tensor] = (
@@ -144,48 +131,99 @@ def update(
         counts = torch.tensor([float(sum(t.policy_tokens for t in trained)), float(len(trained))])
         # FSDP averages gradients over every rank of the mesh: a rank's share of the mean is 1/world_size
         tokens, responses = (max(float(c), 1.0) / dist.world_size for c in dist.all_reduce(counts))
-        batches = micro_batches(mini, budget, dist)
+        scale = LossScale(tokens, responses, config.rollout.max_response_length)
+        batches = micro_batches(mini, config.actor.max_tokens_per_micro_batch, dist)
         for j, batch in enumerate(batches, start=1):
-            timer.show(f"update {u}/{updates}, micro-batch {j}/{len(batches)}")
-            logp, entropy, mask = forward_responses(
-                actor.model,
-                actor.backend,
-                batch,
-                forbidden,
-                actor.compute_dtype,
-                entropy_grad=cfg.entropy_coef > 0,
-                padding_free=packed,
-            )
-            if cfg.overlong_filtering:
-                keep = torch.tensor([_trained(cfg, t) for t in batch], device=mask.device)
-                mask = mask * keep.to(mask.dtype).unsqueeze(-1)
-            old_logp = _rows([old[id(t)] for t in batch], logp) if old else logp.detach()
-            adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
-            if cfg.rollout_correction != "none":
-                adv = adv.unsqueeze(-1) * _rollout_correction(cfg, batch, old_logp, mask, sums)
-            scale = LossScale(tokens, responses, config.rollout.max_response_length)
-            pl = policy_loss.loss(logp, old_logp, adv, mask, scale)
-            loss, valid = pl.loss, mask.float()
-            # the entropy and KL terms are reduced as the loss reduces its own (veRL's loss_agg_mode)
-            mode = algorithm.loss_agg_mode
-            denominator = algo.denominator(mode, scale)
-            if cfg.entropy_coef > 0:
-                loss = loss - cfg.entropy_coef * algo.aggregate(entropy, mask, mode, denominator=denominator)
-            if cfg.use_kl_loss:
-                kl = algo.kl_penalty(logp, _rows([ref[id(t)] for t in batch], logp), cfg.kl_penalty)
-                loss = loss + cfg.kl_coef * algo.aggregate(kl, mask, mode, denominator=denominator)
-                sums["actor/kl"] += float((kl.detach() * valid).sum())
-            loss.backward()
-            sums["actor/loss"] += float(pl.loss.detach())
-            sums["actor/clip_fraction"] += float(pl.clip_fraction) * float(valid.sum())
-            sums["actor/entropy"] += float((entropy.detach() * valid).sum())
-            sums["tokens"] += float(valid.sum())
-            for kind, gap in modality_gaps(batch, logp).items():  # |actor - engine| per modality
-                sums[f"gap/{kind}"] += gap.total
-                sums[f"gap_tokens/{kind}"] += gap.count
-                sums["gap"] += gap.total
-                sums["gap_tokens"] += gap.count
-        sums["actor/grad_norm"] += _clip_and_step(actor, config.optim.grad_clip) / updates
+            timer.show(f"update {u}/{len(minis)}, micro-batch {j}/{len(batches)}")
+            _backward(config, actor, algorithm, batch, forbidden, scale, old, ref, sums)
+        sums["actor/grad_norm"] += _clip_and_step(actor, config.optim.grad_clip) / len(minis)
+    return _update_metrics(config, actor, trajectories, len(minis), sums)
+
+
+def _mini_batches(config: TrainConfig, trajectories: Sequence[Episode]) -> list[list[Episode]]:
+    """The step's groups cut into ``rollout_batch_size / global_batch_size`` mini-batches (one optimizer
+    step each), whole groups in each."""
+    n = config.rollout.n
+    groups = [list(trajectories[i : i + n]) for i in range(0, len(trajectories), n)]
+    updates = max(1, min(len(groups), config.data.rollout_batch_size // config.actor.global_batch_size))
+    per_update = math.ceil(len(groups) / updates)
+    return [[t for g in groups[u * per_update : (u + 1) * per_update] for t in g] for u in range(updates)]
+
+
+def _old_logprobs(
+    config: TrainConfig,
+    actor: Actor,
+    trajectories: Sequence[Episode],
+    forbidden: Sequence[int],
+    dist: Parallel,
+    timer: StageTimer,
+) -> dict[int, torch.Tensor]:
+    """The log-probs of the policy before the step's first optimizer step (by ``id`` of the episode):
+    the ratio's denominator when a step takes several."""
+    old: dict[int, torch.Tensor] = {}
+    with timer("old_logprob"), torch.no_grad():
+        for batch in micro_batches(trajectories, config.actor.max_tokens_per_micro_batch, dist):
+            logp, _, _ = forward_responses(
+                actor.model, actor.backend, batch, forbidden, actor.compute_dtype,
+                padding_free=config.actor.padding_free,
+            )  # fmt: skip
+            old.update({id(t): logp[row, : len(t.response_ids)] for row, t in enumerate(batch)})
+    return old
+
+
+def _backward(
+    config: TrainConfig,
+    actor: Actor,
+    algorithm: Algorithm,
+    batch: Sequence[Episode],
+    forbidden: Sequence[int],
+    scale: LossScale,
+    old: dict[int, torch.Tensor],
+    ref: dict[int, torch.Tensor],
+    sums: dict[str, float],
+) -> None:
+    """One micro-batch: its forward, the policy loss with the entropy and KL terms, its backward, and
+    what it adds to the step's sums."""
+    cfg = config.algorithm
+    logp, entropy, mask = forward_responses(
+        actor.model, actor.backend, batch, forbidden, actor.compute_dtype,
+        entropy_grad=cfg.entropy_coef > 0, padding_free=config.actor.padding_free,
+    )  # fmt: skip
+    if cfg.overlong_filtering:
+        keep = torch.tensor([_trained(cfg, t) for t in batch], device=mask.device)
+        mask = mask * keep.to(mask.dtype).unsqueeze(-1)
+    old_logp = _rows([old[id(t)] for t in batch], logp) if old else logp.detach()
+    adv = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=logp.device)
+    if cfg.rollout_correction != "none":
+        adv = adv.unsqueeze(-1) * _rollout_correction(cfg, batch, old_logp, mask, sums)
+    pl = algorithm.loss.loss(logp, old_logp, adv, mask, scale)
+    loss, valid = pl.loss, mask.float()
+    # the entropy and KL terms are reduced as the loss reduces its own (veRL's loss_agg_mode)
+    mode = algorithm.loss_agg_mode
+    denominator = algo.denominator(mode, scale)
+    if cfg.entropy_coef > 0:
+        loss = loss - cfg.entropy_coef * algo.aggregate(entropy, mask, mode, denominator=denominator)
+    if cfg.use_kl_loss:
+        kl = algo.kl_penalty(logp, _rows([ref[id(t)] for t in batch], logp), cfg.kl_penalty)
+        loss = loss + cfg.kl_coef * algo.aggregate(kl, mask, mode, denominator=denominator)
+        sums["actor/kl"] += float((kl.detach() * valid).sum())
+    loss.backward()
+    sums["actor/loss"] += float(pl.loss.detach())
+    sums["actor/clip_fraction"] += float(pl.clip_fraction) * float(valid.sum())
+    sums["actor/entropy"] += float((entropy.detach() * valid).sum())
+    sums["tokens"] += float(valid.sum())
+    for kind, gap in modality_gaps(batch, logp).items():  # |actor - engine| per modality
+        sums[f"gap/{kind}"] += gap.total
+        sums[f"gap_tokens/{kind}"] += gap.count
+        sums["gap"] += gap.total
+        sums["gap_tokens"] += gap.count
+
+
+def _update_metrics(
+    config: TrainConfig, actor: Actor, trajectories: Sequence[Episode], updates: int, sums: dict[str, float]
+) -> dict[str, float]:
+    """The ``actor/*``, ``rollout/logprob_diff*`` and ``rollout_correction/*`` metrics of the step."""
+    cfg = config.algorithm
     tokens_all = max(sums["tokens"], 1.0)
     out = {
         "actor/loss": sums["actor/loss"] / updates,

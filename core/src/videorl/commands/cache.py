@@ -25,7 +25,7 @@ from videorl.plugins import Plugins
 
 if TYPE_CHECKING:
     from videorl.data import Sample
-    from videorl.media import DecodeParams
+    from videorl.media import BuildReport, DecodeParams
 
 _DEFAULT_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
@@ -375,9 +375,16 @@ def build_command(
                     "stage": failure.stage,
                 }
             )
+    _finish_build(report, len(users), params, report_path, failed)
+
+
+def _finish_build(
+    report: BuildReport, videos: int, params: DecodeParams, report_path: Path, failed: list[dict[str, Any]]
+) -> None:
+    """Write the failure report, say what was built, and exit 1 when anything failed."""
     not_written = _write_report(report_path, failed)
     click.echo(
-        f"{len(report.refs)} of {len(users)} videos cached in {report.seconds:.1f} s "
+        f"{len(report.refs)} of {videos} videos cached in {report.seconds:.1f} s "
         f"({report.built} decoded now, {report.cached} already cached); parameters {params.to_json()}"
     )
     if not_written is not None:

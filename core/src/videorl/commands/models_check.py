@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +15,10 @@ from videorl.actor.parity import tolerance_for
 from videorl.diagnostics.models_check import probe_prompts, run_check
 from videorl.errors import AlignmentError, ConfigError, DataError
 from videorl.plugins import Plugins
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.generation import RolloutEngine
 
 
 @click.command("check")
@@ -59,7 +65,6 @@ def check_command(
     from videorl.backend import backend_for_model
     from videorl.config import load_config
     from videorl.devices import local_device
-    from videorl.rollout.factory import make_engine
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the report (--json)
     config = load_config(config_path, [f"model.path={model}"]) if config_path is not None else None
@@ -80,25 +85,8 @@ def check_command(
         with contextlib.suppress(AlignmentError, DataError):  # reported by the check itself
             lengths.append(backend.prompt_length(prompt))
     device = local_device()
-    try:
-        rollout = make_engine(
-            plugins,
-            name,
-            backend,
-            model_path=str(model),
-            dtype=dtype,
-            seed=0,
-            options=config.rollout.engine_options if config is not None else None,
-            max_model_len=max([1024, *(n + 64 for n in lengths)]),
-            device=device,
-        )
-    except ConfigError:
-        raise
-    except Exception as exc:  # the engine cannot serve this checkpoint at all: the first finding
-        raise click.ClickException(
-            f"the {name} engine could not start on {model}: {type(exc).__name__}: {exc}. Training with it "
-            "would fail the same way; check the engine's version and its support for this model_type."
-        ) from exc
+    options = config.rollout.engine_options if config is not None else None
+    rollout = _start_engine(plugins, name, backend, model, dtype, options, lengths, device)
     try:
         trainer = backend.load_model(
             dtype=torch.float32, device=device
@@ -124,3 +112,31 @@ def check_command(
     click.echo(json.dumps(report.to_json(), indent=2, default=str) if as_json else report.table())
     if not report.ok:
         raise SystemExit(1)
+
+
+def _start_engine(
+    plugins: Plugins,
+    name: str,
+    backend: ModelBackend,
+    model: Path,
+    dtype: str,
+    options: Mapping[str, Any] | None,
+    lengths: list[int],
+    device: Any,
+) -> RolloutEngine:
+    """The engine under test, with room for the longest probe; one that cannot start on ``model`` at all
+    is the check's first finding."""
+    from videorl.rollout.factory import make_engine
+
+    try:
+        return make_engine(
+            plugins, name, backend, model_path=str(model), dtype=dtype, seed=0, options=options,
+            max_model_len=max([1024, *(n + 64 for n in lengths)]), device=device,
+        )  # fmt: skip
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise click.ClickException(
+            f"the {name} engine could not start on {model}: {type(exc).__name__}: {exc}. Training with it "
+            "would fail the same way; check the engine's version and its support for this model_type."
+        ) from exc
