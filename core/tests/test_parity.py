@@ -138,7 +138,7 @@ def _trajectory(sample_id: str, kind: str, logprobs: list[float]) -> object:
 
 
 def test_gaps_per_modality_of_the_prompts() -> None:
-    from videorl.actor.parity import modality_gaps
+    from videorl.actor.gaps import modality_gaps
 
     nan = float("nan")
     batch = [
@@ -157,7 +157,7 @@ def test_gaps_per_modality_of_the_prompts() -> None:
 
 def test_gaps_of_a_multi_turn_episode_count_the_policy_s_tokens_only() -> None:
     """A tool's reply inside the response has no engine log-probs (NaN) and is not compared."""
-    from videorl.actor.parity import modality_gaps
+    from videorl.actor.gaps import modality_gaps
 
     nan = float("nan")
     episode = _trajectory("v1", "video", [])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from videorl.actor.parity import modality_gaps
+from videorl.actor.gaps import modality_gaps
 from videorl.algorithms import LossScale
 from videorl.algorithms import formulas as algo
 from videorl.episode import Episode
