@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from videorl.atomic import atomic_write_text
+from videorl.atomic import write_output_text
 from videorl.data import read_rows
 from videorl.episode import Episode
 from videorl.errors import DataError
@@ -171,7 +171,7 @@ def write_kept_rows(
                 row = _relocate(row, root, out_dir)
             lines.append(json.dumps({**row, "pass_rate": rate}, ensure_ascii=False) + "\n")
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, "".join(lines))
+    write_output_text(out, "".join(lines))  # a device or a link written through, never replaced
     values = [rates[s.id] for s in samples]
     return FilterSummary(
         len(values), len(lines), sum(v >= 1.0 for v in values), sum(v <= 0.0 for v in values)
