@@ -128,8 +128,9 @@ def _example_data(tmp_path: Path) -> Path:
 def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(
     tmp_path: Path, tiny_model_dir
 ) -> None:
-    """32 prompts per step over 16 rows: a warning with the numbers; the progress bar names the stage
-    the step is in (the rollout, then each update's micro-batches), not only finished steps."""
+    """32 prompts per step over 16 rows: a warning with the numbers, on a line of its own; stderr is a
+    file here (not a terminal), so the progress is one line per step with its stage times, never a
+    bar redrawn with carriage returns."""
     done = _train(
         str(EXAMPLES / "cpu-small.yaml"),
         f"model.path={tiny_model_dir('qwen2_5_vl')}",
@@ -138,18 +139,19 @@ def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(
         f"output_dir={tmp_path / 'run'}",
         "data.rollout_batch_size=32",
         "actor.global_batch_size=16",
-        "trainer.max_steps=1",
+        "trainer.max_steps=2",
+        "trainer.progress_bar=true",
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert (
         "data.rollout_batch_size is 32 but the training data has 16 samples: each step repeats every "
         "sample about 2× (32 prompts × 4 responses = 128 per step)"
     ) in done.stderr
-    assert "step 1: rollout 32 prompts × 4" in done.stderr
-    assert (
-        "step 1: update 1/2, micro-batch 1/" in done.stderr
-        and "step 1: update 2/2, micro-batch 1/" in done.stderr
-    )
+    assert "\r" not in done.stderr
+    steps = [line for line in done.stderr.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in steps] == ["step 1/2", "step 2/2"]
+    for line in steps:
+        assert " s  reward " in line and "  rollout " in line and "  actor " in line, line
 
 
 def test_a_start_that_fails_leaves_no_run_directory(tmp_path: Path, tiny_model_dir) -> None:

@@ -87,9 +87,18 @@ class Progress:
     def __init__(self) -> None:
         self.updates: list[tuple[int, float | None, float]] = []
         self.stages: list[str] = []
+        self.stage_times: list[dict[str, float]] = []
 
-    def update(self, step: int, *, reward: float | None = None, acc: float = 0.0) -> None:
+    def update(
+        self,
+        step: int,
+        *,
+        reward: float | None = None,
+        stages: dict[str, float] | None = None,
+        acc: float = 0.0,
+    ) -> None:
         self.updates.append((step, reward, acc))
+        self.stage_times.append(dict(stages or {}))
 
     def stage(self, text: str) -> None:
         self.stages.append(text)
@@ -171,6 +180,8 @@ def test_time_metrics_cover_the_stages_validation_and_evaluations(tmp_path: Path
     assert [row for _, row in metrics.rows] == rows  # what on_step sees is what is logged
     assert progress.updates == [(1, 0.1, 0.5), (2, 0.2, 0.5)]
     assert progress.stages == ["rollout", "rollout", "validation", "benchmarks"]
+    # the progress line of a log shows the stage times of the step (not the step's own, shown apart)
+    assert progress.stage_times[1] == {"rollout": 1.0, "actor": 0.25, "validation": 3.0, "benchmarks": 2.0}
 
 
 def test_evaluation_names_must_not_collide(tmp_path: Path, clock: Clock) -> None:

@@ -207,10 +207,27 @@ def test_git_revision(tmp_path: Path) -> None:
 
 def test_progress_bar_shows_step_reward_and_eta() -> None:
     out = io.StringIO()
-    with ProgressBar(10, start_step=2, file=out) as bar:
+    with ProgressBar(10, start_step=2, file=out, terminal=True) as bar:
         bar.update(3, reward=0.5)
         bar.update(4, reward=0.625, acc=0.5)
     text = out.getvalue()
     assert "step 3/10" in text and "reward=0.500" in text
     assert "step 4/10" in text and "reward=0.625, acc=0.5" in text
     assert "<" in text  # elapsed<remaining
+
+
+def test_in_a_file_the_progress_is_one_line_per_step() -> None:
+    """A log file (stderr not a terminal) gets a line per step, with no carriage returns."""
+    out = io.StringIO()
+    assert not out.isatty()
+    with ProgressBar(10, start_step=2, file=out) as bar:
+        bar.stage("rollout 16 prompts × 8")  # nothing: the step's line comes when it ends
+        bar.update(3, reward=0.5, stages={"rollout": 1.25, "actor": 2.0}, acc=0.25)
+        bar.update(4, reward=0.625, acc=0.5)
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and len(lines) == 2
+    assert (
+        lines[0].startswith("step 3/10  ")
+        and "reward 0.500  acc 0.25  rollout 1.2 s  actor 2.0 s" in lines[0]
+    )
+    assert lines[1].startswith("step 4/10  ") and lines[1].endswith("reward 0.625  acc 0.5")

@@ -252,20 +252,34 @@ def write_run_metadata(
 
 
 class ProgressBar:
-    """A tqdm bar over training steps showing the step, the latest reward and the ETA.
+    """Training progress on stderr: in a terminal a tqdm bar over the steps (the step, the latest
+    reward, the ETA, and what the step under way is doing); in a file (a SLURM log, ``nohup``,
+    ``| tee``) one line per step with its time, headline metrics and stage times, so that a log reads
+    line by line and warnings stay on lines of their own.
 
     The ETA is measured on the steps of this process only, so a resumed run estimates correctly.
+    ``terminal``: which of the two (default: whether ``file``, else stderr, is a terminal).
     """
 
     def __init__(
-        self, total_steps: int, *, start_step: int = 0, enabled: bool = True, file: IO[str] | None = None
+        self,
+        total_steps: int,
+        *,
+        start_step: int = 0,
+        enabled: bool = True,
+        file: IO[str] | None = None,
+        terminal: bool | None = None,
     ) -> None:
         from tqdm import tqdm
 
+        stream = file if file is not None else sys.stderr
+        self.terminal = stream.isatty() if terminal is None else terminal
+        self._file, self._total, self._enabled = stream, total_steps, enabled
+        self._last = time.perf_counter()
         self._bar = tqdm(
             total=total_steps,
             initial=start_step,
-            disable=not enabled,
+            disable=not enabled or not self.terminal,
             file=file,
             desc="step",
             unit="step",
@@ -274,17 +288,43 @@ class ProgressBar:
             bar_format="{desc} {n_fmt}/{total_fmt} |{bar:20}| [{elapsed}<{remaining}, {rate_fmt}]{postfix}",
         )
 
-    def update(self, step: int, *, reward: float | None = None, **extra: float) -> None:
-        """Move the bar to ``step`` and show ``reward`` (and any further named values)."""
+    def update(
+        self,
+        step: int,
+        *,
+        reward: float | None = None,
+        stages: Mapping[str, float] | None = None,
+        **extra: float,
+    ) -> None:
+        """Move to ``step`` and show ``reward`` and any further named values; a line (not a terminal)
+        also shows the step's wall time and its ``stages`` (seconds each)."""
+        if not self.terminal:
+            self._line(step, reward, stages or {}, extra)
+            return
         postfix = {"reward": f"{reward:.3f}"} if reward is not None else {}
         postfix.update({k: f"{v:.3g}" for k, v in extra.items()})
         self._bar.set_postfix(postfix, refresh=False)
         self._bar.set_description_str("step", refresh=False)
         self._bar.update(step - self._bar.n)
 
+    def _line(
+        self, step: int, reward: float | None, stages: Mapping[str, float], extra: Mapping[str, float]
+    ) -> None:
+        now = time.perf_counter()
+        parts = [f"step {step}/{self._total}", f"{now - self._last:.1f} s"]
+        self._last = now
+        if reward is not None:
+            parts.append(f"reward {reward:.3f}")
+        parts += [f"{k} {v:.3g}" for k, v in extra.items()]
+        parts += [f"{k} {v:.1f} s" for k, v in stages.items()]
+        if self._enabled:
+            print("  ".join(parts), file=self._file, flush=True)
+
     def stage(self, text: str) -> None:
-        """Show what the step under way is doing (``rollout 16 prompts × 8``, ``update 1/2, ...``)."""
-        self._bar.set_description_str(f"step {self._bar.n + 1}: {text} |", refresh=True)
+        """Show what the step under way is doing (``rollout 16 prompts × 8``, ``update 1/2, ...``); in a
+        terminal only (a log gets the step's line when it ends)."""
+        if self.terminal:
+            self._bar.set_description_str(f"step {self._bar.n + 1}: {text} |", refresh=True)
 
     def close(self) -> None:
         self._bar.close()

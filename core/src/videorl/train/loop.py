@@ -167,7 +167,10 @@ def run(
             io.metrics.log(step, metrics)
         if writes and io.progress is not None:
             io.progress.update(
-                step, reward=metrics.get("reward/overall"), acc=metrics.get("accuracy/overall", 0.0)
+                step,
+                reward=metrics.get("reward/overall"),
+                stages={k: v for k, v in timer.seconds.items() if k != "step"},
+                acc=metrics.get("accuracy/overall", 0.0),
             )
         if on_step is not None:
             on_step(step, metrics)
