@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from videorl.actor import step as actor_step
+from videorl.generation import EngineCapabilities
 from videorl.parallel import Parallel
 from videorl.timing import StageTimer
 
 
 class _Engine:
+    capabilities = EngineCapabilities(can_sleep=True)  # an engine that frees its memory for the update
+
     def __init__(self, calls: list[str]) -> None:
         self.calls, self.asleep = calls, False
 

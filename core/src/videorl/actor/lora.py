@@ -18,10 +18,11 @@ module.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from videorl.atomic import atomic_write_text, fsync_dir
@@ -305,7 +306,10 @@ def export_policy(
     skeleton = backend_for_model(base, backends).load_model(dtype=torch.float32, device="meta")
     if settings is not None:
         inject(skeleton, settings)  # the adapters' names and shapes on this base
-    require_same_layout(state, skeleton.state_dict(), checkpoint, base, whole=settings is None)
+    layouts = (
+        [skeleton.state_dict()] if settings is not None else [skeleton.state_dict(), stored_layout(base)]
+    )
+    require_same_layout(state, layouts, checkpoint, base, whole=settings is None)
     if settings is None:
         whole = _MergedCheckpoint(ckpt.path, ckpt.step, merged=state)
         return export_hf_model(whole, base, out, overwrite=overwrite, dtype=weights)
@@ -322,13 +326,40 @@ def export_policy(
     return export_hf_model(merged, base, out, overwrite=overwrite, dtype=weights)
 
 
+def stored_layout(base: Path) -> dict[str, Any]:
+    """The names and shapes of the tensors ``base`` stores (its safetensors headers; no data is read):
+    a checkpoint may hold a family's Hub names, which ``from_pretrained`` maps onto the module's."""
+    from safetensors import safe_open
+
+    out: dict[str, Any] = {}
+    for path in sorted(base.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as stored:
+            for name in stored.keys():  # noqa: SIM118 - safe_open is not a mapping
+                out[name] = SimpleNamespace(shape=tuple(stored.get_slice(name).get_shape()))
+    return out
+
+
 def require_same_layout(
-    state: Mapping[str, Any], reference: Mapping[str, Any], checkpoint: Path, base: Path, *, whole: bool
+    state: Mapping[str, Any],
+    references: Sequence[Mapping[str, Any]],
+    checkpoint: Path,
+    base: Path,
+    *,
+    whole: bool,
 ) -> None:
-    """Refuse (:class:`VideorlError`) a base model whose architecture, built from its ``config.json``
-    (``reference``: its state dict on the meta device), lacks a tensor of ``state`` or has it in another
-    shape, and, for a ``whole`` model, has tensors ``state`` lacks: the export would load with weights
-    initialised afresh."""
+    """Refuse (:class:`VideorlError`) a base model none of whose ``references`` layouts (its architecture
+    built from its ``config.json`` on the meta device; the names it stores) holds every tensor of
+    ``state`` in the same shape and, for a ``whole`` model, no tensor ``state`` lacks: the export would
+    load with weights initialised afresh. The problems named are those of the first layout."""
+    problems = [_layout_problems(state, reference, whole) for reference in references]
+    if all(problems):
+        raise VideorlError(
+            f"{base} is not the model {checkpoint} was trained from: " + "; ".join(problems[0]) + ". Pass "
+            "the run's base model as --base-model (its config.yaml names it as model.path)"
+        )
+
+
+def _layout_problems(state: Mapping[str, Any], reference: Mapping[str, Any], whole: bool) -> list[str]:
     missing = sorted(set(state) - set(reference))
     extra = sorted(set(reference) - set(state)) if whole else []
     reshaped = [
@@ -336,18 +367,13 @@ def require_same_layout(
         for name, value in sorted(state.items())
         if name in reference and tuple(value.shape) != tuple(reference[name].shape)
     ]
-    problems = [
+    return [
         f"{len(items)} {what} (e.g. {items[0]})"
         for items, what in ((missing, "tensor(s) of the checkpoint are not in the base"),
                             (extra, "tensor(s) of the base are not in the checkpoint"),
                             (reshaped, "tensor(s) have another shape"))
         if items
     ]  # fmt: skip
-    if problems:
-        raise VideorlError(
-            f"{base} is not the model {checkpoint} was trained from: " + "; ".join(problems) + ". Pass "
-            "the run's base model as --base-model (its config.yaml names it as model.path)"
-        )
 
 
 @dataclass
