@@ -1037,7 +1037,8 @@ def test_the_controller_hands_out_the_step_s_published_weights_once(tmp_path: Pa
                                      (AsyncController, False, stale)):  # fmt: skip
         published.clear()
         cluster = SimpleNamespace(colocated=colocated)
-        controller = driver(config(tmp_path, model, extra=extra), cluster, None, [None], [])  # type: ignore[arg-type, list-item]
+        cfg = config(tmp_path, model, extra=extra)
+        controller = driver(cfg, cluster, None, [None], [], algorithm=built(cfg))  # type: ignore[arg-type, list-item]
         controller.transport = Transport()
         controller.step = 3
         if not colocated:
@@ -1057,3 +1058,11 @@ def test_benchmark_workers_without_ray_are_named_as_ignored(
         evaluations = local_evaluations(BenchmarkPasses(c, plugins, backend), None, 0)
     assert len(evaluations) == 1  # the passes run, between steps
     assert "ray.benchmark_workers applies to runs on Ray (videorl train --ray) only" in caplog.text
+
+
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())
