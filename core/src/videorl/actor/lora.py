@@ -303,12 +303,7 @@ def export_policy(
         )
     ckpt = CheckpointManager(checkpoint.parent).load(checkpoint)
     state = ckpt.model_state()
-    skeleton = backend_for_model(base, backends).load_model(dtype=torch.float32, device="meta")
-    if settings is not None:
-        inject(skeleton, settings)  # the adapters' names and shapes on this base
-    layouts = (
-        [skeleton.state_dict()] if settings is not None else [skeleton.state_dict(), stored_layout(base)]
-    )
+    layouts = _base_layouts(base, backends, settings)
     require_same_layout(state, layouts, checkpoint, base, whole=settings is None)
     if settings is None:
         whole = _MergedCheckpoint(ckpt.path, ckpt.step, merged=state)
@@ -326,6 +321,32 @@ def export_policy(
     return export_hf_model(merged, base, out, overwrite=overwrite, dtype=weights)
 
 
+def _base_layouts(
+    base: Path, backends: Any, settings: LoraConfig | None
+) -> list[tuple[Mapping[str, Any], bool]]:
+    """The layouts a checkpoint of ``base`` may hold: the architecture its ``config.json`` builds on the
+    meta device (with LoRA, with the adapters injected), and for a full model the names it stores. A
+    base no backend serves (a text-only model) is compared with what it stores alone. Each comes with
+    whether every name of a checkpoint must be in it: not for the stored names, where a tied tensor
+    (``lm_head`` tied to the embeddings) is stored once."""
+    import torch
+
+    from videorl.backend import backend_for_model
+
+    layouts: list[tuple[Mapping[str, Any], bool]] = []
+    try:
+        skeleton = backend_for_model(base, backends).load_model(dtype=torch.float32, device="meta")
+    except VideorlError:
+        if settings is not None:  # merging needs the model itself
+            raise
+    else:
+        if settings is not None:
+            inject(skeleton, settings)  # the adapters' names and shapes on this base
+        layouts.append((skeleton.state_dict(), True))
+    stored = stored_layout(base) if settings is None else {}
+    return [*layouts, (stored, False)] if stored else layouts
+
+
 def stored_layout(base: Path) -> dict[str, Any]:
     """The names and shapes of the tensors ``base`` stores (its safetensors headers; no data is read):
     a checkpoint may hold a family's Hub names, which ``from_pretrained`` maps onto the module's."""
@@ -341,7 +362,7 @@ def stored_layout(base: Path) -> dict[str, Any]:
 
 def require_same_layout(
     state: Mapping[str, Any],
-    references: Sequence[Mapping[str, Any]],
+    references: Sequence[tuple[Mapping[str, Any], bool]],
     checkpoint: Path,
     base: Path,
     *,
@@ -351,16 +372,19 @@ def require_same_layout(
     built from its ``config.json`` on the meta device; the names it stores) holds every tensor of
     ``state`` in the same shape and, for a ``whole`` model, no tensor ``state`` lacks: the export would
     load with weights initialised afresh. The problems named are those of the first layout."""
-    problems = [_layout_problems(state, reference, whole) for reference in references]
-    if all(problems):
+    problems = [_layout_problems(state, reference, whole, every_name) for reference, every_name in references]
+    # with nothing to compare with (no backend serves it, no safetensors) nothing is refused
+    if problems and all(problems):
         raise VideorlError(
             f"{base} is not the model {checkpoint} was trained from: " + "; ".join(problems[0]) + ". Pass "
             "the run's base model as --base-model (its config.yaml names it as model.path)"
         )
 
 
-def _layout_problems(state: Mapping[str, Any], reference: Mapping[str, Any], whole: bool) -> list[str]:
-    missing = sorted(set(state) - set(reference))
+def _layout_problems(
+    state: Mapping[str, Any], reference: Mapping[str, Any], whole: bool, every_name: bool
+) -> list[str]:
+    missing = sorted(set(state) - set(reference)) if every_name else []
     extra = sorted(set(reference) - set(state)) if whole else []
     reshaped = [
         f"{name}: {list(value.shape)} in the checkpoint, {list(reference[name].shape)} in the base"
