@@ -42,7 +42,7 @@ class FolderLock:
     def __init__(self, folder: str | Path, what: str) -> None:
         self.folder = Path(folder).absolute()
         self.what = what
-        self.created = False  # the folder was made for the lock: removed with it when left empty
+        self.created: list[Path] = []  # folders made for the lock: removed with it when left empty
         self._released = False
 
     @classmethod
@@ -59,7 +59,8 @@ class FolderLock:
         if held is not None:
             self._held[self.folder] = (held[0], held[1] + 1)
             return
-        self.created = not self.folder.exists()
+        # the folders this lock creates (the run's and any missing parents), removed again if still empty
+        self.created = [f for f in (self.folder, *self.folder.parents) if not f.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = _locked_file(self.folder / LOCK_FILE, self.folder, self.what)
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": round(time.time(), 3)}
@@ -85,9 +86,11 @@ class FolderLock:
         with contextlib.suppress(OSError):
             os.unlink(self.folder / LOCK_FILE)  # before the unlock: a waiting writer finds no old record
         os.close(fd)
-        if self.created:
-            with contextlib.suppress(OSError):
-                self.folder.rmdir()  # only when the run wrote nothing else
+        for folder in self.created:  # the run's first, then its parents; only while nothing else is there
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def __enter__(self) -> FolderLock:
         return self
