@@ -58,12 +58,11 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
     import torch
 
     from videorl.actor.update import forward_responses
-    from videorl.algorithms import formulas as algo
     from videorl.backend import PromptInput, backend_for_model
     from videorl.encoding import Prompt
     from videorl.episode import Episode
     from videorl.media.metadata import VideoMetadata
-    from videorl.model_inputs import response_logprobs
+    from videorl.model_inputs import entropy_from_logits, mask_logits, response_logprobs
     from videorl.plugins import load_plugins
     from videorl.rollout import Completion
 
@@ -88,8 +87,8 @@ def run_variant(model_dir: str, variant: str, frames: int, rows: int, response: 
         logits = model(**inputs.model_kwargs()).logits
         logp = response_logprobs(logits, inputs, forbidden=forbidden)
         width, rwidth = inputs.prompt_width, logp.shape[1]
-        entropy = algo.entropy_from_logits(
-            algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden)
+        entropy = entropy_from_logits(
+            mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden)
         )
         assert inputs.response_mask is not None
         mask = inputs.response_mask.float()

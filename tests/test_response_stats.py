@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from videorl.algorithms import formulas as algo
 from videorl.backend import PromptInput, backend_for_model
 from videorl.media.metadata import VideoMetadata
-from videorl.model_inputs import response_logprobs, response_stats
+from videorl.model_inputs import entropy_from_logits, mask_logits, response_logprobs, response_stats
 from videorl.plugins import load_plugins
 
 
@@ -51,9 +50,7 @@ def test_equal_to_the_full_logits_computation(batch: Any) -> None:
 
     logits = model(**inputs.model_kwargs()).logits  # what the update computed before
     logp0 = response_logprobs(logits, inputs, forbidden=forbidden)
-    ent0 = algo.entropy_from_logits(
-        algo.mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden)
-    )
+    ent0 = entropy_from_logits(mask_logits(logits[:, width - 1 : width + rwidth - 1].float(), forbidden))
     ((logp0 * mask).sum() + 0.1 * (ent0 * mask).sum()).backward()
     grads0 = _grads(model)
 
