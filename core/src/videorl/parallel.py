@@ -43,6 +43,14 @@ class Parallel:
             raise ValueError(f"rank {self.rank} outside the {self.world_size} training processes")
 
     @property
+    def has_process_group(self) -> bool:
+        """Whether the ranks are joined by a process group (torchrun, the Ray actor workers); a
+        ``Parallel`` that only describes a rank (tests, planning) has none to run collectives on."""
+        import torch.distributed as tdist
+
+        return self.world_size > 1 and tdist.is_available() and tdist.is_initialized()
+
+    @property
     def data_rank(self) -> int:
         """Which share of the prompts this rank's group takes."""
         return self.rank // self.sp_size

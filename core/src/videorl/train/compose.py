@@ -284,7 +284,7 @@ def _lock_output_dir(config: TrainConfig, dist: Parallel | None) -> FolderLock |
             lock = FolderLock.acquire(config.output_dir, "the output_dir")
         except LockedError as exc:
             refused = exc
-    if dist is not None and dist.world_size > 1:
+    if dist is not None and dist.world_size > 1 and dist.has_process_group:
         told = gather_objects(None if refused is None else str(refused), dist)[0]
         if told is not None and refused is None:
             raise LockedError(f"rank 0: {told}")
