@@ -245,7 +245,7 @@ def test_ray_run_equals_torchrun_run(
 def test_remax_on_ray_equals_remax_under_torchrun(task: tuple[Path, list[str]]) -> None:
     """``algorithm.preset=remax`` with ``--ray``: the rollout workers generate each prompt's greedy
     baseline, the reward worker scores it, and the run equals a torchrun run of the same preset (whose
-    baselines come from :func:`videorl.train.grpo.rollout_groups`), metric for metric."""
+    baselines come from :func:`videorl.rollout.single_turn.rollout_groups`), metric for metric."""
     out = task[0]
     remax = ["algorithm.preset=remax", "trainer.log_completions=100"]
     _train(task, out / "remax-torchrun", *remax, torchrun=True)

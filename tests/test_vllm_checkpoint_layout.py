@@ -34,7 +34,7 @@ import torch
 from videorl.backend import backend_for_model, read_model_type
 from videorl.plugins import load_plugins
 from videorl.rollout.vllm import VLLMEngine
-from videorl.train.grpo import Actor, refresh_state
+from videorl.actor.policy import Actor, refresh_state
 from vllm_probe import PARAMS, max_logprob_diff, probe_prompts
 
 model_dir, out = sys.argv[1:3]
