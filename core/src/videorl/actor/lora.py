@@ -25,11 +25,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from videorl.atomic import atomic_write_text, fsync_dir
+from videorl.atomic import atomic_write_text
 from videorl.errors import ConfigError, VideorlError
 from videorl.hub import resolve_model
 from videorl.runs.checkpoint import Checkpoint, CheckpointManager
-from videorl.runs.export import EXPORT_MARKER, check_export_target, export_hf_model, run_config
+from videorl.runs.export import (
+    EXPORT_MARKER,
+    check_export_target,
+    export_hf_model,
+    publish_folder,
+    run_config,
+)
 from videorl.runs.manifest import FORMAT_VERSION
 
 if TYPE_CHECKING:
@@ -426,7 +432,6 @@ def _export_adapter(
     ``adapter_model.safetensors``, its tensors in ``dtype``; None: float32, as trained), by peft itself
     from a model built on the meta device (no base weight is read); the folder appears atomically,
     marked as an export."""
-    import os
     import shutil
     import uuid
 
@@ -463,13 +468,7 @@ def _export_adapter(
             "adapter": True,
         }
         atomic_write_text(tmp / EXPORT_MARKER, json.dumps(marker) + "\n")
-        fsync_dir(tmp)
-        if out.exists():
-            trash = out.parent / f".trash-{out.name}-{uuid.uuid4().hex[:8]}"
-            os.rename(out, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, out)
-        fsync_dir(out.parent)
+        publish_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

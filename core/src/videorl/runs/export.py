@@ -126,13 +126,7 @@ def export_hf_model(
         if dtype is not None:
             what["dtype"] = _record_dtype(tmp / "config.json", dtype)
         atomic_write_text(tmp / EXPORT_MARKER, json.dumps(what) + "\n")
-        fsync_dir(tmp)
-        if out.exists():
-            trash = out.parent / f".trash-{out.name}-{uuid.uuid4().hex[:8]}"
-            os.rename(out, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, out)
-        fsync_dir(out.parent)
+        publish_folder(tmp, out)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, Exception) and not isinstance(exc, DiskFullError) and is_disk_full(exc):
@@ -181,3 +175,15 @@ def check_export_target(out: Path, protected: dict[str, Path], overwrite: bool) 
             f"{out} was not written by videorl export (it has no {EXPORT_MARKER}); refusing to replace it: "
             "choose another directory or remove it yourself"
         )
+
+
+def publish_folder(tmp: Path, out: Path) -> None:
+    """Put the finished folder ``tmp`` (a sibling of ``out``) at ``out`` durably: an older ``out`` is moved
+    aside and removed, so that readers see the old folder or the new one, never a half-written one."""
+    fsync_dir(tmp)
+    if out.exists():
+        trash = out.parent / f".trash-{out.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(out, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.rename(tmp, out)
+    fsync_dir(out.parent)
