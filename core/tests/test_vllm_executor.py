@@ -65,7 +65,8 @@ def test_a_ray_rollout_worker_of_tp2_in_a_two_cpu_bundle_keeps_the_mp_executor(t
     from videorl_models.tiny import build_tiny
 
     model = build_tiny("qwen2_5_vl", tmp_path / "model", seed=0)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # a new runtime: `ray start` in an earlier test leaves a record of its cluster, which Ray would join
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         pg = placement_group([{"CPU": 2}], strategy="PACK")
         ray.get(pg.ready(), timeout=60)
