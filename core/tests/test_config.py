@@ -47,11 +47,10 @@ def test_defaults_are_the_seed_recipe() -> None:
     assert (budget.video_fps, budget.video_max_frames) == (2.0, 128)
     assert (budget.video_max_pixels, budget.image_max_pixels) == (262144, 1048576)
     assert c.data.source_mode == "prefer_preprocessed"
-    assert (c.rewards.accuracy_weight, c.rewards.format_weight, c.rewards.format.think) == (
-        0.9,
-        0.1,
-        "optional",
-    )
+    # unset weights and fallback: each reward keeps its own defaults (a TaskReward's 0.9, 0.1, on)
+    assert (c.rewards.accuracy_weight, c.rewards.format_weight, c.rewards.fallback) == (None, None, None)
+    assert c.rewards.format.think == "optional"
+    assert c.rewards.common_options() == {"format_rule": c.rewards.format}
     assert c.rollout.engine == "vllm"
 
 
@@ -282,9 +281,16 @@ def test_rewards_section_ranges_are_checked_like_any_section(tmp_path: Path) -> 
         f"  {path}:3: rewards.routes.free_form weight of 'a' must be a non-negative number, got -1.0",
         f"  {path}:3: rewards.routes.free_form weight of 'b' must be a non-negative number, got nan",
     ]
-    with pytest.raises(ConfigError, match=r"override 'rewards.accuracy_weight=0.8': rewards.accuracy_weight "
+    with pytest.raises(ConfigError, match=r"rewards.accuracy_weight "
                        r"\+ format_weight must be 1 \(got 0.8 \+ 0.1\)"):  # fmt: skip
-        load_config(None, [*REQUIRED, "rewards.accuracy_weight=0.8"])
+        load_config(None, [*REQUIRED, "rewards.accuracy_weight=0.8", "rewards.format_weight=0.1"])
+    alone = load_config(None, [*REQUIRED, "rewards.accuracy_weight=0.8"]).rewards  # the other: 1 - it
+    assert (alone.common_options()["accuracy_weight"], alone.common_options()["format_weight"]) == (
+        0.8,
+        pytest.approx(0.2),
+    )
+    with pytest.raises(ConfigError, match=r"rewards.format_weight must be in \[0, 1\]"):
+        load_config(None, [*REQUIRED, "rewards.format_weight=1.5"])
     with pytest.raises(
         ConfigError, match=r"override 'rewards.routes={math: 3}': rewards.routes.math must be"
     ):

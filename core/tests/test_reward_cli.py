@@ -20,6 +20,22 @@ class ExactReward(TaskReward):
         return float(answer == truth)
 
 
+class PositionReward(TaskReward):
+    """The share of positions answered right; as the plugin template, it declares its own defaults."""
+
+    name = "event_ordering"
+
+    def __init__(
+        self, *, accuracy_weight: float = 1.0, format_weight: float = 0.0, fallback: bool = False, **kw: Any
+    ) -> None:
+        super().__init__(
+            accuracy_weight=accuracy_weight, format_weight=format_weight, fallback=fallback, **kw
+        )
+
+    def accuracy(self, answer: Any, truth: Any, inp: RewardInput) -> float:
+        return sum(a == b for a, b in zip(answer, truth, strict=False)) / len(truth)
+
+
 class Boom:
     def __call__(self, inp: RewardInput) -> RewardOutput:
         raise ValueError("reward bug")
@@ -36,6 +52,7 @@ class RewardPlugin:
     def register_rewards(register: Any) -> None:
         register("exact", ExactReward, aliases=["exact match"])
         register("boom", Boom)
+        register("event_ordering", PositionReward, aliases=["ordering"])
         register("abstain", Abstain)
 
 
@@ -73,7 +90,8 @@ def test_scores_and_parts(cli: Any, tmp_path: Path) -> None:
     assert scored[2]["parts"] == [{}]
     assert scored[1]["sample"]["id"] == "b" and "errors" not in scored[0]
     assert "scored 5 response(s) in 3 row(s)" in result.stderr
-    assert "Exact Match: 3 scored, mean 0.6667" in result.stderr
+    # "Exact Match" and "exact" are one reward: one line under its name
+    assert "  exact: 4 scored, mean 0.7500 (0.9·accuracy + 0.1·format, fallback on)" in result.stderr
 
 
 def test_bad_rows_are_reported_by_line_and_left_out(cli: Any, tmp_path: Path) -> None:
@@ -95,7 +113,7 @@ def test_bad_rows_are_reported_by_line_and_left_out(cli: Any, tmp_path: Path) ->
     for line, message in [
         (2, "not valid JSON"),
         (3, "missing field problem_type"),
-        (4, "problem_type 'counting' has no reward (registered: abstain, boom, exact)"),
+        (4, "problem_type 'counting' has no reward (registered: abstain, boom, event_ordering, exact)"),
         (5, "'responses' must be a non-empty list of strings"),
         (6, "missing field ground_truth or answer or solution"),
         (7, "expected a JSON object, got list"),
@@ -131,12 +149,55 @@ def test_config_file_sets_weights(cli: Any, tmp_path: Path) -> None:
     assert read_rows(out)[0]["scores"] == [0.0, 0.0]
 
 
+def test_a_reward_scores_with_its_own_defaults_unless_the_config_sets_them(cli: Any, tmp_path: Path) -> None:
+    rows = write_rows(
+        tmp_path / "rows.jsonl",
+        [
+            {"problem_type": "event_ordering", "answer": "abcdef", "response": "<answer>abcdeX</answer>"},
+            {"problem_type": "Event-Ordering", "answer": "abcdef", "response": "abcdef"},  # untagged
+            {"problem_type": "ordering", "answer": "abcdef", "response": "<answer>abcdef</answer>"},
+            {"problem_type": "exact", "answer": "1", "response": "<answer>1</answer>"},
+        ],
+    )
+    out = tmp_path / "scored.jsonl"
+    result = cli("reward", "--input", str(rows), "--output", str(out))
+    result.assert_success()
+    assert [r["scores"][0] for r in read_rows(out)] == [5 / 6, 0.0, 1.0, 1.0]  # 1·accuracy, no fallback
+    summary = result.stderr.splitlines()[1:]
+    assert summary == [  # one line per canonical reward name, with the weights each reward used
+        "  event_ordering: 3 scored, mean 0.6111 (1·accuracy + 0·format, fallback off)",
+        "  exact: 1 scored, mean 1.0000 (0.9·accuracy + 0.1·format, fallback on)",
+    ]
+    config = tmp_path / "config.yaml"
+    config.write_text("rewards:\n  accuracy_weight: 0.9\n  fallback: true\n")  # format_weight: 1 - 0.9
+    result = cli("reward", "--input", str(rows), "--output", str(out), "--config", str(config))
+    result.assert_success()
+    assert [r["scores"][0] for r in read_rows(out)][:3] == pytest.approx([0.9 * 5 / 6 + 0.1, 0.9, 1.0])
+    assert "  event_ordering: 3 scored, mean 0.9167 (0.9·accuracy + 0.1·format, fallback on)" in result.stderr
+
+
+def test_a_route_of_several_rewards_shows_each_with_its_weight(cli: Any, tmp_path: Path) -> None:
+    rows = write_rows(
+        tmp_path / "rows.jsonl", [{"problem_type": "Mixed", "answer": "ab", "response": "<answer>a</answer>"}]
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text("routes:\n  mixed: {event_ordering: 0.5, exact: 0.5}\n")
+    out = tmp_path / "scored.jsonl"
+    result = cli("reward", "--input", str(rows), "--output", str(out), "--config", str(config))
+    result.assert_success()
+    assert read_rows(out)[0]["scores"] == [pytest.approx(0.5 * 0.5 + 0.5 * 0.1)]
+    assert (
+        "  mixed: 1 scored, mean 0.3000 (0.5·event_ordering [1·accuracy + 0·format, fallback off] + "
+        "0.5·exact [0.9·accuracy + 0.1·format, fallback on])"
+    ) in result.stderr
+
+
 def test_invalid_config_writes_nothing(cli: Any, tmp_path: Path) -> None:
     rows = write_rows(tmp_path / "rows.jsonl", [{"problem_type": "exact", "answer": "1", "response": "1"}])
     out = tmp_path / "scored.jsonl"
     out.write_text("previous\n")
     config = tmp_path / "config.yaml"
-    config.write_text("rewards:\n  accuracy_weight: 0.7\n")
+    config.write_text("rewards:\n  accuracy_weight: 0.7\n  format_weight: 0.7\n")
     result = cli("reward", "--input", str(rows), "--output", str(out), "--config", str(config))
     assert result.exit_code != 0
     assert "accuracy_weight + format_weight must be 1" in result.output + result.stderr

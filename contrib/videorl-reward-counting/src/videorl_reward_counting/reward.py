@@ -23,10 +23,10 @@ def parse_count(text: Any) -> int | None:
 class CountingReward(TaskReward):
     """Accuracy 1 when the last ``<answer>`` holds exactly the ground-truth count, else 0.
 
-    Built on its own, it scores accuracy alone and reads only a tagged answer (no format share, no
-    untagged fallback). Routed in a run, it takes the run's ``rewards.accuracy_weight``,
-    ``format_weight`` and ``fallback`` like every ``TaskReward``; ``rewards.options.counting`` overrides
-    them for this reward alone.
+    It declares its defaults with its keyword defaults: accuracy alone, only a tagged answer read (no
+    format share, no untagged fallback), built on its own and routed in a run alike, unless the run's
+    config sets ``rewards.accuracy_weight``, ``format_weight`` or ``fallback`` (for every reward) or
+    ``rewards.options.counting`` (for this one).
     """
 
     name = "counting"

@@ -272,6 +272,31 @@ def _unusable_rewards(rows: Sequence[Row], router: RewardRouter, registry: Regis
     return broken
 
 
+def _settings_text(settings: dict[str, Any]) -> str:
+    """``0.9·accuracy + 0.1·format, fallback on`` (the parts a reward has)."""
+    parts = []
+    if "accuracy_weight" in settings and "format_weight" in settings:
+        parts.append(f"{settings['accuracy_weight']:g}·accuracy + {settings['format_weight']:g}·format")
+    if "fallback" in settings:
+        parts.append(f"fallback {'on' if settings['fallback'] else 'off'}")
+    return ", ".join(parts)
+
+
+def _weights_text(router: RewardRouter, problem_type: str) -> str:
+    """How a (canonical) problem type was scored, for the summary: `` (1·accuracy + 0·format, fallback
+    off)``, or each reward of a route with its weight and settings."""
+    routes = router.route(problem_type) or []
+    shown = []
+    for name, weight in routes:
+        settings = _settings_text(router.settings(name))
+        if len(routes) == 1 and weight == 1.0:
+            shown.append(f"{name}: {settings}" if settings and name != problem_type else settings)
+        else:
+            shown.append(f"{weight:g}·{name}" + (f" [{settings}]" if settings else ""))
+    text = " + ".join(s for s in shown if s)
+    return f" ({text})" if text else ""
+
+
 def _reward_names(row: Row, router: RewardRouter) -> list[str]:
     return [name for inp in row.inputs for name, _ in router.route(inp.problem_type) or []]
 
@@ -312,7 +337,14 @@ def reward_command(
     model_family: str | None,
     timeout: float | None,
 ) -> None:
-    """Score responses with the installed rewards (debugging rewards, scripting, tests)."""
+    """Score responses with the installed rewards (debugging rewards, scripting, tests).
+
+    \b
+    Each reward scores with its own defaults (a TaskReward's: 0.9·accuracy + 0.1·format, fallback on;
+    a plugin may declare others) unless --config sets rewards.accuracy_weight, format_weight or
+    fallback, or rewards.options.NAME. The summary on stderr prints, per problem type (its canonical
+    name), the weights and fallback each reward used.
+    """
 
     try:
         check_output(output_path, inputs=[input_path, config_path], what="--output")
@@ -361,8 +393,22 @@ def reward_command(
         write_output(output_path, write)
     except VideorlError as exc:  # a full disk: the message names the folder; nothing was left behind
         raise click.ClickException(str(exc)) from exc
+    _print_summary(rows, bad, output_path, time.monotonic() - started, router, by_type, failures)
+    if bad:
+        sys.exit(1)
+
+
+def _print_summary(
+    rows: Sequence[Row],
+    bad: Sequence[tuple[int, str]],
+    output_path: Path,
+    elapsed: float,
+    router: RewardRouter,
+    by_type: dict[str, list[float]],
+    failures: Counter[str],
+) -> None:
+    """The stderr summary: counts, and per canonical problem type its mean and how it was scored."""
     responses = sum(len(row.inputs) for row in rows)
-    elapsed = time.monotonic() - started
     click.echo(
         f"scored {responses} response(s) in {len(rows)} row(s) in {elapsed:.1f} s -> {output_path}"
         + (f"; {len(bad)} bad row(s) left out" if bad else ""),
@@ -370,12 +416,13 @@ def reward_command(
     )
     for problem_type, scores in sorted(by_type.items()):
         mean = sum(scores) / len(scores) if scores else math.nan
-        click.echo(f"  {problem_type}: {len(scores)} scored, mean {mean:.4f}", err=True)
+        click.echo(
+            f"  {problem_type}: {len(scores)} scored, mean {mean:.4f}{_weights_text(router, problem_type)}",
+            err=True,
+        )
     if failures:
         detail = ", ".join(f"{kind} {n}" for kind, n in sorted(failures.items()))
         click.echo(f"  reward failures (scored 0): {detail}", err=True)
-    if bad:
-        sys.exit(1)
 
 
 def _write_rows(
@@ -390,7 +437,7 @@ def _write_rows(
     for row, scored in score_rows(rows, router, specs, workers):
         f.write(json.dumps(_output_row(row, scored), ensure_ascii=False) + "\n")
         for inp, (score, _, error) in zip(row.inputs, scored, strict=True):
-            scores = by_type.setdefault(inp.problem_type, [])
+            scores = by_type.setdefault(router.canonical_type(inp.problem_type), [])
             if score is not None:
                 scores.append(score)
             if error:

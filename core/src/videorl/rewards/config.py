@@ -71,15 +71,21 @@ def _parse_route(route: Any, key: str) -> Any:
 class RewardConfig:
     """How samples are scored (docs/rewards.md explains each key)."""
 
-    accuracy_weight: float = option(
-        0.9, "Weight of the accuracy part of every task reward's score (handed to rewards that take it)."
+    accuracy_weight: float | None = option(
+        None,
+        "Weight of the accuracy part of every task reward's score (handed to rewards that take it); null: "
+        "each reward's own default (a TaskReward's: 0.9). Set alone, format_weight is 1 minus it.",
     )
-    format_weight: float = option(0.1, "Weight of the format part (the format rule below).")
+    format_weight: float | None = option(
+        None,
+        "Weight of the format part (the format rule below); null: each reward's own default (a "
+        "TaskReward's: 0.1). Set alone, accuracy_weight is 1 minus it.",
+    )
     format: FormatRule = option(factory=FormatRule, help="The format rule: which response layouts count.")
-    fallback: bool = option(
-        True,
+    fallback: bool | None = option(
+        None,
         "Without an <answer> tag, read the answer from a final-answer line, \\boxed{} or the text after "
-        "</think> (the format part stays 0).",
+        "</think> (the format part stays 0); null: each reward's own default (a TaskReward's: true).",
     )
     timeout: float | None = option(
         30.0,
@@ -100,12 +106,16 @@ class RewardConfig:
     def _problems(self) -> Problems:
         problems: Problems = []
         for key in ("accuracy_weight", "format_weight"):
-            if not getattr(self, key) >= 0:
-                problems.append((key, "must be >= 0"))
-        if not math.isclose(self.accuracy_weight + self.format_weight, 1.0, abs_tol=1e-9):
-            total = f"{self.accuracy_weight} + {self.format_weight}"
+            weight = getattr(self, key)
+            if weight is not None and not 0 <= weight <= 1:
+                problems.append((key, "must be in [0, 1]"))
+        acc, fmt = self.accuracy_weight, self.format_weight
+        if acc is not None and fmt is not None and not math.isclose(acc + fmt, 1.0, abs_tol=1e-9):
             problems.append(
-                ("accuracy_weight", f"+ format_weight must be 1 (got {total}), so scores stay in [0, 1]")
+                (
+                    "accuracy_weight",
+                    f"+ format_weight must be 1 (got {acc} + {fmt}), so scores stay in [0, 1]",
+                )
             )
         if self.timeout is not None and not self.timeout > 0:
             problems.append(("timeout", "must be a positive number of seconds or null"))
@@ -125,10 +135,17 @@ class RewardConfig:
         return problems
 
     def common_options(self) -> dict[str, Any]:
-        """The options handed to every reward factory that accepts them."""
-        return {
-            "accuracy_weight": self.accuracy_weight,
-            "format_weight": self.format_weight,
-            "format_rule": self.format,
-            "fallback": self.fallback,
-        }
+        """The options handed to every reward factory that accepts them: the format rule, and the weights
+        and fallback only where this config sets them, so that a reward keeps its own defaults otherwise
+        (one weight set alone gives the other as its complement)."""
+        out: dict[str, Any] = {"format_rule": self.format}
+        acc, fmt = self.accuracy_weight, self.format_weight
+        if acc is None and fmt is not None:
+            acc = 1.0 - fmt
+        elif fmt is None and acc is not None:
+            fmt = 1.0 - acc
+        if acc is not None and fmt is not None:
+            out["accuracy_weight"], out["format_weight"] = acc, fmt
+        if self.fallback is not None:
+            out["fallback"] = self.fallback
+        return out

@@ -36,6 +36,9 @@ logger = logging.getLogger("videorl.rewards")
 
 __all__ = ["RewardEvent", "RewardRouter"]
 
+#: the common options a reward's summary shows (``videorl reward``)
+_SHOWN_OPTIONS = ("accuracy_weight", "format_weight", "fallback")
+
 
 @dataclass(frozen=True)
 class RewardEvent:
@@ -190,6 +193,13 @@ class RewardRouter:
             if name not in self._instances:
                 self._instances[name] = self._factories[name]()
             return self._instances[name]
+
+    def settings(self, name: str) -> dict[str, Any]:
+        """What reward ``name`` scores with of the common options ``accuracy_weight``, ``format_weight``
+        and ``fallback``: its own defaults unless the config sets them (those it keeps as attributes, as
+        every ``TaskReward`` does; none for other rewards)."""
+        reward = self.reward(name)
+        return {key: getattr(reward, key) for key in _SHOWN_OPTIONS if hasattr(reward, key)}
 
     def validate(self, samples: Sequence[Sample], *, ground_truths: bool = False) -> None:
         """Check, before any rollout, that every sample's ``problem_type`` has a reward, and create

@@ -11,9 +11,10 @@ class ExactAnswerReward(TaskReward):
     """Exact match of the last ``<answer>`` against ``ground_truth``, case and spaces ignored.
 
     :class:`videorl.api.TaskReward` finds the last ``<answer>``, applies the format rule and weighs
-    accuracy and format. Built on its own, this reward scores accuracy alone and reads only a tagged
-    answer; routed in a run, it takes the run's ``rewards.accuracy_weight``, ``format_weight`` and
-    ``fallback`` (``rewards.options.<name>`` overrides them for this reward alone).
+    accuracy and format. Its keyword defaults below are its declared defaults: it scores accuracy alone
+    and reads only a tagged answer, built on its own and routed in a run alike, unless the run's config
+    sets ``rewards.accuracy_weight``, ``format_weight`` or ``fallback`` (for every reward) or
+    ``rewards.options.<name>`` (for this one).
     """
 
     name = "{{ cookiecutter.underscored }}"
