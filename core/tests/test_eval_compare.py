@@ -28,6 +28,7 @@ PLUGIN = textwrap.dedent(
         """Rows from questions.json: {"id", "answer", "task"}; overall = the mean of the task accuracies."""
 
         name = "quiz"
+        proportions = ("pooled", "task")  # the overall, a macro average, is not one
 
         def load(self, data_root):
             questions = json.loads((Path(data_root) / "questions.json").read_text())
@@ -143,7 +144,9 @@ def test_compare_two_gains_of_two_points(
       McNemar chi² = (20 - 1)² / 200 = 1.805, p = 0.1791.
     - ckpt-clean wins 30 and loses 10: ≈ 2 ± 1.96 × sqrt(.0396 / 1000) = [0.77, 3.23]: significant;
       McNemar chi² = 19² / 40 = 9.025, p = 0.002663.
-    Each run's own interval is Wilson: 500/1000 = [46.91, 53.09], 520/1000 = [48.90, 55.08].
+    Each run's pooled accuracy is a declared proportion, Wilson: 500/1000 = [46.91, 53.09], 520/1000 =
+    [48.90, 55.08]; the overall (a macro average over the one task) equals it but is an aggregate, and
+    gets the bootstrap: about ± 1.96 × sqrt(.25 / 1000) = ± 3.10.
     """
     data = _data(tmp_path / "data", ["t"] * 1000)
     base = list(range(500))
@@ -163,7 +166,12 @@ def test_compare_two_gains_of_two_points(
                                 "ckpt-clean", "95%", "CI"]  # fmt: skip
     overall = next(line for line in lines if line.startswith("quiz") and "overall (accuracy)" in line)
     values = _numbers(overall)
-    assert values[:9] == [50.0, 46.91, 53.09, 52.0, 48.90, 55.08, 52.0, 48.90, 55.08]
+    pooled = next(line for line in lines if line.startswith("quiz") and "pooled" in line)
+    assert _numbers(pooled)[:9] == [50.0, 46.91, 53.09, 52.0, 48.90, 55.08, 52.0, 48.90, 55.08]
+    assert values[0:9:3] == [50.0, 52.0, 52.0]
+    for value, low, high in (values[0:3], values[3:6], values[6:9]):  # bootstrap, not Wilson
+        assert low == pytest.approx(value - 3.10, abs=0.4) and high == pytest.approx(value + 3.10, abs=0.4)
+        assert (low, high) not in ((46.91, 53.09), (48.90, 55.08))
     noisy, noisy_low, noisy_high, clean, clean_low, clean_high = values[9:]
     assert (noisy, clean) == (2.0, 2.0)
     assert noisy_low == pytest.approx(-0.77, abs=0.25) and noisy_high == pytest.approx(4.77, abs=0.25)
@@ -183,7 +191,7 @@ def test_compare_two_gains_of_two_points(
     assert "quiz, base: 1000 rows, 1000 bootstrap resamples (seed 0)" in out
 
     text = md.read_text()
-    assert "| **quiz** | **overall (accuracy)** | **50.00** | **[46.91, 53.09]** |" in text
+    assert "| quiz | pooled | 50.00 | [46.91, 53.09] |" in text
     assert "**+2.00\\***" in text and "\\*: the 95% interval of the difference excludes 0" in text
     assert "r529 (0 -> 100)" in text  # Markdown lists every disagreeing row
     report = json.loads(js.read_text())["benchmarks"]["quiz"]

@@ -16,6 +16,7 @@ from videorl.eval.stats import (
     benchmark_stats,
     mcnemar,
     paired_stats,
+    proportions,
     resample_indices,
     wilson,
 )
@@ -143,7 +144,10 @@ def test_macro_average_is_resampled_as_the_adapters_aggregate() -> None:
     rows = [BenchmarkRow(f"a{i}", "q", "A", categories={"task": "a"}) for i in range(2)]
     rows += [BenchmarkRow(f"b{i}", "q", "A", categories={"task": "b"}) for i in range(8)]
     scores = [1.0, 1.0] + [0.0] * 8
-    stats = benchmark_stats("mvbench-like", task_macro, rows, scores, resamples=2000, seed=0)
+    declared = frozenset({"pooled", "task"})
+    stats = benchmark_stats(
+        "mvbench-like", task_macro, rows, scores, resamples=2000, seed=0, declared=declared
+    )
     assert stats.values["overall (accuracy)"] == 0.5 and stats.values["pooled"] == pytest.approx(0.2)
     assert stats.intervals["overall (accuracy)"] == Interval(0.0, 0.5, "bootstrap")
     # the pooled accuracy and each task's accuracy are proportions: Wilson (2/10, 2/2, 0/8)
@@ -153,9 +157,41 @@ def test_macro_average_is_resampled_as_the_adapters_aggregate() -> None:
     record = stats.as_dict()
     assert (record["resamples"], record["seed"], record["level"], record["n"]) == (2000, 0, 0.95, 10)
     assert record["lines"]["overall (accuracy)"] == {"low": 0.0, "high": 0.5, "method": "bootstrap"}
-    assert (
-        record["lines"]["pooled"]["method"] == "wilson" and len(record["lines"]["pooled"]["bootstrap"]) == 2
+    w = wilson(2, 10)
+    assert record["lines"]["pooled"] == {"low": w.low, "high": w.high, "method": "wilson"}  # one interval
+
+
+def test_the_method_follows_the_declaration_not_a_coincidence_of_values() -> None:
+    """Balanced tasks (5 rows each, 4/5 and 2/5 right): the macro average 0.6 equals the pooled accuracy
+    6/10, yet it is an aggregate and gets the bootstrap; the declared proportions get Wilson, one each."""
+    rows = [BenchmarkRow(f"{t}{i}", "q", "A", categories={"task": t}) for t in "ab" for i in range(5)]
+    scores = [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    stats = benchmark_stats(
+        "b", task_macro, rows, scores, resamples=200, declared=frozenset({"pooled", "task"})
     )
+    assert stats.values["overall (accuracy)"] == pytest.approx(stats.values["pooled"])
+    assert stats.intervals["overall (accuracy)"].method == "bootstrap"
+    assert stats.intervals["pooled"] == wilson(6, 10)
+    assert (stats.intervals["task: a"], stats.intervals["task: b"]) == (wilson(4, 5), wilson(2, 5))
+    undeclared = benchmark_stats("b", task_macro, rows, scores, resamples=200)  # nothing declared
+    assert {iv.method for iv in undeclared.intervals.values()} == {"bootstrap"}
+    every = benchmark_stats(
+        "b", accuracy, rows, scores, resamples=200, declared=frozenset({"overall", "categories"})
+    )
+    assert every.intervals["overall (accuracy)"] == wilson(6, 10) and every.intervals["task: b"] == wilson(
+        2, 5
+    )
+    partial = benchmark_stats("b", accuracy, rows, [0.5] * 10, resamples=200, declared=frozenset({"overall"}))
+    assert partial.intervals["overall (accuracy)"].method == "bootstrap"  # partial scores: not a proportion
+
+
+def test_proportions_must_be_names() -> None:
+    class Bad:
+        proportions = "overall"  # a string, not a collection of names
+
+    with pytest.raises(TypeError, match=r"Bad.proportions must be a collection of figure names"):
+        proportions(Bad())
+    assert proportions(object()) == frozenset()
 
 
 def test_resampling_is_seeded_per_benchmark() -> None:

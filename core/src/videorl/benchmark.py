@@ -99,5 +99,13 @@ class Benchmark(Protocol):
         with ``rows``, or ``None`` when the caller has none (then it reports what the scores alone give).
         The evaluator, ``eval score`` and ``eval compare`` (its intervals too) pass them
         (:func:`videorl.eval.scoring.aggregator`).
+
+        Each figure's 95% interval follows from what the adapter declares it to be, in an optional
+        class attribute ``proportions``: the figures that are the share of their rows scored 1 (each
+        row scoring 0 or 1) — ``"overall"`` or a metric's name (over all rows), a category kind (each
+        of its values over that value's rows), ``"categories"`` (every kind). These get the Wilson
+        interval, every other figure (a macro average, a group score) the bootstrap of this aggregate.
+        An adapter whose aggregate scores rows together names the ``row.extra`` field of the group in
+        ``resample_group`` (whole groups are resampled). See :mod:`videorl.eval.stats`.
         """
         ...

@@ -117,13 +117,14 @@ def score_command(
     seed: int,
 ) -> None:
     """Rescore saved predictions with a benchmark's official metric (no model needed), with 95%
-    intervals of every figure (bootstrap over rows of the official aggregate; Wilson for accuracies).
+    intervals of every figure (Wilson for the proportions the adapter declares, else the bootstrap over
+    rows of the official aggregate).
 
     A row without a prediction, or whose prediction failed, counts as wrong and is listed.
     """
     from videorl.eval import predictions_path, read_predictions, record_result, score_predictions
     from videorl.eval.scoring import aggregator
-    from videorl.eval.stats import ResampleError, benchmark_stats, resample_group
+    from videorl.eval.stats import ResampleError, benchmark_stats, proportions, resample_group
 
     try:
         canonical = plugins.benchmarks.canonical(name)
@@ -147,6 +148,7 @@ def score_command(
                     resamples=resamples,
                     seed=seed,
                     group=resample_group(benchmark),
+                    declared=proportions(benchmark),
                 )
                 result.summary["intervals"] = stats.as_dict()
             except ResampleError as exc:

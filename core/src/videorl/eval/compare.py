@@ -30,6 +30,7 @@ from videorl.eval.stats import (
     benchmark_stats,
     paired_stats,
     percentile_interval,
+    proportions,
     resample_group,
     summary_lines,
 )
@@ -98,7 +99,7 @@ def benchmark_comparison(
     (:func:`videorl.eval.scoring.aggregator`)."""
     aggregates = [aggregator(benchmark, predictions[i] if predictions else None) for i in range(len(scores))]
     name = benchmark.name
-    group = resample_group(benchmark)
+    group, declared = resample_group(benchmark), proportions(benchmark)
     known = {r.id for r in rows}
     out = BenchmarkComparison([], [], [[i for i in s or {} if i not in known] for s in scores])
     for run_scores, aggregate in zip(scores, aggregates, strict=True):
@@ -116,6 +117,7 @@ def benchmark_comparison(
                     resamples=resamples,
                     seed=seed,
                     group=group,
+                    declared=declared,
                 )
                 if mine
                 else None

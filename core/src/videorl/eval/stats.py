@@ -4,9 +4,11 @@ Every figure a benchmark reports (``overall``, its ``metrics`` and each category
 see :func:`summary_lines`) gets a 95% interval. The bootstrap resamples the benchmark's rows with
 replacement and recomputes the adapter's :meth:`~videorl.api.Benchmark.aggregate` on each resample, so
 a macro average (MVBench's mean of task accuracies, OVO-Bench's mean of categories) is resampled as the
-macro average it is, not as a plain mean. Where a line is a proportion of 0/1 row scores (an accuracy
-over all rows or over one category's rows) the analytic Wilson score interval is given as well and is
-the one shown.
+macro average it is, not as a plain mean. Each figure gets one interval, by what the adapter declares
+it to be (its ``proportions``, :func:`proportion_lines`): a proportion of 0/1 scores of independent
+rows (an accuracy over all rows or over one category's rows) gets the analytic Wilson score interval;
+anything else (a macro average, a group score, a mean of partial scores) the bootstrap. A line is never
+given Wilson because its value happens to equal a proportion (a macro average over balanced categories).
 
 Two runs are compared on the row ids both scored: the same resampled rows are aggregated for both runs
 (a paired bootstrap) and the difference's interval taken; for accuracies McNemar's test on the
@@ -55,6 +57,35 @@ def resample_group(benchmark: object) -> str | None:
             f"{type(benchmark).__name__}.resample_group must be a field name (str), got {group!r}"
         )
     return group
+
+
+def proportions(benchmark: object) -> frozenset[str]:
+    """The figures the adapter declares proportions of 0/1 row scores (its ``proportions`` attribute):
+    ``"overall"`` and metric names (over all rows), category kinds (each value over its rows), or
+    ``"categories"`` (every kind). Undeclared figures are aggregates."""
+    declared = getattr(benchmark, "proportions", ())
+    if isinstance(declared, str) or not all(isinstance(d, str) for d in declared):
+        raise TypeError(
+            f"{type(benchmark).__name__}.proportions must be a collection of figure names (str), "
+            f"got {declared!r}"
+        )
+    return frozenset(declared)
+
+
+def proportion_lines(
+    summary: Mapping[str, Any], declared: frozenset[str]
+) -> dict[str, tuple[str, str] | None]:
+    """The lines of ``summary`` declared proportions: label -> the ``(kind, value)`` of the category whose
+    rows it is over, ``None`` for all rows (see :func:`summary_lines` for the labels)."""
+    metric = summary.get("metric") or "score"
+    out: dict[str, tuple[str, str] | None] = {}
+    if "overall" in declared:
+        out[f"overall ({metric})"] = None
+    out.update({str(name): None for name in summary.get("metrics") or {} if name in declared})
+    for kind, values in (summary.get("categories") or {}).items():
+        if kind in declared or "categories" in declared:
+            out.update({f"{kind}: {value}": (str(kind), str(value)) for value in values})
+    return out
 
 
 def summary_lines(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -225,14 +256,14 @@ def _row_labels(row: BenchmarkRow, kind: str) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def _proportion_rows(label: str, rows: Sequence[BenchmarkRow], scores: Sequence[float]) -> list[float]:
-    """The scores of the rows a line is about: all rows, or one category's rows."""
-    kind, sep, value = label.partition(": ")
-    if sep and not label.startswith("overall"):
-        picked = [s for row, s in zip(rows, scores, strict=True) if value in _row_labels(row, kind)]
-        if picked:
-            return picked
-    return list(scores)
+def _proportion_rows(
+    where: tuple[str, str] | None, rows: Sequence[BenchmarkRow], scores: Sequence[float]
+) -> list[float]:
+    """The scores of the rows a line is about: all rows, or those of one category value."""
+    if where is None:
+        return list(scores)
+    kind, value = where
+    return [s for row, s in zip(rows, scores, strict=True) if value in _row_labels(row, kind)]
 
 
 @dataclass
@@ -240,8 +271,7 @@ class BenchmarkStats:
     """One run's lines on one benchmark with their intervals, and each line's bootstrap replicates."""
 
     values: dict[str, float]
-    intervals: dict[str, Interval]
-    bootstrap: dict[str, Interval]
+    intervals: dict[str, Interval]  # one per line: Wilson for a declared proportion, else the bootstrap
     resamples: int
     seed: int
     ids: tuple[str, ...]  # the rows resampled, in order
@@ -257,24 +287,14 @@ class BenchmarkStats:
         return self.replicates[next(iter(self.values))]
 
     def as_dict(self) -> dict[str, Any]:
-        """For ``results.json``: level, resamples, seed and each line's interval (and its bootstrap)."""
+        """For ``results.json``: level, resamples, seed and each line's interval."""
         return {
             "level": LEVEL,
             "resamples": self.resamples,
             "seed": self.seed,
             "n": self.n,
             "group": self.group,
-            "lines": {
-                label: {
-                    **iv.as_dict(),
-                    **(
-                        {"bootstrap": [self.bootstrap[label].low, self.bootstrap[label].high]}
-                        if iv.method != "bootstrap" and label in self.bootstrap
-                        else {}
-                    ),
-                }
-                for label, iv in self.intervals.items()
-            },
+            "lines": {label: iv.as_dict() for label, iv in self.intervals.items()},
         }
 
 
@@ -287,24 +307,28 @@ def benchmark_stats(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     group: str | None = None,
+    declared: frozenset[str] = frozenset(),
 ) -> BenchmarkStats:
-    """Each line's value and 95% interval: Wilson where the line is a proportion of 0/1 scores of
-    independent rows, else the bootstrap percentile interval of the adapter's aggregate over resampled
-    rows (whole groups of rows with ``group``, see :class:`Units`)."""
+    """Each line's value and its one 95% interval: Wilson where the adapter declares the line a
+    proportion (``declared``, :func:`proportions`) and it is one here (0/1 scores of independent rows,
+    the value their share scored 1), else the bootstrap percentile interval of the adapter's aggregate
+    over resampled rows (whole groups of rows with ``group``, see :class:`Units`)."""
     if not rows:
         raise ValueError(f"{name}: no rows to resample")
-    values = summary_lines(aggregate(list(rows), list(scores)))
+    summary = aggregate(list(rows), list(scores))
+    values = summary_lines(summary)
     units = Units(rows, group)
     picks = resample_indices(len(units.members), resamples, seed, name)
     reps = _replicates(aggregate, units, scores, picks, list(values))
-    boot = {label: iv for label, r in reps.items() if (iv := percentile_interval(r)) is not None}
-    intervals = dict(boot)
-    if units.independent and _binary(scores):
-        for label, value in values.items():
-            picked = _proportion_rows(label, rows, scores)
-            if math.isclose(value, mean(picked), rel_tol=0, abs_tol=1e-12):
-                intervals[label] = wilson(round(sum(picked)), len(picked))
-    return BenchmarkStats(values, intervals, boot, resamples, seed, tuple(r.id for r in rows), reps, group)
+    intervals = {label: iv for label, r in reps.items() if (iv := percentile_interval(r)) is not None}
+    for label, where in proportion_lines(summary, declared).items():
+        picked = _proportion_rows(where, rows, scores)
+        # one only where it is one here: 0/1 scores of independent rows, the value their share (not,
+        # e.g., a share of an official scorer's denominator); else the bootstrap stands
+        is_share = bool(picked) and math.isclose(values[label], mean(picked), rel_tol=0, abs_tol=1e-12)
+        if units.independent and _binary(picked) and is_share:
+            intervals[label] = wilson(round(sum(picked)), len(picked))
+    return BenchmarkStats(values, intervals, resamples, seed, tuple(r.id for r in rows), reps, group)
 
 
 @dataclass

@@ -62,6 +62,9 @@ class BaseBenchmark:
     aggregates_predictions: ClassVar[bool] = False
     #: whether the official scorer leaves a row it reads no answer from out of its denominator
     official_leaves_out_unread: ClassVar[bool] = False
+    #: the figures that are the share of their rows scored 1, for their interval (Wilson; the others
+    #: are bootstrapped): the overall accuracy and each category's (see ``videorl.api.Benchmark``)
+    proportions: ClassVar[tuple[str, ...]] = ("overall", "categories")
 
     #: the official annotation file(s), relative to the data root (globs allowed), first found wins
     official_files: ClassVar[tuple[str, ...]] = ()

@@ -36,6 +36,7 @@ _LINE = re.compile(r"^(\S+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)##(.+)$")
 class CharadesSTA(BaseBenchmark):
     name = "charades-sta"
     metric = "mIoU"
+    proportions = ()  # means of IoUs
     official_files = (
         "charades_sta_test.txt",
         "data/test-*.parquet",  # lmms-lab/charades_sta as downloaded

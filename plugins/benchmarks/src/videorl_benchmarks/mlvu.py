@@ -38,6 +38,7 @@ def _row(rec: Record, row_id: str, task: str, video: Path) -> BenchmarkRow:
 class MLVU(BaseBenchmark):
     name = "mlvu"
     metric = "M-Avg"
+    proportions = ("accuracy (pooled)", "categories")  # M-Avg, a mean of task accuracies, is not one
     official_files = ("json", "test_question.json")
     unified_file = "mlvu.json"
     preamble = (

@@ -56,6 +56,7 @@ def _clip(rec: Record) -> tuple[float, float] | None:
 
 class MVBench(BaseBenchmark):
     name = "mvbench"
+    proportions = ("accuracy (pooled)", "categories")  # the overall, a mean of task accuracies, is not one
     official_files = ("json",)
     unified_file = "mvbench.json"
     preamble = (

@@ -71,6 +71,7 @@ CRR_TEMPLATE = (
 class OVOBench(BaseBenchmark):
     name = "ovo-bench"
     metric = "mean of category means"
+    proportions = ("accuracy (pooled)", "task")  # a category is a mean of its tasks' accuracies
     official_files = ("ovo_bench_new.json",)
     unified_file = "ovobench.json"
 

@@ -19,6 +19,7 @@ from videorl_benchmarks.prompts import QWEN3, evr1_question, family_prompt
 class STVG(BaseBenchmark):
     name = "stvg"
     metric = "0.5 tIoU + 0.5 box IoU"
+    proportions = ()  # means of IoUs
     unified_file = "stvg.json"
 
     def official_prompt(self, row: BenchmarkRow, *, thinking: bool) -> str:

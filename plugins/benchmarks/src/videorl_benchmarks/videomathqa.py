@@ -29,6 +29,7 @@ CONFIGS = {"mcq": "mcq", "multi_binary": "mbin"}
 class VideoMathQA(BaseBenchmark):
     name = "videomathqa"
     resample_group = "question"  # a multi-binary question scores its sub-questions together (eval intervals)
+    proportions = ()  # rows of a question are not independent
     official_files = ("mcq", "multi_binary")
     unified_file = "videomathqa.jsonl"
 

@@ -59,6 +59,7 @@ class VideoMMEv2(BaseBenchmark):
     name = "video-mme-v2"
     metric = "group score"
     resample_group = "group"  # a group of four is scored together (eval intervals resample whole groups)
+    proportions = ()  # group scores, and rows of a group are not independent
     official_files = ("test.parquet", "*.parquet", "test.jsonl", "test.json")
     preamble = "These are the frames of a video."
     question_label = "Question: "

@@ -61,6 +61,7 @@ def task_of(question_type: str) -> str:
 class VSIBench(BaseBenchmark):
     name = "vsi-bench"
     metric = "8-task mean (accuracy / MRA)"
+    proportions = ("question_type",)  # a task merges question types; MRA rows score partially
     official_files = ("test-*.parquet", "*.parquet", "test.jsonl", "test.json")
     unified_file = "vsibench.json"
     unified_categories: ClassVar[dict[str, str]] = {"original_question_type": "question_type"}

@@ -15,6 +15,10 @@ from videorl.api import BenchmarkRow, DataError, answers, benchmark_summary, bre
 
 class JsonlBenchmark:
     name = "{{ cookiecutter.underscored }}"
+    #: the figures that are the share of their rows scored 1 (their 95% interval is Wilson's; others,
+    #: e.g. a macro average of the categories, are bootstrapped): here the overall accuracy and each
+    #: category's
+    proportions = ("overall", "category")
 
     def load(self, data_root: Path) -> list[BenchmarkRow]:
         root = Path(data_root).resolve()
