@@ -103,7 +103,7 @@ def test_score_counts_failures_and_lists_them(
     assert (
         summary["overall"] == 0.0
     )  # q1's first word is "red," (the plugin's extraction is literal), q2 wrong
-    assert "colours: accuracy 0.00 (n=4, failed=2)" in result.output
+    assert "colours: accuracy 0.00% (n=4, failed=2)" in result.output
     assert "q4: missing prediction" in result.output
     assert "1 predictions have ids that are not in colours" in result.stderr
 
@@ -187,9 +187,9 @@ def test_compare_runs(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None
     result.assert_success()
     lines = result.output.splitlines()
     assert lines[0].split() == ["benchmark", "line", "base", "rl", "delta"]
-    assert lines[2].split() == ["colours", "overall", "(accuracy)", "50.00", "75.00", "+25.00"]
-    assert lines[3].split() == ["colours", "shade:", "warm", "40.00", "60.00", "+20.00"]
-    assert "| **colours** | **overall (accuracy)** | **50.00** | **75.00** | **+25.00** |" in md.read_text()
+    assert lines[2].split() == ["colours", "overall", "(accuracy)", "50.00%", "75.00%", "+25.00"]
+    assert lines[3].split() == ["colours", "shade:", "warm", "40.00%", "60.00%", "+20.00"]
+    assert "| **colours** | **overall (accuracy)** | **50.00%** | **75.00%** | **+25.00** |" in md.read_text()
     assert png.read_bytes()[:4] == b"\x89PNG"
     result = run_cli("eval", "compare", str(tmp_path / "base"), str(tmp_path / "nowhere"))
     assert result.exit_code == 1 and "an evaluation run directory" in result.stderr

@@ -117,10 +117,10 @@ def test_score_prints_and_records_intervals(
     data = _data(tmp_path / "data", ["a"] * 2 + ["b"] * 8)
     result = _score(run_cli, tmp_path / "run", data, [0, 1], 10, "--resamples", "500", "--seed", "7")
     lines = result.output.splitlines()
-    assert lines[0] == "quiz: accuracy 50.00 (n=10, failed=0)  [0.00, 50.00] bootstrap"
-    assert lines[1] == "  pooled: 20.00  [5.67, 50.98] wilson"
-    assert lines[3] == "    a: 100.00  [34.24, 100.00] wilson"
-    assert lines[4] == "    b: 0.00  [0.00, 32.44] wilson"
+    assert lines[0] == "quiz: accuracy 50.00% (n=10, failed=0)  [0.00%, 50.00%] bootstrap"
+    assert lines[1] == "  pooled: 20.00%  [5.67%, 50.98%] wilson"
+    assert lines[3] == "    a: 100.00%  [34.24%, 100.00%] wilson"
+    assert lines[4] == "    b: 0.00%  [0.00%, 32.44%] wilson"
     assert "500 bootstrap resamples of the rows, seed 7" in lines[5]
     intervals = read_results(tmp_path / "run")["benchmarks"]["quiz"]["intervals"]
     assert (intervals["resamples"], intervals["seed"], intervals["level"]) == (500, 7, 0.95)
@@ -131,7 +131,7 @@ def test_score_prints_and_records_intervals(
                     str(data),
                     "--run", str(tmp_path / "run"), "--resamples", "0")  # fmt: skip
     plain.assert_success()
-    assert plain.output.splitlines()[0] == "quiz: accuracy 50.00 (n=10, failed=0)"
+    assert plain.output.splitlines()[0] == "quiz: accuracy 50.00% (n=10, failed=0)"
 
 
 def test_compare_two_gains_of_two_points(
@@ -191,9 +191,14 @@ def test_compare_two_gains_of_two_points(
     assert "quiz, base: 1000 rows, 1000 bootstrap resamples (seed 0)" in out
 
     text = md.read_text()
-    assert "| quiz | pooled | 50.00 | [46.91, 53.09] |" in text
+    assert "| quiz | pooled | 50.00% | [46.91, 53.09] |" in text
     assert "**+2.00\\***" in text and "\\*: the 95% interval of the difference excludes 0" in text
-    assert "r529 (0 -> 100)" in text  # Markdown lists every disagreeing row
+    # the disagreeing rows cut at 20 as in the terminal, pointing to the --json report that lists all
+    noisy = next(line for line in text.splitlines() if "200 rows disagree" in line)
+    assert noisy.startswith("  - 200 rows disagree: r0 (100 -> 0), r1 (100 -> 0)")
+    assert noisy.count(" -> ") == 20 and noisy.endswith(", ... and 180 more (--json lists all)")
+    assert "  - 40 rows disagree: " in text and "... and 20 more (--json lists all)" in text
+    assert "r529 (0 -> 100)" not in text and "average" not in text  # one benchmark: no average row
     report = json.loads(js.read_text())["benchmarks"]["quiz"]
     assert report["runs"][0]["resamples"] == 1000
     assert report["paired"][1]["mcnemar"] == {"b": 10, "c": 30, "p": pytest.approx(0.002663, abs=1e-6),
@@ -226,7 +231,7 @@ def test_rows_scored_by_one_run_are_counted_and_named(
     assert "2 rows only in base, left out of the pairing: r8, r9" in out
     assert "quiz, rl: 1 scored rows are not in the benchmark's data and are left out" in out and "r10" in out
     # its own figure was 7/9 on its data; on the rows of this data it is 6/8, and the note says so
-    assert "give 75.00, its results.json 77.78: the intervals are of the first" in out
+    assert "give 75.00%, its results.json 77.78%: the intervals are of the first" in out
     overall = next(line for line in out.splitlines() if line.startswith("quiz") and "overall" in line)
     # the delta is on the 8 shared rows: 6/8 - 8/8 = -25 points (the values shown are each run's own)
     assert _numbers(overall)[0] == 100.0 and "-25.00" in overall
@@ -282,5 +287,5 @@ def test_an_adapter_that_refuses_resamples_gets_no_intervals_and_a_reason(
     result = run_cli("--plugin", "quiz_plugin", "eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"),
                      "--data-root", f"strict={data}")  # fmt: skip
     result.assert_success()
-    assert result.output.splitlines()[2].split()[-3:] == ["50.00", "75.00", "+25.00"]
+    assert result.output.splitlines()[2].split()[-3:] == ["50.00%", "75.00%", "+25.00"]
     assert "strict: no intervals: its aggregate failed on a bootstrap resample" in result.output

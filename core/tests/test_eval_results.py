@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from videorl.eval import (
     scores_path,
     to_markdown,
 )
+from videorl.eval.compare import comparison_figure
 from videorl.eval.results import read_scores
 from videorl.eval.scoring import BenchmarkResult
 
@@ -101,26 +103,28 @@ def test_compare_several_runs_against_the_base() -> None:
     run_c = {"benchmarks": {"mvbench": {"overall": 0.45, "metric": "accuracy", "categories": {}}}}
     rows = compare_results([RUN_A, RUN_B, run_c])
     assert (rows[0].values, rows[0].deltas) == ((0.5, 0.6, 0.45), (pytest.approx(0.1), pytest.approx(-0.05)))
-    assert rows[-1].label == "overall (1 benchmark in all runs)"
+    # one benchmark in all runs: no average repeating its overall
+    assert not any(r.benchmark == "average" for r in rows)
     text = format_table(rows, ["base", "rl-100", "rl-200"])
     assert text.splitlines()[0].split() == ["benchmark", "line", "base", "rl-100", "rl-200", "delta",
                                             "rl-100",
                                             "delta", "rl-200"]  # fmt: skip
-    assert text.splitlines()[2].split()[-5:] == ["50.00", "60.00", "45.00", "+10.00", "-5.00"]
+    assert text.splitlines()[2].split()[-5:] == ["50.00%", "60.00%", "45.00%", "+10.00", "-5.00"]
+    assert "values in %, differences (delta) in points" in text
 
 
 def test_text_and_markdown_tables() -> None:
     rows = compare_results([RUN_A, RUN_B])
     text = format_table(rows, ["base", "rl"])
     assert text.splitlines()[0].split() == ["benchmark", "line", "base", "rl", "delta"]
-    assert "mvbench       overall (accuracy)" in text and "50.00  60.00  +10.00" in text
+    assert "mvbench       overall (accuracy)" in text and "50.00%  60.00%  +10.00" in text
     md = to_markdown(rows, ["base", "rl"])
     assert md.splitlines()[:3] == [
         "| benchmark | line | base | rl | delta |",
         "|---|---|---:|---:|---:|",
-        "| **mvbench** | **overall (accuracy)** | **50.00** | **60.00** | **+10.00** |",
+        "| **mvbench** | **overall (accuracy)** | **50.00%** | **60.00%** | **+10.00** |",
     ]
-    assert "| mvbench | task: b | 60.00 | - | - |" in md
+    assert "| mvbench | task: b | 60.00% | - | - |" in md
 
 
 def test_png_bar_chart(tmp_path: Path) -> None:
@@ -128,6 +132,34 @@ def test_png_bar_chart(tmp_path: Path) -> None:
     out = tmp_path / "cmp.png"
     plot_comparison(compare_results([RUN_A, RUN_B]), out, ["base", "rl"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _texts(ax: Any) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def test_png_has_a_panel_per_benchmark_with_its_categories_labelled() -> None:
+    pytest.importorskip("matplotlib")
+    fig = comparison_figure(compare_results([RUN_A, RUN_B]), ["base", "rl"])
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [
+        "mvbench: accuracy (%)",
+        "charades-sta: mIoU (%)",
+        "mlvu: M-Avg (%)",
+        "vsi-bench: 8-task mean (%)",
+        "average: 2 benchmarks in both runs (%)",  # two benchmarks in both runs: an average panel
+    ]
+    mvbench = fig.axes[0]
+    ticks = [t.get_text() for t in mvbench.get_xticklabels()]
+    assert ticks == ["overall (accuracy)", "task: a", "task: b", "task: c"]
+    # each bar labelled: the base's value; the run's value and its delta in points; "-" where absent
+    assert _texts(mvbench) == ["50.0", "40.0", "60.0", "-", "60.0\n+10.0", "50.0\n+10.0", "-", "90.0"]
+    assert _texts(fig.axes[1]) == ["30.0", "20.0", "40.0\n+10.0", "35.0\n+15.0"]
+    mlvu = RUN_A["benchmarks"]["mlvu"]
+    runs = [{"benchmarks": {"mlvu": mlvu}}, {"benchmarks": {"mlvu": {**mlvu, "overall": 0.75}}}]
+    one = comparison_figure(compare_results(runs), ["a", "b"])
+    assert [ax.get_title() for ax in one.axes] == ["mlvu: M-Avg (%)"]  # one benchmark: no average panel
+    assert _texts(one.axes[0]) == ["70.0", "75.0\n+5.0"]
 
 
 def test_read_scores(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from videorl.runs.plot import curves
+import pytest
+
+from videorl.runs.plot import curves, render
 
 ROWS = [
     {
@@ -90,3 +92,39 @@ def test_plot_never_writes_over_the_run_it_reads(tmp_path: Path, run_cli: Callab
         assert result.exit_code != 0 and "--out" in result.stderr, result.stderr
     assert "is the input file" in run_cli("plot", str(run), "--out", str(run / "metrics.jsonl")).stderr
     assert (run / "metrics.jsonl").read_bytes() == before and not (run / "checkpoints").exists()
+
+
+def test_the_title_names_the_algorithm(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import videorl.commands.plot as command
+
+    titles: list[str] = []
+    monkeypatch.setattr(command, "render", lambda data, title: titles.append(title) or b"png")
+    run = _write_run(tmp_path, ROWS)
+    for config in (
+        "algorithm:\n  preset: dapo\n  adv_estimator: grpo\n",  # a preset names the algorithm
+        "algorithm:\n  preset: null\n  adv_estimator: rloo\n  policy_loss: ppo_clip\n",
+        "algorithm: {oops\n",  # unreadable: the run's name alone
+    ):
+        (run / "config.yaml").write_text(config)
+        run_cli("plot", str(run)).assert_success()
+    (run / "config.yaml").unlink()
+    run_cli("plot", str(run)).assert_success()
+    assert titles == ["run: dapo", "run: rloo + ppo_clip", "run", "run"]
+
+
+def test_validation_curves_are_drawn_with_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.axes import Axes
+
+    drawn: dict[str, Any] = {}
+    plot = Axes.plot
+
+    def spy(self: Axes, *args: Any, **kwargs: Any) -> Any:
+        drawn[kwargs["label"]] = kwargs.get("marker")
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+    rows = [*ROWS, {"step": 3, "val/reward/overall": 0.6}]
+    render(curves(rows), "t")
+    assert drawn["val overall"] == "o" and drawn["overall"] is None  # val curves: a point per validation

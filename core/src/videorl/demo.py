@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.atomic import atomic_write_bytes
 from videorl.runs.history import read_metrics
-from videorl.runs.plot import curves, render
+from videorl.runs.plot import algorithm_name, curves, render
 from videorl.runs.records import METRICS_FILE
 
 if TYPE_CHECKING:
@@ -270,23 +270,30 @@ def run(
     max_tokens = config.rollout.max_response_length
     scorer = local_scorer(training.rewards, training.actor.backend)
 
-    def accuracy(prompts: Sequence[Any]) -> float:
-        return evaluate(prompts, training.engine, scorer, max_tokens)["val/accuracy/overall"]
+    def validate(prompts: Sequence[Any], name: str) -> dict[str, float]:
+        """The overall validation reward and accuracy of ``prompts``, as the curves ``val ... name``."""
+        found = evaluate(prompts, training.engine, scorer, max_tokens)
+        return {f"val/{panel}/{name}": found[f"val/{panel}/overall"] for panel in ("reward", "accuracy")}
 
-    before, control_before = accuracy(training.validation), accuracy(control)
-    control_rows: list[dict[str, Any]] = [  # step 0 on the curves: the untrained model
-        {"step": 0, "val/accuracy/overall": before, f"val/accuracy/{REVERSED}": control_before}
-    ]
+    # step 0 on the curves: the untrained model, reward and accuracy alike (the panels show the same points)
+    before = validate(training.validation, "overall")
+    control_rows: list[dict[str, Any]] = [{"step": 0, **before, **validate(control, REVERSED)}]
 
     def score_control(step: int, metrics: dict[str, float]) -> None:
         if "val/accuracy/overall" in metrics:  # a validation step: score the control alongside
-            control_rows.append({"step": step, f"val/accuracy/{REVERSED}": accuracy(control)})
+            control_rows.append({"step": step, **validate(control, REVERSED)})
 
     training.run(on_step=score_control)
-    after, control_after = accuracy(training.validation), accuracy(control)
+    accuracy, control_accuracy = "val/accuracy/overall", f"val/accuracy/{REVERSED}"
+    after = validate(training.validation, "overall")[accuracy]
+    control_before, control_after = (
+        control_rows[0][control_accuracy],
+        validate(control, REVERSED)[control_accuracy],
+    )
     run_dir = Path(config.output_dir)
-    curve = _plot(run_dir, control_rows, title=f"videorl demo: {spec.title}")
-    return DemoResult(before, after, run_dir, curve, control_before, control_after)
+    title = f"videorl demo: {spec.title} ({algorithm_name(vars(config.algorithm)) or 'grpo'})"
+    curve = _plot(run_dir, control_rows, title=title)
+    return DemoResult(before[accuracy], after, run_dir, curve, control_before, control_after)
 
 
 def _plot(run_dir: Path, control_rows: Sequence[dict[str, Any]], *, title: str) -> Path | None:

@@ -32,15 +32,15 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
 
     def ci(label: str) -> str:  # the 95% interval, where the summary has one (videorl eval score)
         iv = intervals.get(label)
-        return f"  [{100 * iv['low']:.2f}, {100 * iv['high']:.2f}] {iv['method']}" if iv else ""
+        return f"  [{100 * iv['low']:.2f}%, {100 * iv['high']:.2f}%] {iv['method']}" if iv else ""
 
     metric = summary.get("metric") or "score"
     lines = [
-        f"{name}: {metric} {100 * summary['overall']:.2f} "
+        f"{name}: {metric} {100 * summary['overall']:.2f}% "
         f"(n={summary['n']}, failed={summary['n_failed']}){ci(f'overall ({metric})')}"
     ]
     for metric, value in (summary.get("metrics") or {}).items():
-        lines.append(f"  {metric}: {100 * value:.2f}{ci(metric)}")
+        lines.append(f"  {metric}: {100 * value:.2f}%{ci(metric)}")
     readings = summary.get("readings")
     if readings:  # an adapter reporting the official reading and videorl's (Video-MME, VSI-Bench, ...)
         lines.append(
@@ -50,7 +50,7 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
     for kind, values in summary.get("categories", {}).items():
         lines.append(f"  {kind}:")
         lines += [
-            f"    {value}: {100 * score:.2f}{ci(f'{kind}: {value}')}" for value, score in values.items()
+            f"    {value}: {100 * score:.2f}%{ci(f'{kind}: {value}')}" for value, score in values.items()
         ]
     if intervals:
         head = summary["intervals"]
@@ -236,7 +236,7 @@ def compare_command(
         raise click.ClickException(str(exc)) from exc
     click.echo(format_table(rows, names, notes(names, stats)))
     if markdown is not None:
-        write_output_text(markdown, to_markdown(rows, names, notes(names, stats, limit=None)))
+        write_output_text(markdown, to_markdown(rows, names, notes(names, stats)))  # --json lists all
     if json_out is not None:
         report = {"runs": [str(d) for d in dirs], "benchmarks": {k: v.as_dict() for k, v in stats.items()}}
         write_output_text(json_out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -303,9 +303,9 @@ def _comparison_stats(
                 recomputed = next(iter(st.values.values()))
                 if abs(recomputed - recorded_overall) > 1e-9:
                     found.notes.append(
-                        f"{d}: its scores.jsonl on the rows in {root} give {100 * recomputed:.2f}, its "
+                        f"{d}: its scores.jsonl on the rows in {root} give {100 * recomputed:.2f}%, its "
                         "results.json "
-                        f"{100 * recorded_overall:.2f}: the intervals are of the first (rescore with eval "
+                        f"{100 * recorded_overall:.2f}%: the intervals are of the first (rescore with eval "
                         "score --run)"
                     )
     return out

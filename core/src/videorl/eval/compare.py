@@ -152,10 +152,12 @@ def benchmark_comparison(
     return out
 
 
-def _ids(ids: Sequence[str], limit: int | None = _SHOW_ROWS) -> str:
-    shown = list(ids if limit is None else ids[:limit])
+def _ids(ids: Sequence[str], limit: int = _SHOW_ROWS) -> str:
+    """The first ``limit`` of ``ids``, and how many more there are (every output is cut alike; the
+    ``--json`` report lists all)."""
+    shown = list(ids[:limit])
     more = len(ids) - len(shown)
-    return ", ".join(shown) + (f", ... and {more} more" if more > 0 else "")
+    return ", ".join(shown) + (f", ... and {more} more (--json lists all)" if more > 0 else "")
 
 
 def _average_interval(reps: Sequence[np.ndarray]) -> Interval | None:
@@ -169,7 +171,8 @@ def compare_results(
 
     Benchmarks come in the order first seen; a line missing from a run has ``None`` there. A delta is
     the paired difference on the rows both runs scored where ``stats`` has it, else the difference of
-    the two values. The last row averages the overall figures of the benchmarks in every run.
+    the two values. With more than one benchmark in every run, a last row averages their overall figures
+    (with one, it would repeat that benchmark's overall under another interval).
     """
     if len(runs) < 2:
         raise ValueError("a comparison needs a base and at least one more run")
@@ -200,7 +203,7 @@ def compare_results(
                     delta_intervals.append(None)
             rows.append(ComparisonRow(name, label, values, intervals, tuple(deltas), tuple(delta_intervals)))
     common = [n for n in names if all(n in b for b in benches)]
-    if common:
+    if len(common) > 1:
         averages = tuple(mean(float(b[n]["overall"]) for n in common) for b in benches)
         per_run = [[stats[n].runs[i] if n in stats else None for n in common] for i in range(len(runs))]
         intervals = tuple(
@@ -215,19 +218,16 @@ def compare_results(
             else:
                 deltas.append(averages[run] - averages[0])
                 delta_intervals.append(None)
-        label = (
-            f"overall ({len(common)} benchmark{'' if len(common) == 1 else 's'} in "
-            f"{'both' if len(runs) == 2 else 'all'} runs)"
-        )
+        label = f"overall ({len(common)} benchmarks in {'both' if len(runs) == 2 else 'all'} runs)"
         rows.append(ComparisonRow(AVERAGE, label, averages, intervals, tuple(deltas), tuple(delta_intervals)))
     return rows
 
 
 def notes(
-    names: Sequence[str], stats: Mapping[str, BenchmarkComparison], *, limit: int | None = _SHOW_ROWS
+    names: Sequence[str], stats: Mapping[str, BenchmarkComparison], *, limit: int = _SHOW_ROWS
 ) -> list[str]:
     """What a reader needs besides the table: resampling, McNemar per pair, rows where two runs disagree,
-    rows scored by one run only (``limit`` ids shown of each list; ``None``: all)."""
+    rows scored by one run only (``limit`` ids shown of each list)."""
     out: list[str] = []
     for bench, st in stats.items():
         out += [f"{bench}: {n}" for n in st.notes]
@@ -265,7 +265,7 @@ def notes(
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}"
+    return "-" if value is None else f"{100 * value:.2f}%"
 
 
 def _interval(value: Interval | None) -> str:
@@ -297,12 +297,13 @@ def _has_intervals(rows: Sequence[ComparisonRow]) -> bool:
 
 
 def _legend(rows: Sequence[ComparisonRow]) -> str:
-    return (
-        f"{SIGNIFICANT}: the 95% interval of the difference excludes 0 (paired bootstrap on the rows both "
-        "runs scored)"
-        if _has_intervals(rows)
-        else ""
-    )
+    text = "values in %, differences (delta) in points"
+    if _has_intervals(rows):
+        text += (
+            f"; {SIGNIFICANT}: the 95% interval of the difference excludes 0 (paired bootstrap on the rows "
+            "both runs scored)"
+        )
+    return text
 
 
 def format_table(rows: Sequence[ComparisonRow], names: Sequence[str], notes: Sequence[str] = ()) -> str:
@@ -344,8 +345,18 @@ def to_markdown(rows: Sequence[ComparisonRow], names: Sequence[str], notes: Sequ
 
 
 def plot_comparison(rows: Sequence[ComparisonRow], path: Path, names: Sequence[str]) -> None:
-    """A bar chart of each benchmark's overall figure in every run, with 95% intervals as error bars and
-    each run's delta (``*``: its interval excludes 0), as a PNG.
+    """:func:`comparison_figure` as a PNG at ``path``."""
+    fig = comparison_figure(rows, names)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    write_output_bytes(Path(path), buf.getvalue())
+
+
+def comparison_figure(rows: Sequence[ComparisonRow], names: Sequence[str]) -> Any:
+    """A matplotlib figure with one panel per benchmark (and one for the average, which
+    :func:`compare_results` gives only with several benchmarks): each of its lines (overall, metrics,
+    categories) as bars per run, labelled with the value (and each later run's delta, ``*`` where its
+    interval excludes 0), 95% intervals as error bars, the metric in the title.
 
     Needs matplotlib (``pip install videorl[plot]``); imported here only.
     """
@@ -354,41 +365,48 @@ def plot_comparison(rows: Sequence[ComparisonRow], path: Path, names: Sequence[s
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError("writing a PNG needs matplotlib: pip install 'videorl[plot]'") from exc
-    overall = [r for r in rows if r.is_overall]
-    width = 0.8 / len(names)
-    fig = Figure(figsize=(max(6.0, (0.5 + 0.4 * len(names)) * len(overall) + 2), 4.5))
+    panels: dict[str, list[ComparisonRow]] = {}
+    for row in rows:
+        panels.setdefault(row.benchmark, []).append(row)
+    widest = max(len(lines) for lines in panels.values())
+    fig = Figure(figsize=(max(6.0, 1.0 + (0.3 + 0.35 * len(names)) * widest), 3.6 * len(panels)))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    xs = np.arange(len(overall))
-    for run, name in enumerate(names):
-        values = [r.values[run] or 0.0 for r in overall]
-        heights = [100 * v for v in values]
-        errors = np.zeros((2, len(overall)))
-        for i, (r, v) in enumerate(zip(overall, values, strict=True)):
-            if (iv := r.intervals[run]) is not None:
-                errors[:, i] = [100 * max(0.0, v - iv.low), 100 * max(0.0, iv.high - v)]
-        offset = (run - (len(names) - 1) / 2) * width
-        ax.bar(xs + offset, heights, width, label=name, yerr=errors, capsize=2)
-        if run == 0:
-            continue
-        for i, (x, r, height) in enumerate(zip(xs, overall, heights, strict=True)):
-            delta = r.deltas[run - 1]
-            if delta is not None:
-                mark = SIGNIFICANT if r.significant(run) else ""
-                top = height + errors[1, i] + 0.5  # above the error bar
-                ax.annotate(
-                    f"{100 * delta:+.1f}{mark}", (x + offset, top), ha="center", va="bottom", fontsize=7
-                )
-    ax.set_xticks(xs)
-    ax.set_xticklabels([r.benchmark for r in overall], rotation=30, ha="right")
-    ax.set_ylabel("score (%), 95% intervals")
-    ax.set_ylim(0, 110)
-    ax.legend(fontsize=8)
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (bench, lines) in zip(axes, panels.items(), strict=True):
+        _draw_panel(ax, bench, lines, names)
+    axes[0].legend(fontsize=8, loc="upper right")
     if _has_intervals(rows):
-        ax.set_title(
-            f"deltas vs {names[0]}; {SIGNIFICANT}: interval of the difference excludes 0", fontsize=9
+        fig.suptitle(
+            f"95% intervals; deltas vs {names[0]} in points, {SIGNIFICANT}: interval excludes 0", fontsize=9
         )
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    write_output_bytes(Path(path), buf.getvalue())
+    return fig
+
+
+def _draw_panel(ax: Any, bench: str, lines: Sequence[ComparisonRow], names: Sequence[str]) -> None:
+    """One benchmark's lines as grouped bars, each labelled with its value (and delta)."""
+    width = 0.8 / len(names)
+    xs = np.arange(len(lines))
+    for run, name in enumerate(names):
+        values = [r.values[run] for r in lines]
+        heights = [100 * (v or 0.0) for v in values]
+        errors = np.zeros((2, len(lines)))
+        for i, (r, v) in enumerate(zip(lines, values, strict=True)):
+            if v is not None and (iv := r.intervals[run]) is not None:
+                errors[:, i] = [100 * max(0.0, v - iv.low), 100 * max(0.0, iv.high - v)]
+        offset = (run - (len(names) - 1) / 2) * width
+        # yerr as lists: matplotlib's check of a (2, n) array warns under numpy >= 1.25
+        ax.bar(xs + offset, heights, width, label=name, yerr=errors.tolist(), capsize=2)
+        for i, (r, v) in enumerate(zip(lines, values, strict=True)):
+            text = "-" if v is None else f"{100 * v:.1f}"
+            delta = r.deltas[run - 1] if run else None
+            if delta is not None:
+                text += f"\n{100 * delta:+.1f}{SIGNIFICANT if r.significant(run) else ''}"
+            top = float(heights[i] + errors[1, i] + 1)  # above the error bar
+            ax.annotate(text, (float(xs[i] + offset), top), ha="center", va="bottom", fontsize=6)
+    metric = lines[0].label.removeprefix("overall").strip(" ()") if lines[0].is_overall else ""
+    ax.set_title(f"{bench}: {metric} (%)" if metric else f"{bench} (%)", fontsize=10)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([r.label for r in lines], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("score (%)")
+    ax.set_ylim(0, 118)  # room for the labels above 100

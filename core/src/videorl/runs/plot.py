@@ -5,7 +5,7 @@ draw with it."""
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 FIGSIZE = (12.0, 4.5)  # inches
@@ -52,8 +52,19 @@ def curves(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Curve]]:
     }
 
 
+def algorithm_name(algorithm: Mapping[str, Any]) -> str:
+    """The algorithm of a run's ``algorithm`` config section, for a title: its preset (``"dapo"``), else
+    its estimator and loss (``"grpo + ppo_clip"``); ``""`` when the section names neither."""
+    preset = algorithm.get("preset")
+    if isinstance(preset, str) and preset:
+        return preset
+    parts = [algorithm.get(k) for k in ("adv_estimator", "policy_loss")]
+    return " + ".join(p for p in parts if isinstance(p, str) and p)
+
+
 def render(data: dict[str, dict[str, Curve]], title: str) -> bytes:
-    """The PNG of the curves (matplotlib is imported here, not when the command line starts)."""
+    """The PNG of the curves (matplotlib is imported here, not when the command line starts).
+    Validation and benchmark curves, a point every few steps, are drawn with markers."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -64,12 +75,15 @@ def render(data: dict[str, dict[str, Curve]], title: str) -> bytes:
     for ax, panel in zip(axes, panels, strict=True):
         for label, (steps, values) in data[panel].items():
             overall = label.removeprefix("val ") == "overall"
+            sparse = label.startswith("val ") or panel == BENCH_PANEL
             ax.plot(
                 steps,
                 values,
                 label=label,
                 linewidth=2.4 if overall else 1.2,
                 linestyle="--" if label.startswith("val ") else "-",
+                marker="o" if sparse else None,
+                markersize=4,
                 color="black" if label == "overall" else None,
             )
         ax.set_title(panel)
