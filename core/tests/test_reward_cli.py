@@ -360,3 +360,12 @@ def test_output_to_a_device_writes_through_and_keeps_the_device(cli: Any, tmp_pa
     (tmp_path / "link.jsonl").symlink_to(target)  # a link: the file it leads to is written, the link stays
     cli("reward", "--input", str(rows), "--output", str(tmp_path / "link.jsonl")).assert_success()
     assert (tmp_path / "link.jsonl").is_symlink() and read_rows(target)[0]["id"] == "ok"
+
+
+def test_help_says_which_weights_score(cli: Any) -> None:
+    text = " ".join(cli("reward", "--help").assert_success().output.split())
+    assert (
+        "Each reward scores with its own defaults (a TaskReward's: 0.9·accuracy + 0.1·format, fallback on"
+        in text
+    )
+    assert "the weights and fallback each reward used" in text

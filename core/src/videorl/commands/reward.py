@@ -339,7 +339,6 @@ def reward_command(
 ) -> None:
     """Score responses with the installed rewards (debugging rewards, scripting, tests).
 
-    \b
     Each reward scores with its own defaults (a TaskReward's: 0.9·accuracy + 0.1·format, fallback on;
     a plugin may declare others) unless --config sets rewards.accuracy_weight, format_weight or
     fallback, or rewards.options.NAME. The summary on stderr prints, per problem type (its canonical
