@@ -270,26 +270,29 @@ def run(
     max_tokens = config.rollout.max_response_length
     scorer = local_scorer(training.rewards, training.actor.backend)
 
-    def validate(prompts: Sequence[Any], name: str) -> dict[str, float]:
-        """The overall validation reward and accuracy of ``prompts``, as the curves ``val ... name``."""
-        found = evaluate(prompts, training.engine, scorer, max_tokens)
-        return {f"val/{panel}/{name}": found[f"val/{panel}/overall"] for panel in ("reward", "accuracy")}
+    def validate(prompts: Sequence[Any]) -> dict[str, float]:
+        """The ``val/*`` metrics of ``prompts``, as a validation step of the run logs them."""
+        return evaluate(prompts, training.engine, scorer, max_tokens, training.rewards.canonical_type)
 
-    # step 0 on the curves: the untrained model, reward and accuracy alike (the panels show the same points)
-    before = validate(training.validation, "overall")
-    control_rows: list[dict[str, Any]] = [{"step": 0, **before, **validate(control, REVERSED)}]
+    def control_row(step: int) -> dict[str, Any]:
+        """The control's overall reward and accuracy, as the curves ``val reversed``."""
+        found = validate(control)
+        panels = ("reward", "accuracy")
+        return {"step": step, **{f"val/{p}/{REVERSED}": found[f"val/{p}/overall"] for p in panels}}
+
+    # step 0 on the curves: the untrained model, with every curve a validation step draws (the reward and
+    # accuracy panels show the same points)
+    before = validate(training.validation)
+    control_rows: list[dict[str, Any]] = [{"step": 0, **before, **control_row(0)}]
 
     def score_control(step: int, metrics: dict[str, float]) -> None:
         if "val/accuracy/overall" in metrics:  # a validation step: score the control alongside
-            control_rows.append({"step": step, **validate(control, REVERSED)})
+            control_rows.append(control_row(step))
 
     training.run(on_step=score_control)
-    accuracy, control_accuracy = "val/accuracy/overall", f"val/accuracy/{REVERSED}"
-    after = validate(training.validation, "overall")[accuracy]
-    control_before, control_after = (
-        control_rows[0][control_accuracy],
-        validate(control, REVERSED)[control_accuracy],
-    )
+    accuracy = "val/accuracy/overall"
+    after, control_after = validate(training.validation)[accuracy], validate(control)[accuracy]
+    control_before = control_rows[0][f"val/accuracy/{REVERSED}"]
     run_dir = Path(config.output_dir)
     title = f"videorl demo: {spec.title} ({algorithm_name(vars(config.algorithm)) or 'grpo'})"
     curve = _plot(run_dir, control_rows, title=title)
