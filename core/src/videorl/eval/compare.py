@@ -395,8 +395,10 @@ def _draw_panel(ax: Any, bench: str, lines: Sequence[ComparisonRow], names: Sequ
             if v is not None and (iv := r.intervals[run]) is not None:
                 errors[:, i] = [100 * max(0.0, v - iv.low), 100 * max(0.0, iv.high - v)]
         offset = (run - (len(names) - 1) / 2) * width
-        # yerr as lists: matplotlib's check of a (2, n) array warns under numpy >= 1.25
-        ax.bar(xs + offset, heights, width, label=name, yerr=errors.tolist(), capsize=2)
+        # yerr as lists (matplotlib's check of a (2, n) array warns under numpy >= 1.25); none without
+        # intervals, not caps of zero height
+        yerr = errors.tolist() if errors.any() else None
+        ax.bar(xs + offset, heights, width, label=name, yerr=yerr, capsize=2)
         for i, (r, v) in enumerate(zip(lines, values, strict=True)):
             text = "-" if v is None else f"{100 * v:.1f}"
             delta = r.deltas[run - 1] if run else None
