@@ -42,6 +42,15 @@ def register_rollout_workflows(register: Register) -> None:
 
 
 @hookimpl
+def register_tools(register: Register) -> None:
+    register(
+        "get_frames", "videorl.tools.video:GetFrames", description="n frames between two times, as video"
+    )
+    register("seek", "videorl.tools.video:Seek", description="the frame at a time, as an image")
+    register("zoom", "videorl.tools.video:Zoom", description="a region of a frame, enlarged, as an image")
+
+
+@hookimpl
 def register_loggers(register: Register) -> None:
     register("jsonl", "videorl.runs.trackers:JsonlLogger", description="output_dir/metrics.jsonl (required)")
     register("tensorboard", "videorl.runs.trackers:TensorBoardLogger", description="TensorBoard scalars")
