@@ -1,0 +1,79 @@
+"""A tool's reply with media in the response: the training forward sees it as it would in the prompt.
+
+An episode [generated, observation (video), generated] is collated with the observation's tokens, types
+and pixels in the response; the log-probs of the last turn and the 3-D positions of every response token
+must equal those of the same tokens given as a prompt (what the rollout engine continues from)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from videorl.backend import PromptInput, backend_for_model
+from videorl.media.metadata import VideoMetadata
+from videorl.model_inputs import EncodedPrompt, continue_encoded, response_logprobs
+from videorl.plugins import load_plugins
+from videorl.rollout.hf import generation_positions
+
+
+def _video(t: int, side: int, seed: int, fps: float = 2.0) -> tuple[torch.Tensor, VideoMetadata]:
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(0, 256, (t, 3, side, side), dtype=torch.uint8, generator=g)
+    return frames, VideoMetadata.every_frame(t, side, side, fps=fps)
+
+
+def _segment_video(backend: Any) -> tuple[torch.Tensor, VideoMetadata]:
+    """4 frames taken at source frames 8, 10, 12, 14 of a 4 fps video: real times 2.0 … 3.5 s."""
+    frames, meta = _video(16, 2 * backend.factor, seed=3, fps=4.0)
+    pick = [8, 10, 12, 14]
+    return frames[pick], dataclasses.replace(
+        meta, frame_indices=tuple(pick), timestamps=tuple(i / 4 for i in pick), duration=2.0
+    )
+
+
+def _empty() -> EncodedPrompt:
+    """An empty response to continue."""
+    return EncodedPrompt("s", [], [], {}, [], PromptInput("s", ""))
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_observation_media_in_the_response_equals_it_in_the_prompt(
+    family: str, tiny_model_dir: Callable[[str], Path]
+) -> None:
+    backend: Any = backend_for_model(tiny_model_dir(family), load_plugins().model_backends)
+    model = backend.load_model(dtype=torch.float32)
+    side = 2 * backend.factor
+    prompt = backend.encode(PromptInput("s", "What colour is the square?", videos=[_video(4, side, 0)]))
+    tok = backend.processor.tokenizer
+    gen1 = [*tok.encode('<tool_call>{"name": "get_frames"}</tool_call>'), backend.end_of_turn_id()]
+    obs = backend.encode_observation(PromptInput("s", "4 frames:", videos=[_segment_video(backend)]))
+    assert obs.prompt_ids[0] != tok.convert_tokens_to_ids("<|im_start|>")  # the template's "\n" first
+    assert tok.decode(obs.prompt_ids).endswith("<|im_start|>assistant\n")
+    gen2 = [*tok.encode("<answer>B</answer>"), backend.end_of_turn_id()]
+
+    response = continue_encoded(continue_encoded(_empty(), gen1, obs), gen2)
+    assert response.prompt_ids == gen1 + obs.prompt_ids + gen2
+    as_response: Any = backend.collate([prompt], [response])
+    as_prompt: Any = backend.collate([continue_encoded(prompt, gen1, obs)], [gen2])
+    assert torch.equal(as_response.input_ids, as_prompt.input_ids)
+    assert torch.equal(as_response.mm_token_type_ids, as_prompt.mm_token_type_ids)
+    # 4 frames of 2·factor square: grid (2, 2·merge, 2·merge), 2·4 = 8 video tokens in the response
+    assert int((as_response.mm_token_type_ids[0, as_response.prompt_width :] == 2).sum()) == 8
+    positions = generation_positions(model, as_response)
+    assert torch.equal(positions, generation_positions(model, as_prompt))
+    with torch.no_grad():
+        lp_response = response_logprobs(model(**as_response.model_kwargs()).logits, as_response)
+        lp_prompt = response_logprobs(model(**as_prompt.model_kwargs()).logits, as_prompt)
+    tail = lp_response[0, -len(gen2) :]
+    assert torch.allclose(tail, lp_prompt[0, : len(gen2)], atol=1e-5)
+    # the segment's media changes what the last turn sees (the pixels reach the model)
+    other = backend.encode_observation(PromptInput("s", "4 frames:", videos=[_video(4, side, 9)]))
+    changed = backend.collate([prompt], [continue_encoded(continue_encoded(_empty(), gen1, other), gen2)])
+    with torch.no_grad():
+        lp_other = response_logprobs(model(**changed.model_kwargs()).logits, changed)
+    assert not torch.allclose(lp_other[0, -len(gen2) :], tail, atol=1e-6)
