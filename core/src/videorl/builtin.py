@@ -39,6 +39,11 @@ def register_rollout_workflows(register: Register) -> None:
         "videorl.rollout.single_turn:SingleTurn",
         description="one response per episode (mix-policy, greedy baselines)",
     )
+    register(
+        "tool_agent",
+        "videorl.rollout.tool_agent:ToolAgent",
+        description="turns that call tools (rollout.tools) and see their replies",
+    )
 
 
 @hookimpl
