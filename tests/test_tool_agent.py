@@ -23,6 +23,7 @@ from videorl.generation import Completion, SamplingParams
 from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import EncodedPrompt, response_logprobs
 from videorl.plugins import load_plugins
+from videorl.rollout.hf import HFEngine
 from videorl.rollout.tool_agent import ToolAgent
 from videorl.train.compose import make_workflow
 
@@ -127,6 +128,42 @@ def test_a_tool_call_becomes_a_video_turn_that_the_actor_forward_sees(setup: Any
     engine_lp = torch.tensor(episode.response_logprobs)
     trained = torch.tensor(episode.loss_mask)
     assert torch.allclose(logp[0][trained], engine_lp[trained], atol=1e-5)  # parity over both turns
+    packed, _, packed_mask = forward_responses(model, backend, episodes, forbidden, padding_free=True)
+    assert torch.equal(packed_mask, mask)
+    assert torch.allclose(packed[mask.bool()], logp[mask.bool()], atol=1e-5)
+
+
+class FirstTurnScripted(ScriptedEngine):
+    """The scripted call first, then the HF engine generates from the whole context (reply included)."""
+
+    def __init__(self, backend: Any, model: Any) -> None:
+        super().__init__(backend, model, [CALL])
+        self.hf = HFEngine(backend, model)
+
+    def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
+        first = [p.prompt_ids.count(self.start) == 3 for p in prompts]
+        if all(first):
+            return super().generate(prompts, params)
+        assert not any(first)
+        return self.hf.generate(prompts, params)
+
+
+def test_the_hf_engine_continues_after_a_video_reply_with_the_actors_log_probs(setup: Any) -> None:
+    backend, model, prompt = setup
+    config = _config(max_turns=2, temperature=1.0)
+    config.rollout.max_response_length = 160
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    engine = FirstTurnScripted(backend, model)
+    groups, _ = workflow.rollout(config, [prompt], engine, _scorer, backend, seed=3)
+    forbidden = sorted(backend.forbidden_token_ids())
+    logp, _, mask = forward_responses(model, backend, groups[0], forbidden)
+    for row, episode in enumerate(groups[0]):
+        assert [s.trained for s in episode.segments] == [True, False, True]
+        assert episode.segments[1].media == ("video:frames=4,5,7,8",)
+        trained = torch.tensor(episode.loss_mask)
+        engine_lp = torch.tensor(episode.response_logprobs)
+        assert mask[row, : len(trained)].bool().tolist() == trained.tolist()
+        assert torch.allclose(logp[row, : len(trained)][trained], engine_lp[trained], atol=1e-4)
 
 
 def test_bad_calls_are_observations_and_budgets_end_episodes(setup: Any) -> None:
