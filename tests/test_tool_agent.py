@@ -199,3 +199,31 @@ def test_setup_names_unknown_tools_and_refuses_a_baseline(setup: Any) -> None:
         ToolAgent().rollout(
             _config(), [prompt], ScriptedEngine(backend, None, []), _scorer, backend, seed=0, baseline=True
         )
+
+
+@pytest.mark.slow
+def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> None:
+    """The wiring: ``rollout.workflow: tool_agent`` with the hf engine through build_training (the
+    composition root resolves the tools, the parity gate passes, ``tool/*`` reach metrics.jsonl); the
+    random tiny model writes no call, so every episode is one turn. Mix-policy is refused by name."""
+    from videorl import demo
+    from videorl.config import load_config
+    from videorl.runs.history import read_metrics
+    from videorl.train.compose import build_training
+
+    model, train, val = demo.prepare(tmp_path, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
+    base = demo.demo_overrides(tmp_path, model, train, val, steps=1, seed=3, engine="hf")
+    overrides = [
+        *base, f"output_dir={tmp_path / 'run'}", "data.rollout_batch_size=2", "actor.global_batch_size=2",
+        "rollout.n=2", "trainer.progress_bar=false", "rollout.workflow=tool_agent",
+        "rollout.tools=[get_frames,seek,zoom]", "rollout.max_response_length=24",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="rollout.enable_mix_policy"):
+        build_training(load_config(None, overrides), load_plugins())
+    config = load_config(None, [*overrides, "rollout.enable_mix_policy=false"])
+    assert build_training(config, load_plugins()).run() == 1
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert (
+        row["tool/turns_per_episode"] == 1.0 and row["tool/end/length"] + row.get("tool/end/answer", 0) == 4
+    )
+    assert row["rollout/logprob_diff"] < 1e-5

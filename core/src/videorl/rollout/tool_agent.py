@@ -74,6 +74,10 @@ class ToolAgent:
 
     def setup(self, config: TrainConfig, plugins: Plugins) -> None:
         """Make the tools ``rollout.tools`` names (once, at the composition root)."""
+        if config.rollout.enable_mix_policy:
+            raise ConfigError(
+                "rollout.enable_mix_policy: the tool_agent workflow has no offline trajectories yet"
+            )
         if not config.rollout.tools:
             raise ConfigError(
                 "rollout.tools: the tool_agent workflow needs at least one tool (e.g. [get_frames])"
