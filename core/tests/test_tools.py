@@ -172,3 +172,18 @@ def test_tools_register_through_the_hook_and_collide_loudly(videorl_plugins) -> 
     clash = videorl_plugins(Plugin)
     with pytest.raises(DuplicateComponentError, match="tool 'get_frames' is registered twice"):
         clash.tools.create("get_frames")
+
+
+def test_the_worked_example_of_the_docs_passes_the_contract() -> None:
+    """docs/plugin-authors/tools.md's example tool and its contract check run as written."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "plugin-authors" / "tools.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) == 2, "the page shows the tool, then its check"
+    namespace: dict[str, object] = {}
+    exec(blocks[0] + blocks[1], namespace)  # the check ends in assert_tool_contract(FrameDifference(), ...)
+    tool = namespace["FrameDifference"]()  # type: ignore[operator]
+    result = run_tool({"frame_difference": tool}, "frame_difference", {"t0": 0.0, "t1": 3.0}, _context())
+    assert result.text == "Change between 0.00 s and 3.00 s: 6.0"  # frames hold their index: |0 - 6|
