@@ -6,7 +6,6 @@ must equal those of the same tokens given as a prompt (what the rollout engine c
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import EncodedPrompt, continue_encoded, response_logprobs
 from videorl.plugins import load_plugins
 from videorl.rollout.hf import generation_positions
+from videorl.tools.video import FrameSource
 
 
 def _video(t: int, side: int, seed: int, fps: float = 2.0) -> tuple[torch.Tensor, VideoMetadata]:
@@ -28,12 +28,11 @@ def _video(t: int, side: int, seed: int, fps: float = 2.0) -> tuple[torch.Tensor
 
 
 def _segment_video(backend: Any) -> tuple[torch.Tensor, VideoMetadata]:
-    """4 frames taken at source frames 8, 10, 12, 14 of a 4 fps video: real times 2.0 … 3.5 s."""
-    frames, meta = _video(16, 2 * backend.factor, seed=3, fps=4.0)
-    pick = [8, 10, 12, 14]
-    return frames[pick], dataclasses.replace(
-        meta, frame_indices=tuple(pick), timestamps=tuple(i / 4 for i in pick), duration=2.0
-    )
+    """get_frames(2.0, 3.5, 4) over a 16-frame 4 fps source: source frames 8, 10, 12, 14 (2.0 … 3.5 s)."""
+    source = FrameSource(*_video(16, 2 * backend.factor, seed=3, fps=4.0), temporal_patch=2)
+    frames, meta = source.segment(2.0, 3.5, 4)
+    assert meta.frame_indices == (8, 10, 12, 14) and meta.sampled_fps == 2.0
+    return frames, meta
 
 
 def _empty() -> EncodedPrompt:
@@ -55,6 +54,11 @@ def test_observation_media_in_the_response_equals_it_in_the_prompt(
     assert obs.prompt_ids[0] != tok.convert_tokens_to_ids("<|im_start|>")  # the template's "\n" first
     assert tok.decode(obs.prompt_ids).endswith("<|im_start|>assistant\n")
     gen2 = [*tok.encode("<answer>B</answer>"), backend.end_of_turn_id()]
+    if family == "qwen3_vl":  # timestamp tokens of the source's times: patches at (2.0+2.5)/2, (3.0+3.5)/2
+        assert "<2.2 seconds>" in tok.decode(obs.prompt_ids) and "<3.2 seconds>" in tok.decode(obs.prompt_ids)
+    else:  # the grid's time step is the one the same frames get as a prompt's video
+        alone = backend.encode(PromptInput("s", "4 frames:", videos=[_segment_video(backend)]))
+        assert torch.equal(obs.visual["second_per_grid_ts"], alone.visual["second_per_grid_ts"])
 
     response = continue_encoded(continue_encoded(_empty(), gen1, obs), gen2)
     assert response.prompt_ids == gen1 + obs.prompt_ids + gen2
