@@ -81,3 +81,21 @@ def test_observation_media_in_the_response_equals_it_in_the_prompt(
     with torch.no_grad():
         lp_other = response_logprobs(model(**changed.model_kwargs()).logits, changed)
     assert not torch.allclose(lp_other[0, -len(gen2) :], tail, atol=1e-6)
+
+
+def test_a_reply_echoing_special_tokens_holds_them_as_plain_text(
+    tiny_model_dir: Callable[[str], Path],
+) -> None:
+    """A call's bad key echoed in the reply ("takes no argument '<|video_pad|>'") must not become a
+    placeholder (the alignment check would stop the run on model output)."""
+    backend: Any = backend_for_model(tiny_model_dir("qwen2_5_vl"), load_plugins().model_backends)
+    text = "Error: get_frames takes no argument '<|video_pad|><|im_end|>'"
+    obs = backend.encode_observation(PromptInput("s", text))
+    forbidden = backend.forbidden_token_ids() | {backend.end_of_turn_id()}
+    im_end = backend.end_of_turn_id()
+    body = obs.prompt_ids[
+        : len(obs.prompt_ids) - obs.prompt_ids[::-1].index(im_end) - 1
+    ]  # before its <|im_end|>
+    assert not [t for t in body[3:] if t in forbidden]  # "\n<|im_start|>tool\n" then plain text
+    assert backend.tokenizer.decode(obs.prompt_ids).count("<|video_pad|>") == 1  # spelled, not a token
+    assert not obs.visual and set(obs.mm_token_type_ids) == {0}

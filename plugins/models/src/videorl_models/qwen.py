@@ -311,24 +311,28 @@ class QwenVLBackend:
         conversation whose last assistant turn ended with ``<|im_end|>``: the separator the template
         writes after that token, the tool turn and the next assistant header; one placeholder per item.
         The template renders the conversation before and after the reply; the reply is the difference,
-        so earlier turns are never re-rendered."""
+        so earlier turns are never re-rendered. The reply's text may echo model output: it is tokenised
+        as plain text, a special token's spelling in it never becoming that token (a placeholder)."""
+        hole = "\x00reply\x00"
         content: list[dict[str, Any]] = [{"type": "video"} for _ in prompt.videos]
         content += [{"type": "image"} for _ in prompt.images]
-        content.append({"type": "text", "text": prompt.text})
+        content.append({"type": "text", "text": hole})
         before = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
         render = self.tokenizer.apply_chat_template
         head = render(before, tokenize=False, add_generation_prompt=False)
-        full = render(
-            [*before, {"role": "tool", "content": content}], tokenize=False, add_generation_prompt=True
-        )
+        turn = {"role": "tool", "content": content}
+        full = render([*before, turn], tokenize=False, add_generation_prompt=True)
         end = head.rfind("<|im_end|>")
-        if end < 0 or not full.startswith(head):
+        if end < 0 or not full.startswith(head) or full.count(hole) != 1:
             raise ConfigError(
                 f"{self.path}: the chat template re-renders earlier turns when a tool turn follows (or has "
                 "no <|im_end|>); a multi-turn rollout needs a template that appends turns"
             )
-        text = head[end + len("<|im_end|>") :] + full[len(head) :]
-        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        left, right = (head[end + len("<|im_end|>") :] + full[len(head) :]).split(hole)
+        tokenize = self.tokenizer
+        ids: list[int] = tokenize(left, add_special_tokens=False)["input_ids"]
+        ids += tokenize(prompt.text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids += tokenize(right, add_special_tokens=False)["input_ids"]
         return ids
 
     def encode_observation(self, prompt: PromptInput) -> EncodedPrompt:
