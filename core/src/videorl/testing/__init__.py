@@ -15,8 +15,8 @@ videorl.testing``). Fixtures:
 
 Contract checks, to call from a plugin's own tests: :func:`assert_reward_contract`,
 :func:`assert_benchmark_contract`, :func:`assert_algorithm_contract`, :func:`assert_backend_contract`
-(:mod:`videorl.testing.backend`)   :func:`assert_engine_contract` (:mod:`videorl.testing.engine`) and :func:`assert_tool_contract`
-(:mod:`videorl.testing.tools`).
+(:mod:`videorl.testing.backend`), :func:`assert_engine_contract` (:mod:`videorl.testing.engine`) and
+:func:`assert_tool_contract` (:mod:`videorl.testing.tools`).
 """
 
 from __future__ import annotations
