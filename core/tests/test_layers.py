@@ -48,7 +48,7 @@ LAYERS: list[set[str]] = [
     # model families
     {"backend"},
     # rewards, the config schema, encoded prompts, episodes
-    {"rewards", "config", "encoding", "episode", "prompt_length"},
+    {"rewards", "config", "encoding", "episode", "prompt_length", "tools"},
     # the roles of a step, and the run's artifacts
     {"algorithms", "rollout", "actor", "runs"},
     # evaluation and diagnostics (they never import training)

@@ -80,6 +80,18 @@ from videorl.rewards.types import Reward, RewardInput, RewardOutput
 from videorl.rollout.hf import HFEngine
 from videorl.rollout.workflow import RolloutWorkflow
 from videorl.runs.trackers import Logger, RunContext
+from videorl.tools import (
+    Tool,
+    ToolArgumentError,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    VideoSource,
+    check_arguments,
+    parse_tool_call,
+    run_tool,
+)
+from videorl.tools.video import FrameSource
 from videorl.workers import LineWorker, LineWorkers
 
 __all__ = [
@@ -96,6 +108,7 @@ __all__ = [
     "EngineSpec",
     "Episode",
     "FormatRule",
+    "FrameSource",
     "HFEngine",
     "LineWorker",
     "LineWorkers",
@@ -128,8 +141,14 @@ __all__ = [
     "StepAdvantageEstimator",
     "StepRewards",
     "TaskReward",
+    "Tool",
+    "ToolArgumentError",
+    "ToolCall",
+    "ToolContext",
+    "ToolResult",
     "UnknownComponentError",
     "VideoMetadata",
+    "VideoSource",
     "VideorlError",
     "VisionSync",
     "VisualBudget",
@@ -140,6 +159,7 @@ __all__ = [
     "breakdown",
     "capabilities_of",
     "check_alignment",
+    "check_arguments",
     "check_batch_alignment",
     "check_engine_options",
     "check_frames",
@@ -158,10 +178,12 @@ __all__ = [
     "mm_token_types",
     "pack_model_inputs",
     "packed_lengths",
+    "parse_tool_call",
     "read_model_type",
     "register_template_dir",
     "render_prompt",
     "response_logprobs",
+    "run_tool",
     "template_name",
     "token_logprobs",
     "video_grid",

@@ -108,9 +108,12 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
         ...
 
     def collate(
-        self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None
+        self,
+        encoded: Sequence[EncodedPrompt],
+        responses: Sequence[Sequence[int] | EncodedPrompt] | None = None,
     ) -> ModelInputs:
-        """A left-padded batch: prompts only (generation), or prompts + responses (teacher forcing)."""
+        """A left-padded batch: prompts only (generation), or prompts + responses (teacher forcing); a
+        response with tool replies' media is an :class:`EncodedPrompt` (``collate_encoded`` takes it)."""
         ...
 
     def check_inputs(self, inputs: ModelInputs) -> None:

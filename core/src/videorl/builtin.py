@@ -39,6 +39,20 @@ def register_rollout_workflows(register: Register) -> None:
         "videorl.rollout.single_turn:SingleTurn",
         description="one response per episode (mix-policy, greedy baselines)",
     )
+    register(
+        "tool_agent",
+        "videorl.rollout.tool_agent:ToolAgent",
+        description="turns that call tools (rollout.tools) and see their replies",
+    )
+
+
+@hookimpl
+def register_tools(register: Register) -> None:
+    register(
+        "get_frames", "videorl.tools.video:GetFrames", description="n frames between two times, as video"
+    )
+    register("seek", "videorl.tools.video:Seek", description="the frame at a time, as an image")
+    register("zoom", "videorl.tools.video:Zoom", description="a region of a frame, enlarged, as an image")
 
 
 @hookimpl

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
+
 if TYPE_CHECKING:
     from videorl.encoding import Prompt
     from videorl.generation import Completion
@@ -24,17 +26,22 @@ class Segment:
     """A run of response tokens of one origin: the policy's (``trained``; its log-probs are the
     engine's) or the environment's (``trained=False``; log-probs NaN, loss mask 0). ``media``: cache
     references of what the segment shows the model (a tool's frames), in order; ``version``: the
-    policy version that generated it."""
+    policy version that generated it; ``observation``: an environment segment's tokens as the backend
+    encoded them, with its media's ``mm_token_type_ids`` and processed pixels (in this process only:
+    what crosses processes is ``media``)."""
 
     token_ids: list[int]
     logprobs: list[float]
     trained: bool = True
     media: tuple[str, ...] = ()
     version: int = 0
+    observation: EncodedPrompt | None = None
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
             raise ValueError(f"segment: {len(self.token_ids)} tokens but {len(self.logprobs)} log-probs")
+        if self.observation is not None and self.observation.prompt_ids != self.token_ids:
+            raise ValueError("segment: its observation encodes other tokens than the segment holds")
 
 
 @dataclass
@@ -69,6 +76,18 @@ class Episode:
         if not self.segments:
             return self.completion.token_ids
         return [i for s in self.segments for i in s.token_ids]
+
+    def response_input(self) -> list[int] | EncodedPrompt:
+        """What the training forward takes as the response: :attr:`response_ids`, or, when a segment
+        shows media, an :class:`~videorl.model_inputs.EncodedPrompt` of those ids with every
+        observation's token types and pixels, in order (``collate`` places them after the prompt's)."""
+        if not any(s.observation is not None and s.observation.visual for s in self.segments):
+            return self.response_ids
+        sample_id = self.prompt.require_encoded().sample_id
+        base = EncodedPrompt(sample_id, [], [], {}, [], PromptInput(sample_id, ""))
+        for s in self.segments:
+            base = continue_encoded(base, [] if s.observation else s.token_ids, s.observation)
+        return base
 
     @property
     def response_logprobs(self) -> list[float]:

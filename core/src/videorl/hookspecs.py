@@ -56,6 +56,7 @@ __all__ = [
     "register_rewards",
     "register_rollout_engines",
     "register_rollout_workflows",
+    "register_tools",
 ]
 
 
@@ -126,6 +127,19 @@ def register_rollout_workflows(register: Register) -> None:
     each prompt into the scored :class:`videorl.api.Episode`\ s of its group (a multi-turn workflow
     appends the environment's segments with loss mask 0). Check one with
     :func:`videorl.testing.assert_workflow_contract`.
+    """
+
+
+@hookspec
+def register_tools(register: Register) -> None:
+    """Register tools, the names ``rollout.tools`` refers to (the ``tool_agent`` workflow offers them).
+
+    A tool target is a class or factory called with no arguments that returns an object implementing
+    :class:`videorl.api.Tool`: a ``name``, a ``description``, the JSON schema of its ``parameters`` and
+    ``call(arguments, context)`` returning a :class:`videorl.api.ToolResult` (text, videos with their
+    metadata, images). Arguments come from model output: the workflow checks them against the schema
+    first; the tool raises :class:`videorl.api.ToolArgumentError` for what the schema cannot judge.
+    Check one with :func:`videorl.testing.assert_tool_contract` (docs/plugin-authors/tools.md).
     """
 
 

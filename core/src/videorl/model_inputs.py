@@ -12,7 +12,7 @@ Torch is imported inside the functions that need it, so importing this module st
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ __all__ = [
     "PromptInput",
     "RolloutRequest",
     "collate_encoded",
+    "continue_encoded",
     "pinned_upload",
     "response_logprobs",
     "response_stats",
@@ -218,18 +219,49 @@ def pinned_upload(device: Any) -> bool:
     return device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available()
 
 
+def continue_encoded(
+    base: EncodedPrompt, token_ids: Sequence[int], observation: EncodedPrompt | None = None
+) -> EncodedPrompt:
+    """``base`` followed by ``token_ids`` (text: the policy's turn) and then by ``observation`` (a tool's
+    reply the backend encoded, its media expanded and processed): one prompt, as if tokenised whole.
+    Its visual items follow ``base``'s in order (the model consumes grids in token order), and its
+    :class:`PromptInput` lists the observation's media after the sample's (an engine's request)."""
+    import torch
+
+    ids = [*base.prompt_ids, *token_ids]
+    engine = [*base.engine_prompt_ids, *token_ids]
+    types = None if base.mm_token_type_ids is None else [*base.mm_token_type_ids, *[0] * len(token_ids)]
+    visual, prompt = dict(base.visual), base.prompt
+    if observation is not None:
+        ids += observation.prompt_ids
+        engine += observation.engine_prompt_ids
+        if types is not None:
+            types += observation.mm_token_type_ids or [0] * len(observation.prompt_ids)
+        for key, value in observation.visual.items():
+            visual[key] = torch.cat([visual[key], value]) if key in visual else value
+        prompt = replace(
+            prompt,
+            videos=[*prompt.videos, *observation.prompt.videos],
+            images=[*prompt.images, *observation.prompt.images],
+        )
+    return EncodedPrompt(base.sample_id, ids, types, visual, engine, prompt)
+
+
 def collate_encoded(
     encoded: Sequence[EncodedPrompt],
     *,
     pad_token_id: int,
-    responses: Sequence[Sequence[int]] | None = None,
+    responses: Sequence[Sequence[int] | EncodedPrompt] | None = None,
     model_keys: Iterable[str] = ModelInputs._MODEL_FIELDS,
 ) -> ModelInputs:
     """Left-pad the prompts of ``encoded`` (and right-pad ``responses`` after them) into one batch.
 
     Visual tensors listed in ``model_keys`` become fields of :class:`ModelInputs`, others go to
-    ``extra``; each is concatenated along its first dimension in sample order. ``mm_token_type_ids``
-    are padded with 0 and extended with 0 over the responses.
+    ``extra``; each is concatenated along its first dimension in sample order, a row's prompt items
+    before its response's. A response is token ids (text: ``mm_token_type_ids`` 0 over it) or an
+    :class:`EncodedPrompt` whose ``prompt_ids`` are the response's tokens with media in them (a
+    multi-turn episode's tool replies: :meth:`videorl.episode.Episode.response_input`), its types and
+    visual tensors taken along.
     """
     import torch
 
@@ -238,7 +270,9 @@ def collate_encoded(
     if responses is not None and len(responses) != len(encoded):
         raise ValueError(f"collate_encoded: {len(encoded)} prompts but {len(responses)} responses")
     width = max(len(e.prompt_ids) for e in encoded)
-    resp = [list(r) for r in responses] if responses is not None else [[] for _ in encoded]
+    media = [r if isinstance(r, EncodedPrompt) else None for r in responses or ()] or [None] * len(encoded)
+    resp = [list(r.prompt_ids if isinstance(r, EncodedPrompt) else r) for r in responses or ()]
+    resp = resp or [[] for _ in encoded]
     rwidth = max((len(r) for r in resp), default=0)
     batch, total = len(encoded), width + rwidth
     input_ids = torch.full((batch, total), pad_token_id, dtype=torch.long)
@@ -253,14 +287,18 @@ def collate_encoded(
             input_ids[row, width : width + len(res)] = torch.tensor(res, dtype=torch.long)
         if types is not None and enc.mm_token_type_ids is not None:
             types[row, start:width] = torch.tensor(enc.mm_token_type_ids, dtype=torch.long)
+        reply = media[row]
+        if types is not None and reply is not None and reply.mm_token_type_ids is not None:
+            types[row, width : width + len(res)] = torch.tensor(reply.mm_token_type_ids, dtype=torch.long)
     response_mask = attention[:, width:].clone() if responses is not None else None
 
-    keys = list(dict.fromkeys(k for e in encoded for k in e.visual))
+    rows = [e for pair in zip(encoded, media) for e in pair if e is not None]  # prompt, then its response
+    keys = list(dict.fromkeys(k for e in rows for k in e.visual))
     model_keys = set(model_keys)
     values: dict[str, Any] = {}
     extra: dict[str, torch.Tensor] = {}
     for key in keys:
-        parts = [e.visual[key] for e in encoded if key in e.visual]
+        parts = [e.visual[key] for e in rows if key in e.visual]
         tensor = torch.cat(parts, dim=0)
         (values if key in model_keys else extra)[key] = tensor
     return ModelInputs(

@@ -47,6 +47,7 @@ KINDS: dict[str, str] = {
     "prompt_templates": "register_prompt_templates",
     "rollout_engines": "register_rollout_engines",
     "rollout_workflows": "register_rollout_workflows",
+    "tools": "register_tools",
     "loggers": "register_loggers",
     "advantage_estimators": "register_advantage_estimators",
     "policy_losses": "register_policy_losses",
@@ -60,6 +61,7 @@ _SINGULAR = {
     "prompt_templates": "prompt template",
     "rollout_engines": "rollout engine",
     "rollout_workflows": "rollout workflow",
+    "tools": "tool",
     "loggers": "logger",
     "advantage_estimators": "advantage estimator",
     "policy_losses": "policy loss",
@@ -175,6 +177,10 @@ class Plugins:
     @property
     def rollout_workflows(self) -> Registry[Any]:
         return self.registries["rollout_workflows"]
+
+    @property
+    def tools(self) -> Registry[Any]:
+        return self.registries["tools"]
 
     @property
     def loggers(self) -> Registry[Any]:

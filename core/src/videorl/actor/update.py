@@ -63,7 +63,8 @@ def forward_responses(
     sequences run packed in one row (:mod:`videorl.packing`) when the backend can pack them; the
     results keep the padded ``B×R`` layout either way."""
     param = next(model.parameters())
-    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_ids for t in batch])
+    # a tool reply's media ride in the response, where the engine saw them (Episode.response_input)
+    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_input() for t in batch])
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     packed = pack_for_backend(backend, inputs) if padding_free else None
     mixed = compute_dtype is not None and compute_dtype != param.dtype

@@ -191,7 +191,16 @@ class RolloutConfig:
     workflow: str = option(
         "single_turn",
         "How a prompt becomes the episodes of its group (a registered rollout workflow; built in: "
-        "single_turn, one response per episode).",
+        "single_turn, one response per episode; tool_agent, turns that call rollout.tools).",
+    )
+    tools: list[str] = option(
+        factory=list,
+        help="Tools the tool_agent workflow offers (registered tools; built in: get_frames, seek, zoom).",
+    )
+    max_turns: int = option(4, "tool_agent: most policy turns per episode (a call in the last is not run).")
+    max_frames_per_call: int = option(16, "tool_agent: most frames one tool call may return.")
+    max_visual_tokens: int | None = option(
+        None, "tool_agent: most visual tokens the tool replies of an episode may add; null: no limit."
     )
     n: int = option(8, "Responses sampled per prompt (the GRPO group size).")
     temperature: float = option(1.0, "Sampling temperature.")
@@ -242,6 +251,11 @@ class RolloutConfig:
             problems.append(("top_k", "must be -1 (off) or >= 1"))
         if self.max_response_length < 1:
             problems.append(("max_response_length", "must be >= 1"))
+        for key in ("max_turns", "max_frames_per_call"):
+            if getattr(self, key) < 1:
+                problems.append((key, "must be >= 1"))
+        if self.max_visual_tokens is not None and self.max_visual_tokens < 1:
+            problems.append(("max_visual_tokens", "must be >= 1 (or null: no limit)"))
         if self.weight_bucket_mb < 1:
             problems.append(("weight_bucket_mb", "must be >= 1"))
         if self.parity_tolerance is not None and not self.parity_tolerance > 0:

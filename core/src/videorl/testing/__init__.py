@@ -15,7 +15,8 @@ videorl.testing``). Fixtures:
 
 Contract checks, to call from a plugin's own tests: :func:`assert_reward_contract`,
 :func:`assert_benchmark_contract`, :func:`assert_algorithm_contract`, :func:`assert_backend_contract`
-(:mod:`videorl.testing.backend`) and :func:`assert_engine_contract` (:mod:`videorl.testing.engine`).
+(:mod:`videorl.testing.backend`), :func:`assert_engine_contract` (:mod:`videorl.testing.engine`) and
+:func:`assert_tool_contract` (:mod:`videorl.testing.tools`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from videorl.plugins import Plugins, load_plugins
 from videorl.rewards.types import RewardInput, RewardOutput
 from videorl.testing.backend import assert_backend_contract
 from videorl.testing.engine import assert_engine_contract
+from videorl.testing.tools import assert_tool_contract
 
 __all__ = [
     "CliResult",
@@ -58,6 +60,7 @@ __all__ = [
     "assert_benchmark_contract",
     "assert_engine_contract",
     "assert_reward_contract",
+    "assert_tool_contract",
     "call_reward",
     "write_test_video",
 ]

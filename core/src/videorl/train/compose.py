@@ -361,8 +361,10 @@ class RunParts:
         )  # fmt: skip
 
 
-def make_workflow(plugins: Plugins, name: str) -> RolloutWorkflow:
-    """The rollout workflow ``name`` (``rollout.workflow``) from the registry, made once."""
+def make_workflow(plugins: Plugins, name: str, config: TrainConfig | None = None) -> RolloutWorkflow:
+    """The rollout workflow ``name`` (``rollout.workflow``) from the registry, made once; a workflow
+    with ``setup(config, plugins)`` looks up its own components by name there (``tool_agent``: its
+    tools), the one place a run's names are resolved."""
     try:
         workflow = plugins.rollout_workflows.create(name)
     except RegistryError as exc:
@@ -372,6 +374,9 @@ def make_workflow(plugins: Plugins, name: str) -> RolloutWorkflow:
             f"rollout.workflow {name!r} made a {type(workflow).__name__}, which has no rollout(...) method "
             "(see videorl.api.RolloutWorkflow)"
         )
+    setup = getattr(workflow, "setup", None)
+    if config is not None and callable(setup):
+        setup(config, plugins)
     return workflow
 
 
@@ -391,7 +396,7 @@ def compose_run(
     encoder, validated datasets and benchmark rows. ``seed``: seed every generator first."""
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
     algorithm = algorithms.build(config.algorithm, plugins)
-    workflow = make_workflow(plugins, config.rollout.workflow)
+    workflow = make_workflow(plugins, config.rollout.workflow, config)
     start = begin_run(config, ranks, ranks_name, dist)
     try:
         if seed is not None:

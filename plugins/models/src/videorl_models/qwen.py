@@ -306,6 +306,53 @@ class QwenVLBackend:
     def prompt_length(self, prompt: PromptInput) -> int:
         return len(self.prompt_tokens(prompt)[0])
 
+    def observation_ids(self, prompt: PromptInput) -> list[int]:
+        """A tool's reply (``prompt``: its text and media) as the chat template appends it to a
+        conversation whose last assistant turn ended with ``<|im_end|>``: the separator the template
+        writes after that token, the tool turn and the next assistant header; one placeholder per item.
+        The template renders the conversation before and after the reply; the reply is the difference,
+        so earlier turns are never re-rendered. The reply's text may echo model output: it is tokenised
+        as plain text, a special token's spelling in it never becoming that token (a placeholder)."""
+        hole = "\x00reply\x00"
+        content: list[dict[str, Any]] = [{"type": "video"} for _ in prompt.videos]
+        content += [{"type": "image"} for _ in prompt.images]
+        content.append({"type": "text", "text": hole})
+        before = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+        render = self.tokenizer.apply_chat_template
+        head = render(before, tokenize=False, add_generation_prompt=False)
+        turn = {"role": "tool", "content": content}
+        full = render([*before, turn], tokenize=False, add_generation_prompt=True)
+        end = head.rfind("<|im_end|>")
+        if end < 0 or not full.startswith(head) or full.count(hole) != 1:
+            raise ConfigError(
+                f"{self.path}: the chat template re-renders earlier turns when a tool turn follows (or has "
+                "no <|im_end|>); a multi-turn rollout needs a template that appends turns"
+            )
+        left, right = (head[end + len("<|im_end|>") :] + full[len(head) :]).split(hole)
+        tokenize = self.tokenizer
+        ids: list[int] = tokenize(left, add_special_tokens=False)["input_ids"]
+        ids += tokenize(prompt.text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids += tokenize(right, add_special_tokens=False)["input_ids"]
+        return ids
+
+    def encode_observation(self, prompt: PromptInput) -> EncodedPrompt:
+        """A tool's reply encoded as it continues the conversation (:meth:`observation_ids`), its media
+        expanded and processed as a prompt's are: positions and grids as if it had been in the prompt."""
+        self._check_media(prompt)
+        image_grids, video_grids = self._grids(prompt)
+        metas = [meta for _, meta in prompt.videos]
+        ids, engine_ids = self._expand(
+            prompt.sample_id, self.observation_ids(prompt), image_grids, video_grids, metas
+        )
+        return EncodedPrompt(
+            sample_id=prompt.sample_id,
+            prompt_ids=ids,
+            mm_token_type_ids=mm_token_types(ids, self.token_ids["image"], self.token_ids["video"]),
+            visual=self._pixels(prompt),
+            engine_prompt_ids=engine_ids,
+            prompt=prompt,
+        )
+
     # -- pixels ----------------------------------------------------------------------------------
 
     @staticmethod
@@ -382,7 +429,9 @@ class QwenVLBackend:
     # -- batches and requests --------------------------------------------------------------------
 
     def collate(
-        self, encoded: Sequence[EncodedPrompt], responses: Sequence[Sequence[int]] | None = None
+        self,
+        encoded: Sequence[EncodedPrompt],
+        responses: Sequence[Sequence[int] | EncodedPrompt] | None = None,
     ) -> ModelInputs:
         pad = self.tokenizer.pad_token_id
         if pad is None:
@@ -390,7 +439,10 @@ class QwenVLBackend:
         if responses is not None:
             forbidden = self.forbidden_token_ids()
             for enc, response in zip(encoded, responses):
-                check_response_tokens(enc.sample_id, response, forbidden)
+                # a response with media (tool replies) holds placeholders by design: its generated
+                # tokens were checked at rollout, its placeholders against the grids below
+                if not isinstance(response, EncodedPrompt):
+                    check_response_tokens(enc.sample_id, response, forbidden)
         inputs = collate_encoded(encoded, pad_token_id=pad, responses=responses)
         self.check_inputs(inputs)
         return inputs

@@ -1,0 +1,250 @@
+"""The tool-using rollout workflow (``rollout.workflow: tool_agent``): the policy writes a tool call in
+Qwen's format (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), the workflow runs the tool
+(``rollout.tools``) and appends its reply as a tool turn, and the policy goes on, up to
+``rollout.max_turns`` turns.
+
+The trajectory is append-only tokens: each turn's tokens are kept as the engine returned them (with
+their log-probs), each reply is encoded by the backend as the chat template appends it
+(``encode_observation``; earlier turns are never re-rendered) and is a ``trained=False`` segment whose
+media the training forward sees where the engine saw it. Budgets end a trajectory with a reason, never
+inside a reply: the total response length (``rollout.max_response_length``), the visual tokens of the
+replies (``rollout.max_visual_tokens``) and the turns; frames per call (``rollout.max_frames_per_call``)
+refuse the call instead. Every engine generates from the whole context each turn (``hf``: its prefill
+runs again; an ``incremental`` engine could continue, not used yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from videorl.alignment import check_response_tokens
+from videorl.episode import Episode, Segment
+from videorl.errors import ConfigError, RegistryError
+from videorl.generation import Completion, SamplingParams
+from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
+from videorl.timing import StageTimer
+from videorl.tools import Tool, ToolContext, ToolResult, check_tool_schema, parse_tool_call, run_tool
+from videorl.tools.video import FrameSource
+
+if TYPE_CHECKING:
+    from videorl.backend import ModelBackend
+    from videorl.config import TrainConfig
+    from videorl.encoding import Prompt
+    from videorl.generation import RolloutEngine
+    from videorl.plugins import Plugins
+    from videorl.rollout.scoring import Scorer
+
+
+@dataclass
+class _Trajectory:
+    """One episode while it is generated: the context the engine continues and what it appended."""
+
+    prompt: Prompt
+    context: EncodedPrompt
+    tools: ToolContext
+    segments: list[Segment] = field(default_factory=list)
+    last: Completion | None = None
+    ended: str | None = None  # why it ended: answer, length, max_turns, visual_tokens
+    turns: int = 0
+    visual_tokens: int = 0
+
+    @property
+    def length(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments)
+
+
+def _media_refs(result: ToolResult) -> tuple[str, ...]:
+    """What a reply shows, named by the sample video's frames (indices into its source)."""
+    videos = [f"video:frames={','.join(map(str, m.frame_indices))}" for _, m in result.videos]
+    return (*videos, *(f"image:{i}" for i in range(len(result.images))))
+
+
+class ToolAgent:
+    """The :class:`~videorl.rollout.workflow.RolloutWorkflow` of tool-using episodes. ``tools``: by
+    name; without them :meth:`setup` takes ``rollout.tools`` from the registry."""
+
+    name = "tool_agent"
+
+    def __init__(self, tools: Mapping[str, Tool] | None = None) -> None:
+        self.tools: dict[str, Tool] = dict(tools or {})
+
+    def setup(self, config: TrainConfig, plugins: Plugins) -> None:
+        """Make the tools ``rollout.tools`` names (once, at the composition root)."""
+        if config.rollout.enable_mix_policy:
+            raise ConfigError(
+                "rollout.enable_mix_policy: the tool_agent workflow has no offline trajectories yet"
+            )
+        if not config.rollout.tools:
+            raise ConfigError(
+                "rollout.tools: the tool_agent workflow needs at least one tool (e.g. [get_frames])"
+            )
+        for name in config.rollout.tools:
+            try:
+                tool = plugins.tools.create(name)
+            except RegistryError as exc:
+                raise ConfigError(f"rollout.tools: {exc}") from None
+            try:
+                check_tool_schema(tool)
+            except TypeError as exc:
+                raise ConfigError(f"rollout.tools: {exc}") from None
+            self.tools[tool.name] = tool
+
+    def _context(self, config: TrainConfig, backend: ModelBackend, prompt: Prompt) -> ToolContext:
+        encoded = prompt.require_encoded()
+        videos = encoded.prompt.videos
+        source = FrameSource(*videos[0], temporal_patch=backend.temporal_patch_size) if videos else None
+        return ToolContext(
+            encoded.sample_id, source, factor=backend.factor,
+            max_frames=config.rollout.max_frames_per_call, zoom_max_pixels=backend.budget.image_max_pixels,
+        )  # fmt: skip
+
+    def rollout(
+        self,
+        config: TrainConfig,
+        prompts: Sequence[Prompt],
+        engine: RolloutEngine,
+        scorer: Scorer,
+        backend: ModelBackend,
+        *,
+        seed: int | None,
+        first_group: int = 0,
+        timer: StageTimer | None = None,
+        baseline: bool = False,
+    ) -> tuple[list[list[Episode]], dict[str, float]]:
+        """``rollout.n`` tool-using episodes per prompt, generated turn by turn (every open episode in
+        one engine call per turn), then scored."""
+        if baseline:
+            raise ConfigError(
+                "rollout.workflow tool_agent makes no greedy baseline (ReMax): choose another estimator"
+            )
+        if not self.tools:
+            raise ConfigError("rollout.workflow tool_agent has no tools: set rollout.tools")
+        encode = getattr(backend, "encode_observation", None)
+        if encode is None:
+            raise ConfigError(
+                f"the {backend.family} backend cannot encode a tool's reply (no encode_observation)"
+            )
+        timer = timer or StageTimer()
+        r = config.rollout
+        open_ = [
+            _Trajectory(p, p.require_encoded(), self._context(config, backend, p))
+            for p in prompts
+            for _ in range(r.n)
+        ]
+        counts: Counter[str] = Counter()
+        forbidden = backend.forbidden_token_ids() | set(config.model.suppress_token_ids)
+        for turn in range(r.max_turns):
+            active = [t for t in open_ if t.ended is None]
+            if not active:
+                break
+            params = SamplingParams(
+                n=1, temperature=r.temperature, top_p=r.top_p, top_k=max(r.top_k, 0),
+                max_tokens=max(r.max_response_length - t.length for t in active),  # each cut to its room
+                seed=None if seed is None else seed + turn,
+            )  # fmt: skip
+            with timer("rollout", f"turn {turn + 1}: {len(active)} episodes"):
+                outputs = engine.generate([t.context for t in active], params)
+                for t, (completion,) in zip(active, outputs, strict=True):
+                    check_response_tokens(t.prompt.sample.id, completion.token_ids, forbidden)
+                    self._turn(config, backend, encode, t, completion, counts)
+        groups = [
+            [self._episode(t, first_group + g) for t in open_[g * r.n : (g + 1) * r.n]]
+            for g in range(len(prompts))
+        ]
+        with timer("reward"):
+            scorer([e for group in groups for e in group])
+        return groups, self._metrics(open_, counts)
+
+    def _turn(
+        self,
+        config: TrainConfig,
+        backend: ModelBackend,
+        encode: Any,
+        t: _Trajectory,
+        completion: Completion,
+        counts: Counter[str],
+    ) -> None:
+        """Append the policy's turn, then (when it called a tool and the budgets allow) the tool's reply."""
+        r = config.rollout
+        room = r.max_response_length - t.length
+        ids, logprobs = completion.token_ids[:room], completion.logprobs[:room]
+        t.segments.append(Segment(list(ids), list(logprobs)))
+        t.context = continue_encoded(t.context, ids)
+        t.turns += 1
+        t.last = Completion(list(ids), list(logprobs), completion.finish_reason)
+        if completion.finish_reason == "length" or len(completion.token_ids) > room:
+            t.ended = "length"  # a call cut off is not run
+            return
+        call = parse_tool_call(backend.tokenizer.decode(ids, skip_special_tokens=False))
+        if call is None:
+            t.ended = "answer"
+            return
+        if t.turns >= r.max_turns:
+            t.ended = "max_turns"
+            return
+        result = self._call(t, call.name, call.arguments, call.error, counts)
+        if call.extra:
+            result.text += f" (only the first tool call of a turn runs; {call.extra} more ignored)"
+        observation: EncodedPrompt = encode(
+            PromptInput(t.context.sample_id, result.text, videos=result.videos, images=result.images)
+        )
+        visual = sum(1 for k in observation.mm_token_type_ids or () if k)
+        if t.length + len(observation.prompt_ids) >= r.max_response_length:
+            t.ended = "length"  # the reply would not fit with a token of answer after it: not cut
+        elif r.max_visual_tokens is not None and t.visual_tokens + visual > r.max_visual_tokens:
+            t.ended = "visual_tokens"
+        else:
+            ids = observation.prompt_ids
+            t.segments.append(
+                Segment(
+                    list(ids),
+                    [math.nan] * len(ids),
+                    trained=False,
+                    media=_media_refs(result),
+                    observation=observation,
+                )
+            )
+            t.context = continue_encoded(t.context, [], observation)
+            t.visual_tokens += visual
+            counts["frames"] += result.frames
+
+    def _call(
+        self, t: _Trajectory, name: str, arguments: dict[str, Any], error: str | None, counts: Counter[str]
+    ) -> ToolResult:
+        """Run one call (a call that could not be read is an invalid one), counted per tool."""
+        if error is not None:
+            result = ToolResult(f"Error: {error}.", invalid=True)
+        else:
+            result = run_tool(self.tools, name, arguments, t.tools)
+        counts[f"calls/{name if name in self.tools else '(unknown)'}"] += 1
+        counts["invalid_calls"] += result.invalid
+        return result
+
+    @staticmethod
+    def _episode(t: _Trajectory, group: int) -> Episode:
+        """The finished trajectory; its last completion's ``finish_reason`` says why it ended: ``stop``
+        (it answered), ``length`` (the response budget: DAPO's overlong filtering treats it as cut),
+        ``max_turns`` or ``visual_tokens``."""
+        assert t.last is not None and t.ended is not None  # every trajectory runs at least one turn
+        reason = "stop" if t.ended == "answer" else t.ended
+        return Episode(
+            t.prompt, group, Completion(t.last.token_ids, t.last.logprobs, reason), segments=t.segments
+        )
+
+    @staticmethod
+    def _metrics(trajectories: Sequence[_Trajectory], counts: Counter[str]) -> dict[str, float]:
+        """``tool/*``: turns and visual tokens per episode, calls per tool, invalid calls, frames
+        fetched, and the count of each ending (answer, length, max_turns, visual_tokens)."""
+        n = max(len(trajectories), 1)
+        out = {
+            "tool/turns_per_episode": sum(t.turns for t in trajectories) / n,
+            "tool/visual_tokens_per_episode": sum(t.visual_tokens for t in trajectories) / n,
+        }
+        out.update({f"tool/{k}": float(v) for k, v in counts.items()})
+        for reason, count in Counter(t.ended for t in trajectories).items():
+            out[f"tool/end/{reason}"] = float(count)
+        return out

@@ -1,0 +1,229 @@
+"""The tool_agent workflow end to end on a tiny model: a scripted engine writes a tool call, the workflow
+runs get_frames and appends its reply (a video segment) as a tool turn, the engine answers; the episode's
+segments, loss mask and counters are those expected, and the actor's forward over the episode (media of
+the reply included) gives the engine's log-probs of every generated token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from videorl.actor.update import forward_responses
+from videorl.backend import PromptInput, backend_for_model
+from videorl.config import TrainConfig
+from videorl.data import Sample
+from videorl.encoding import Prompt
+from videorl.episode import Episode
+from videorl.errors import ConfigError
+from videorl.generation import Completion, SamplingParams
+from videorl.media.metadata import VideoMetadata
+from videorl.model_inputs import EncodedPrompt, response_logprobs
+from videorl.plugins import load_plugins
+from videorl.rollout.hf import HFEngine
+from videorl.rollout.tool_agent import ToolAgent
+from videorl.train.compose import make_workflow
+
+CALL = '<tool_call>{"name": "get_frames", "arguments": {"start": 2, "end": 4, "n": 4}}</tool_call>'
+ANSWER = "<answer>B</answer>"
+
+
+class ScriptedEngine:
+    """Writes ``replies[k]`` as the policy's ``k``-th turn (``k`` read from the context's turn headers),
+    with the log-probs the model gives those tokens after the context (what a real engine reports)."""
+
+    def __init__(self, backend: Any, model: Any, replies: Sequence[str]) -> None:
+        self.backend, self.model, self.replies = backend, model, replies
+        self.start = backend.tokenizer.convert_tokens_to_ids("<|im_start|>")
+        self.contexts: list[EncodedPrompt] = []
+
+    def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
+        out = []
+        for prompt in prompts:
+            self.contexts.append(prompt)
+            turn = (prompt.prompt_ids.count(self.start) - 3) // 2  # system, user, assistant; +2 per reply
+            ids = [*self.backend.tokenizer.encode(self.replies[turn]), self.backend.end_of_turn_id()]
+            inputs = self.backend.collate([prompt], [ids])
+            with torch.no_grad():
+                logits = self.model(**inputs.model_kwargs()).logits
+            lp = response_logprobs(logits, inputs, forbidden=self.backend.forbidden_token_ids())[0]
+            out.append([Completion(ids, lp.tolist(), "stop")] * params.n)
+        return out
+
+    def update_weights(self, state_dict: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_dir: Callable[[str], Path]) -> tuple[Any, Any, Prompt]:
+    backend: Any = backend_for_model(tiny_model_dir("qwen2_5_vl"), load_plugins().model_backends)
+    model = backend.load_model(dtype=torch.float32)
+    side = 2 * backend.factor
+    frames = torch.randint(
+        0, 256, (16, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
+    video = (frames, VideoMetadata.every_frame(16, side, side, fps=2.0))  # 0 … 7.5 s
+    encoded = backend.encode(PromptInput("s", "Which colour?", videos=[video]))
+    return backend, model, Prompt(Sample(id="s", data_type="video", problem="Which colour?"), encoded, None)
+
+
+def _config(**rollout: Any) -> TrainConfig:
+    config = TrainConfig()
+    config.rollout.n, config.rollout.tools, config.rollout.max_response_length = 2, ["get_frames"], 512
+    for key, value in rollout.items():
+        setattr(config.rollout, key, value)
+    return config
+
+
+def _scorer(episodes: Sequence[Episode]) -> None:
+    for e in episodes:
+        e.reward = 1.0
+
+
+def _run(setup: Any, replies: Sequence[str], **rollout: Any) -> tuple[list[Episode], dict[str, float], Any]:
+    backend, model, prompt = setup
+    config = _config(**rollout)
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    engine = ScriptedEngine(backend, model, replies)
+    groups, metrics = workflow.rollout(config, [prompt], engine, _scorer, backend, seed=0, first_group=5)
+    assert len(groups) == 1 and len(groups[0]) == 2 and all(e.group == 5 for e in groups[0])
+    return groups[0], metrics, engine
+
+
+def test_a_tool_call_becomes_a_video_turn_that_the_actor_forward_sees(setup: Any) -> None:
+    backend, model, prompt = setup
+    episodes, metrics, engine = _run(setup, [CALL, ANSWER])
+    episode = episodes[0]
+    gen1, obs, gen2 = episode.segments
+    assert [s.trained for s in episode.segments] == [True, False, True]
+    assert backend.tokenizer.decode(gen2.token_ids, skip_special_tokens=True) == ANSWER
+    assert obs.media == ("video:frames=4,5,7,8",)  # 2.0, 2.5, 3.5, 4.0 s of the 2 fps source
+    assert "4 frames from 2.00 s to 4.00 s:" in backend.tokenizer.decode(obs.token_ids)
+    assert episode.loss_mask == [True] * len(gen1.token_ids) + [False] * len(obs.token_ids) + [True] * len(
+        gen2.token_ids
+    )
+    assert episode.completion.finish_reason == "stop" and episode.reward == 1.0
+    assert metrics == {
+        "tool/turns_per_episode": 2.0,
+        "tool/visual_tokens_per_episode": 8.0,  # 4 frames of 2·factor: grid (2, 4, 4) / merge² = 8
+        "tool/calls/get_frames": 2.0,
+        "tool/invalid_calls": 0.0,
+        "tool/frames": 8.0,
+        "tool/end/answer": 2.0,
+    }
+    # append-only: the second turn's context is the prompt, the first turn and the reply, token for token
+    second = engine.contexts[-1]
+    assert second.prompt_ids == prompt.require_encoded().prompt_ids + gen1.token_ids + obs.token_ids
+    assert second.video_grid_thw == [(8, 4, 4), (2, 4, 4)]
+
+    inputs = backend.collate([prompt.require_encoded()], [episode.response_input()])
+    assert inputs.video_grid_thw.tolist() == [[8, 4, 4], [2, 4, 4]]  # the reply's video is in the forward
+    forbidden = sorted(backend.forbidden_token_ids())
+    logp, _, mask = forward_responses(model, backend, episodes, forbidden)
+    assert mask[0].bool().tolist() == episode.loss_mask
+    engine_lp = torch.tensor(episode.response_logprobs)
+    trained = torch.tensor(episode.loss_mask)
+    assert torch.allclose(logp[0][trained], engine_lp[trained], atol=1e-5)  # parity over both turns
+    packed, _, packed_mask = forward_responses(model, backend, episodes, forbidden, padding_free=True)
+    assert torch.equal(packed_mask, mask)
+    assert torch.allclose(packed[mask.bool()], logp[mask.bool()], atol=1e-5)
+
+
+class FirstTurnScripted(ScriptedEngine):
+    """The scripted call first, then the HF engine generates from the whole context (reply included)."""
+
+    def __init__(self, backend: Any, model: Any) -> None:
+        super().__init__(backend, model, [CALL])
+        self.hf = HFEngine(backend, model)
+
+    def generate(self, prompts: Sequence[EncodedPrompt], params: SamplingParams) -> list[list[Completion]]:
+        first = [p.prompt_ids.count(self.start) == 3 for p in prompts]
+        if all(first):
+            return super().generate(prompts, params)
+        assert not any(first)
+        return self.hf.generate(prompts, params)
+
+
+def test_the_hf_engine_continues_after_a_video_reply_with_the_actors_log_probs(setup: Any) -> None:
+    backend, model, prompt = setup
+    config = _config(max_turns=2, temperature=1.0)
+    config.rollout.max_response_length = 160
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    engine = FirstTurnScripted(backend, model)
+    groups, _ = workflow.rollout(config, [prompt], engine, _scorer, backend, seed=3)
+    forbidden = sorted(backend.forbidden_token_ids())
+    logp, _, mask = forward_responses(model, backend, groups[0], forbidden)
+    for row, episode in enumerate(groups[0]):
+        assert [s.trained for s in episode.segments] == [True, False, True]
+        assert episode.segments[1].media == ("video:frames=4,5,7,8",)
+        trained = torch.tensor(episode.loss_mask)
+        engine_lp = torch.tensor(episode.response_logprobs)
+        assert mask[row, : len(trained)].bool().tolist() == trained.tolist()
+        assert torch.allclose(logp[row, : len(trained)][trained], engine_lp[trained], atol=1e-4)
+
+
+def test_bad_calls_are_observations_and_budgets_end_episodes(setup: Any) -> None:
+    backend = setup[0]
+    bad = '<tool_call>{"name": "get_frames", "arguments": {"start": 6, "end": 1, "n": 4}}</tool_call>'
+    episodes, metrics, _ = _run(setup, [bad, CALL], max_turns=2)
+    _, obs, _ = episodes[0].segments
+    assert "Error: end (1 s) must come after start (6 s)" in backend.tokenizer.decode(obs.token_ids)
+    assert obs.observation is not None and not obs.observation.visual and not obs.media
+    assert metrics["tool/invalid_calls"] == 2.0 and metrics["tool/end/max_turns"] == 2.0
+    assert episodes[0].completion.finish_reason == "max_turns"
+    assert episodes[0].response_input() == episodes[0].response_ids  # text only: plain ids
+
+    episodes, metrics, _ = _run(setup, [CALL, ANSWER], max_visual_tokens=7)  # the reply needs 8
+    assert len(episodes[0].segments) == 1 and metrics["tool/end/visual_tokens"] == 2.0
+    assert episodes[0].completion.finish_reason == "visual_tokens" and "tool/frames" not in metrics
+
+    call_ids = len(backend.tokenizer.encode(CALL)) + 1
+    episodes, metrics, _ = _run(setup, [CALL, ANSWER], max_response_length=call_ids + 20)
+    assert len(episodes[0].segments) == 1  # the reply (> 20 tokens with its video) is never cut
+    assert episodes[0].completion.finish_reason == "length" and metrics["tool/end/length"] == 2.0
+
+
+def test_setup_names_unknown_tools_and_refuses_a_baseline(setup: Any) -> None:
+    with pytest.raises(
+        ConfigError, match="rollout.tools: unknown tool 'get_frame'. Did you mean 'get_frames'"
+    ):
+        make_workflow(load_plugins(), "tool_agent", _config(tools=["get_frame"]))
+    with pytest.raises(ConfigError, match="needs at least one tool"):
+        make_workflow(load_plugins(), "tool_agent", _config(tools=[]))
+    backend, _, prompt = setup
+    with pytest.raises(ConfigError, match="no greedy baseline"):
+        ToolAgent().rollout(
+            _config(), [prompt], ScriptedEngine(backend, None, []), _scorer, backend, seed=0, baseline=True
+        )
+
+
+@pytest.mark.slow
+def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> None:
+    """The wiring: ``rollout.workflow: tool_agent`` with the hf engine through build_training (the
+    composition root resolves the tools, the parity gate passes, ``tool/*`` reach metrics.jsonl); the
+    random tiny model writes no call, so every episode is one turn. Mix-policy is refused by name."""
+    from videorl import demo
+    from videorl.config import load_config
+    from videorl.runs.history import read_metrics
+    from videorl.train.compose import build_training
+
+    model, train, val = demo.prepare(tmp_path, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
+    base = demo.demo_overrides(tmp_path, model, train, val, steps=1, seed=3, engine="hf")
+    overrides = [
+        *base, f"output_dir={tmp_path / 'run'}", "data.rollout_batch_size=2", "actor.global_batch_size=2",
+        "rollout.n=2", "trainer.progress_bar=false", "rollout.workflow=tool_agent",
+        "rollout.tools=[get_frames,seek,zoom]", "rollout.max_response_length=24",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="rollout.enable_mix_policy"):
+        build_training(load_config(None, overrides), load_plugins())
+    config = load_config(None, [*overrides, "rollout.enable_mix_policy=false"])
+    assert build_training(config, load_plugins()).run() == 1
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert (
+        row["tool/turns_per_episode"] == 1.0 and row["tool/end/length"] + row.get("tool/end/answer", 0) == 4
+    )
+    assert row["rollout/logprob_diff"] < 1e-5
