@@ -141,3 +141,22 @@ def test_only_actor_rank_0_keeps_and_publishes_the_weights(monkeypatch: pytest.M
     assert len(puts) == 1 and [ref for ref, _ in handle] == ["ref1"] and isinstance(puts[0], np.ndarray)
     # in the engine's bfloat16: a 6 x 2 = 12 -> 16 bytes, b 5 x 2 = 10 -> 16, c (int64) 2 x 8 = 16
     assert total == 48 and puts[0].size == 48
+
+
+@pytest.mark.slow
+def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy() -> None:
+    """Each bucket is a numpy array in the object store: a reader gets it mapped read-only (Ray's
+    zero-copy path for numpy buffers), and the views over it are the published tensors."""
+    ray = pytest.importorskip("ray")
+    # a new runtime: `ray start` in an earlier test leaves a record of its cluster, which Ray would join
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        named = [("w", torch.arange(64, dtype=torch.bfloat16).reshape(8, 8)), ("b", torch.ones(3))]
+        handle, total = publish_buckets(iter(named), 1 << 20, ray.put)
+        assert total == 128 + 16 and len(handle) == 1
+        array = ray.get(handle[0][0])
+        assert type(array) is np.ndarray and not array.flags.writeable  # mapped, not unpickled
+        state = bucket_tensors(handle, ray.get)
+        assert all(torch.equal(state[n], t) and state[n].dtype == t.dtype for n, t in named)
+    finally:
+        ray.shutdown()

@@ -64,8 +64,8 @@ class Actor:
     ) -> Iterator[tuple[str, torch.Tensor]]:
         if self.full_state is not None:
             return self.full_state(dtype, on_device=on_device, keep=keep)
-        # One process: the module's own tensors, where they are (cast on their device)
-        return iter(_cast(self.model.state_dict(), dtype).items() if keep else ())
+        # One process: the module's own tensors, where they are, each cast on its device when taken
+        return _cast(self.model.state_dict(), dtype) if keep else iter(())
 
     def checkpoint_state(self) -> Stateful:
         """What a checkpoint saves and a resume loads (:func:`videorl.runs.resume.save_checkpoint`):
@@ -81,10 +81,9 @@ class Actor:
         return self.lora.disabled() if self.lora is not None else nullcontext(self.reference)
 
 
-def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
-    if dtype is None:
-        return state
-    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+def _cast(state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+    for name, tensor in state.items():
+        yield name, tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
 
 
 def refresh_state(actor: Actor, engine: RolloutEngine) -> dict[str, torch.Tensor]:
