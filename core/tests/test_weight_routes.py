@@ -87,6 +87,16 @@ def test_an_engine_failing_midway_still_has_every_gather_run_for_the_other_ranks
     assert engine.streamed == ["a"] and gathers.gathered == 3  # b and c gathered and dropped
 
 
+def test_a_tensor_parallel_rank_without_the_engine_runs_the_gathers_and_keeps_nothing() -> None:
+    from videorl.rollout.placement import GroupedEngine
+
+    gathers = _Gathers(_STATE)
+    follower = GroupedEngine.__new__(GroupedEngine)
+    follower.engine = None
+    refresh_engine(_actor(gathers), follower)
+    assert gathers.gathered == 3 and gathers.calls == [{"dtype": None, "on_device": True, "keep": False}]
+
+
 def test_split_buckets_are_flat_uint8_buffers_each_within_the_size_and_round_trip() -> None:
     """40-byte float32 tensors (48 aligned) in 100-byte buckets: two per bucket; bf16 kept bit-exact."""
     named = [(f"t{i}", torch.arange(10, dtype=torch.float32) + i) for i in range(5)]

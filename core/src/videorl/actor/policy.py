@@ -54,9 +54,8 @@ class Actor:
         end, :func:`~videorl.actor.fsdp.iter_full_state`): ``on_device`` leaves gathered tensors on
         the device, ``keep=False`` has this rank take part without keeping anything. With LoRA the
         merge needs the whole state, gathered to the host first."""
-        if self.lora is not None:
-            merged = self.lora.merged(dict(self._stream(None, on_device=False, keep=True)), dtype)
-            return iter(merged.items() if keep else ())
+        if self.lora is not None and keep:
+            return iter(self.lora.merged(dict(self._stream(None, on_device=False, keep=True)), dtype).items())
         return self._stream(dtype, on_device=on_device, keep=keep)
 
     def _stream(
@@ -97,10 +96,15 @@ def refresh_engine(actor: Actor, engine: RolloutEngine) -> None:
 
     An engine that takes weights on the device (``takes_device_weights()``: a vLLM engine refreshed
     by CUDA IPC) gets them as they are gathered, one tensor at a time, never through host memory;
-    any other gets them gathered on the host (:func:`refresh_state`). Both walk the same gathers in
-    the same order, so ranks whose engines differ (a tensor-parallel group's leader and the others)
-    stay in step; what an engine leaves of the stream (or a failure midway) is gathered to the end
+    any other gets them gathered on the host (:func:`refresh_state`); a rank whose engine holds no
+    weights (``holds_weights`` false: a tensor-parallel group's rank beside its leader) takes part in
+    each gather and keeps nothing. All walk the same gathers in the same order, so the ranks stay in
+    step; what an engine leaves of the stream (or a failure midway) is gathered to the end
     here, so no rank is left waiting in a collective the others never join."""
+    if not getattr(engine, "holds_weights", True):  # a tensor-parallel group's rank without the engine
+        for _ in actor.weight_stream(None, on_device=True, keep=False):
+            pass
+        return
     takes = getattr(engine, "takes_device_weights", None)
     if not (callable(takes) and takes()):
         engine.update_weights(refresh_state(actor, engine))

@@ -152,6 +152,11 @@ class GroupedEngine:
         if self.engine is not None:
             self.engine.update_weights(state_dict)
 
+    @property
+    def holds_weights(self) -> bool:
+        """Whether this rank hosts the engine (the others' part of a refresh is the gathers alone)."""
+        return self.engine is not None
+
     def takes_device_weights(self) -> bool:
         """The leader's engine's answer (:func:`videorl.actor.policy.refresh_engine`); False elsewhere,
         where the weights are gathered and dropped."""
