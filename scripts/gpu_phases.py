@@ -1,8 +1,9 @@
 """The GPU check's phases beyond the GRPO steps (``scripts/gpu_check.py --phases``), each through the
 project's own code paths, each also runnable on the CPU where its backend is (``--cpu-smoke``):
 
-- ``fsdp``: FSDP2 at world size 1 with a real process group (NCCL for CUDA tensors and gloo for CPU
-  ones with ``device_id`` on a GPU; gloo on the CPU), rank 0's host weights sharded and filled
+- ``fsdp``: FSDP2 at world size 1 (the shape's widths, :data:`FSDP_LAYERS` layers) with a real
+  process group (NCCL for CUDA tensors and gloo for CPU ones with ``device_id`` on a GPU; gloo on the
+  CPU), rank 0's host weights sharded and filled
   (:mod:`videorl.actor.fsdp`), mixed precision (bf16 parameters, fp32 reduce) through one GRPO
   update, the refresh's one-tensor-at-a-time gather on the device checked against the weights it
   started from, and a DCP save and load of the sharded model and optimizer (``ActorState``) checked
@@ -32,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: language layers and vision blocks of the ``fsdp`` phase's model
+FSDP_LAYERS = 4
+
 
 class Skip(Exception):
     """A phase that cannot run here; its message says why."""
@@ -58,14 +62,20 @@ class Context:
     def dtype_name(self) -> str:
         return str(self.compute).removeprefix("torch.")
 
-    def new_model(self, device: Any) -> Any:
-        """The check's architecture with random float32 weights on ``device``, prepared by its backend."""
+    def new_model(self, device: Any, layers: int | None = None) -> Any:
+        """The check's architecture with random float32 weights on ``device``, prepared by its backend;
+        ``layers``: at most that many language layers and vision blocks (the widths stay)."""
         from transformers import AutoConfig, AutoModelForImageTextToText
 
+        config = AutoConfig.from_pretrained(self.model_dir)
+        if layers is not None:
+            text, vision = config.text_config, config.vision_config
+            text.num_hidden_layers = min(text.num_hidden_layers, layers)
+            text.layer_types = text.layer_types[: text.num_hidden_layers]
+            vision.depth = min(vision.depth, layers)
+            vision.fullatt_block_indexes = [vision.depth - 1]
         with self.torch.device(device):
-            model = AutoModelForImageTextToText.from_config(
-                AutoConfig.from_pretrained(self.model_dir), dtype=self.torch.float32
-            )
+            model = AutoModelForImageTextToText.from_config(config, dtype=self.torch.float32)
         return self.backend.prepare_model(model)
 
     def episodes(self, seed: int = 0) -> list[Any]:
@@ -162,7 +172,9 @@ def _fsdp_checks(ctx: Context) -> dict[str, Any]:
     from videorl.timing import StageTimer
 
     torch = ctx.torch
-    model = ctx.new_model(load_device(0))  # rank 0 reads into host memory, as make_actor does
+    # rank 0 reads into host memory, as make_actor does; 4 layers of the shape's widths keep the DCP
+    # round trip of weights and Adam states to a few GB (the 3B model's would be 60 GB on disk)
+    model = ctx.new_model(load_device(0), layers=FSDP_LAYERS)
     initial = dict(model.state_dict())
     # what the gather must give back, in the engine's dtype (a copy: sharding takes the tensors over)
     reference = {
