@@ -34,6 +34,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -280,7 +281,10 @@ def main() -> None:
             "attention": attention_implementation(compute) or "sdpa",
             "prompt_tokens": [len(p.require_encoded()) for p in prompts],
         }), flush=True)  # fmt: skip
-        bodies = {"steps": functools.partial(steps_phase, args=args), **PHASES}
+        bodies: dict[str, Callable[[Any], dict[str, Any]]] = {
+            "steps": functools.partial(steps_phase, args=args),
+            **PHASES,
+        }
         for name in args.phases:
             row = run_phase(name, bodies[name], ctx)
             failed |= row["ok"] is False
