@@ -47,7 +47,7 @@ def test_the_parity_check_runs_with_the_engine_asleep(monkeypatch: pytest.Monkey
         return {"actor/loss": 1.0}
 
     monkeypatch.setattr(actor_step, "update", update)
-    monkeypatch.setattr(actor_step, "refresh_state", lambda actor, engine: {})
+    monkeypatch.setattr(actor_step, "refresh_engine", lambda actor, engine: engine.update_weights({}))
     metrics = actor_step.train_step(
         SimpleNamespace(),  # type: ignore[arg-type]
         SimpleNamespace(optimizer=None),  # type: ignore[arg-type]

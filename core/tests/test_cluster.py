@@ -551,22 +551,27 @@ def test_a_rollout_worker_prepares_the_upcoming_samples_in_the_background() -> N
     assert queued == [["s2", "s3"]]
 
 
-def test_kept_benchmark_weights_round_trip_tied_tensors_and_refuse_another_version(tmp_path: Any) -> None:
+def test_kept_benchmark_weights_round_trip_tied_tensors_and_refuse_another_version(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A model with tied embeddings publishes two names for one tensor, which safetensors refuses to
     write as such: each is written, and both come back equal."""
     from types import SimpleNamespace
 
     from videorl.cluster.benchmark_group import read_plan
+    from videorl.cluster.weights import bucket_tensors, publish_buckets
     from videorl.cluster.worker import Worker
 
     embedding = torch.arange(12, dtype=torch.bfloat16).reshape(4, 3)
     state = {"embed_tokens.weight": embedding, "lm_head.weight": embedding, "norm.weight": torch.ones(3)}
     path = tmp_path / "weights.safetensors"
     plan = {"version": 5, "benchmarks": ["mvbench"], "training": {"step": 5}}
-    Worker.keep_weights(None, state, str(path), plan)  # type: ignore[arg-type]
+    handle, _ = publish_buckets(state.items(), 1 << 20, lambda array: array)  # the object store: itself
+    monkeypatch.setattr(Worker, "published_state", staticmethod(lambda h: bucket_tensors(h, lambda a: a)))
+    worker = Worker.__new__(Worker)
+    worker.keep_weights(handle, str(path), plan)
     assert read_plan(path) == plan
     loaded: dict[str, torch.Tensor] = {}
-    worker = Worker.__new__(Worker)
     worker.engine = SimpleNamespace(update_weights=loaded.update)  # type: ignore[assignment]
     worker.load_weights_file(str(path), 5)
     assert loaded.keys() == state.keys() and worker.weight_version == 5

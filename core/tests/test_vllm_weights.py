@@ -139,12 +139,16 @@ def _open_in_child(handle: dict[str, Any], meta: dict[str, Any], out: Any) -> No
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU")
-def test_a_cuda_ipc_bucket_reaches_another_process() -> None:
+@pytest.mark.parametrize("source", ["cpu", "cuda"], ids=["from-host", "gathered-on-the-gpu"])
+def test_a_cuda_ipc_bucket_reaches_another_process(source: str) -> None:
+    """Tensors on the host (an engine fed host weights) or on the GPU (the FSDP gather a CUDA IPC
+    refresh streams, :func:`videorl.actor.policy.refresh_engine`) reach the other process alike."""
     import multiprocessing
 
     from videorl.rollout.vllm_weights import _Staging
 
     group = [("a", torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)), ("b", torch.tensor([1.5, -2.0]))]
+    group = [(name, tensor.to(source)) for name, tensor in group]
     staging = _Staging(1 << 20)
     payload = staging.payload(group)
     assert payload["kind"] == "cuda_ipc" and isinstance(payload["handle"]["handle"], bytes)

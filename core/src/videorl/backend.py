@@ -146,7 +146,8 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # Optional: ``checkpoint_layout(state: dict[str, Tensor]) -> dict[str, Tensor]`` gives the policy's
     # weights (transformers' names and layout) in the names and layout of the family's Hub checkpoints,
     # which vLLM's loaders expect; a vLLM engine's weight refresh goes through it
-    # (:func:`hub_checkpoint_layout`). Without it the weights go as transformers holds them.
+    # (:func:`hub_checkpoint_layout`). Without it the weights go as transformers holds them. It maps
+    # each tensor on its own (a refresh streams the weights and calls it with one tensor at a time).
 
 
 #: members set on the instance (``__init__``), so absent from a backend class

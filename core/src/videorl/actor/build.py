@@ -4,9 +4,10 @@ frozen reference copy when the KL penalty needs one."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
-from videorl.actor.fsdp import fill_from_rank0, full_state_dict, shard_model
+from videorl.actor.fsdp import fill_from_rank0, iter_full_state, shard_model
 from videorl.actor.lora import inject as inject_lora
 from videorl.devices import load_device, local_device, release_cached_memory, use_fast_attention
 
@@ -79,7 +80,7 @@ def make_actor(
         backend,
         ref_model,
         compute_dtype=None if sharded else dtype,
-        full_state_dict=(lambda dtype: full_state_dict(model, dtype)) if sharded else None,
+        full_state=functools.partial(iter_full_state, model) if sharded else None,
         lora=adapters,
     )
     return actor, vision_sync

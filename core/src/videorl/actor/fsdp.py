@@ -1,7 +1,8 @@
-"""FSDP2 sharding of the policy: shard, fill from rank 0, gather the full state."""
+"""FSDP2 sharding of the policy: shard, fill from rank 0, gather the full state one tensor at a time."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
@@ -60,23 +61,31 @@ def fill_from_rank0(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> N
                 dist.broadcast(buffer, src=0)
 
 
-def full_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """The whole model's parameters and buffers on every rank, on the CPU, with HF names; floating
-    tensors cast to ``dtype`` (on the device, before the copy) when given.
+def iter_full_state(
+    model: torch.nn.Module, dtype: torch.dtype | None = None, *, on_device: bool = False, keep: bool = True
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The whole model's parameters and buffers with HF names, one full tensor at a time (a
+    collective: every rank must run the generator to its end, in the same order); floating tensors
+    cast to ``dtype`` on the device when given.
 
-    Gathered one tensor at a time and moved to host memory at once, so the device never holds more
-    than one full tensor beside its shards (a whole-model gather would put the full float32 model,
-    33 GB at 7B, on a GPU where the rollout engine may be awake). Every rank gets the whole state
-    (``cpu_offload=True`` would leave all but rank 0 empty; each rank's engine needs the weights)."""
+    ``on_device``: each tensor stays on the device it was gathered on (a CUDA IPC refresh copies it
+    into its staging buffer there), else it is moved to host memory at once. ``keep=False``: this
+    rank takes part in each gather and drops the result at once, yielding nothing (the ranks that
+    do not publish the weights: no host copy, one full tensor on the device at a time). Either way
+    the device never holds more than one full tensor beside its shards, and whatever the consumer
+    keeps of the earlier ones (a whole-model gather would put the full float32 model, 33 GB at 7B, on
+    a GPU where the rollout engine may be awake). Every rank can have the whole state: each rank's
+    engine may need it (``cpu_offload=True`` would leave all but rank 0 empty)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from torch.distributed.tensor import DTensor
 
-    out: dict[str, torch.Tensor] = {}
     for name, value in get_model_state_dict(model).items():
         tensor = cast(torch.Tensor, value).detach()
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if not keep:
+            del full
+            continue
         if dtype is not None and full.is_floating_point():
             full = full.to(dtype)
-        out[name] = full.cpu()
+        yield name, full if on_device else full.cpu()
         del full
-    return out

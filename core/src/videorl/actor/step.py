@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from videorl.actor.parity import first_step_check
-from videorl.actor.policy import refresh_state, set_learning_rate, sleep_engine
+from videorl.actor.policy import refresh_engine, set_learning_rate, sleep_engine
 from videorl.actor.update import update
 
 if TYPE_CHECKING:
@@ -60,5 +60,5 @@ def train_step(
         metrics = {**update(config, actor, algorithm, episodes, dist, timer), **metrics}
     if engine is not None:
         with timer("weight_sync"):
-            engine.update_weights(refresh_state(actor, engine))
+            refresh_engine(actor, engine)
     return metrics

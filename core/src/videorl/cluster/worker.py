@@ -312,48 +312,69 @@ class Worker:
 
     def publish_weights(self) -> list[Any] | None:
         """Gather the full weights (collective over the actor ranks), in the rollout engines' dtype;
-        rank 0 puts them in Ray's object store for the split rollout workers and returns ``[ref, bytes]``."""
+        rank 0 alone keeps them, puts them in Ray's object store bucket by bucket for the split
+        rollout workers (:func:`~videorl.cluster.weights.publish_buckets`) and returns
+        ``[handle, bytes]``; the other ranks drop each gathered tensor at once."""
         import ray
 
-        from videorl.actor.policy import engine_weights
+        from videorl.actor.policy import engine_weight_stream
+        from videorl.cluster.weights import publish_buckets
 
         assert self.actor is not None, "publish_weights() on a worker without the actor role"
         c = self.config
         capabilities = capabilities_of(self.plugins.rollout_engines.get(c.rollout.engine))
         engine_dtype = weights_dtype(str(c.rollout.engine_options.get("dtype", c.model.dtype)))
-        state = self.actor.weights(engine_dtype if capabilities.weights_in_engine_dtype else None)
+        dtype = engine_dtype if capabilities.weights_in_engine_dtype else None
+        stream = self.actor.weight_stream(dtype, on_device=True, keep=self.rank == 0)
         if self.rank != 0:
+            for _ in stream:  # this rank's part of each gather
+                pass
             return None
-        state = engine_weights(self.actor.backend, capabilities, state)
-        return [ray.put(state), sum(t.numel() * t.element_size() for t in state.values())]
+        named = engine_weight_stream(self.actor.backend, capabilities, stream)
+        return publish_buckets(named, c.rollout.weight_bucket_mb << 20, ray.put)
 
-    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> float:
-        """Refresh the engine with published weights of policy ``version`` (Ray resolves the
-        reference); the seconds it took."""
+    def load_weights(self, handle: list[Any], version: int) -> float:
+        """Refresh the engine with weights of policy ``version`` published by :meth:`publish_weights`
+        (read from the object store without a copy); the seconds it took."""
         assert self.engine is not None, "load_weights() on a worker without the rollout role"
         start = time.perf_counter()
-        self.engine.update_weights(state)
-        self.weight_version = version
+        self._load_state(self.published_state(handle), version)
         return time.perf_counter() - start
 
-    def keep_weights(self, state: dict[str, torch.Tensor], path: str, plan: dict[str, Any]) -> None:
-        """Write published weights to ``path`` (safetensors, atomically) with ``plan`` (the policy
-        ``version``, the ``benchmarks`` to score, the ``training`` record of those weights) in its
-        metadata, so that a run resumed while benchmark passes scored them can finish them
-        (:mod:`videorl.cluster.benchmark_group`)."""
+    @staticmethod
+    def published_state(handle: list[Any]) -> dict[str, torch.Tensor]:
+        """The tensors of a :meth:`publish_weights` handle, as views of the object store's buffers."""
+        import ray
+
+        from videorl.cluster.weights import bucket_tensors
+
+        return bucket_tensors(handle, ray.get)
+
+    def _load_state(self, state: dict[str, torch.Tensor], version: int) -> None:
+        assert self.engine is not None
+        self.engine.update_weights(state)
+        self.weight_version = version
+
+    def keep_weights(self, handle: list[Any], path: str, plan: dict[str, Any]) -> None:
+        """Write weights :meth:`publish_weights` published to ``path`` (safetensors, atomically) with
+        ``plan`` (the policy ``version``, the ``benchmarks`` to score, the ``training`` record of those
+        weights) in its metadata, so that a run resumed while benchmark passes scored them can finish
+        them (:mod:`videorl.cluster.benchmark_group`)."""
         from videorl.cluster.benchmark_group import plan_metadata
 
-        write_tensor_file(path, state, plan_metadata(plan))  # tied weights stored once
+        write_tensor_file(path, self.published_state(handle), plan_metadata(plan))  # tied weights stored once
 
     def load_weights_file(self, path: str, version: int) -> float:
         """Refresh the engine with weights :meth:`keep_weights` wrote for policy ``version``; the
         seconds it took. A file of another version is refused."""
         from videorl.cluster.benchmark_group import plan_of
 
+        start = time.perf_counter()
         state, metadata = read_tensor_file(path)
         if plan_of(metadata).get("version") != version:
             raise ValueError(f"{path} does not hold the weights of policy version {version}")
-        return self.load_weights(state, version)
+        self._load_state(state, version)
+        return time.perf_counter() - start
 
     # --- checkpoints -------------------------------------------------------------------------------
 
@@ -376,11 +397,11 @@ class Worker:
     def resume(self, path: str) -> int:
         """Load this rank's shards of the model and optimizer states and its RNG state from checkpoint
         ``path`` (the controller holds the data positions); a colocated engine gets the loaded weights."""
-        from videorl.actor.policy import refresh_state
+        from videorl.actor.policy import refresh_engine
 
         assert self.actor is not None and self.dist is not None
         step = resume(path, self.actor.checkpoint_state(), self.checkpoints, self.dist)
         if self.engine is not None and not self.engine_shares_actor:
-            self.engine.update_weights(refresh_state(self.actor, self.engine))
+            refresh_engine(self.actor, self.engine)
         self.weight_version = step
         return step

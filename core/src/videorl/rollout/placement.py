@@ -16,7 +16,7 @@ of a node would land on one GPU. Each engine is therefore given the GPUs it may 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -151,6 +151,21 @@ class GroupedEngine:
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         if self.engine is not None:
             self.engine.update_weights(state_dict)
+
+    @property
+    def holds_weights(self) -> bool:
+        """Whether this rank hosts the engine (the others' part of a refresh is the gathers alone)."""
+        return self.engine is not None
+
+    def takes_device_weights(self) -> bool:
+        """The leader's engine's answer (:func:`videorl.actor.policy.refresh_engine`); False elsewhere,
+        where the weights are gathered and dropped."""
+        takes = getattr(self.engine, "takes_device_weights", None)
+        return bool(callable(takes) and takes())
+
+    def update_weights_stream(self, named: Iterable[tuple[str, Any]]) -> None:
+        if self.engine is not None:
+            self.engine.update_weights_stream(named)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self.engine is not None:

@@ -11,7 +11,7 @@ What it shares with the async engine lives in :mod:`videorl.rollout.vllm_common`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -135,13 +135,28 @@ class VLLMEngine:
         or written as a model folder in shared memory that vLLM reloads (``weight_sync="folder"``).
         An engine asleep gets its weights back first, then its KV cache."""
         model = self._weights.write(state_dict) if self.weight_sync == "folder" else None
+        if model is not None:
+            self._reload(
+                lambda: self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
+            )
+        else:
+            self._reload(lambda: self._memory.push(state_dict.items()))
+
+    def takes_device_weights(self) -> bool:
+        """Whether a refresh reaches the workers by CUDA IPC (in memory, workers on a GPU): then
+        :meth:`update_weights_stream` takes the weights where they were gathered, on the GPU."""
+        return self.weight_sync == "memory" and self._memory.resolve() == "cuda_ipc"
+
+    def update_weights_stream(self, named: Iterable[tuple[str, Any]]) -> None:
+        """:meth:`update_weights` in memory from ``(name, tensor)`` pairs consumed one at a time (each
+        is copied into the staging buffer and dropped: the weights are never all held at once)."""
+        self._reload(lambda: self._memory.push(named))
+
+    def _reload(self, load: Callable[[], Any]) -> None:
         if self.asleep:
             release_cached_memory()  # what the update freed, for the engine's processes to take
             self.llm.wake_up(tags=["weights"])
-        if model is not None:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
-        else:
-            self._memory.push(state_dict.items())
+        load()
         if self.asleep:
             release_cached_memory()  # the staging buffer of a CUDA IPC refresh, for the KV cache
             self.llm.wake_up(tags=["kv_cache"])

@@ -20,7 +20,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -193,15 +193,30 @@ class AsyncVLLMEngine:
         """Load ``state_dict`` between generations (in-flight requests finish first): in memory,
         bucket by bucket, or through a model folder in shared memory (``weight_sync="folder"``)."""
         model = self._weights.write(state_dict) if self.weight_sync == "folder" else None
+        if model is not None:
+            self._paused(
+                lambda: self._call(
+                    self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)})
+                )
+            )
+        else:
+            self._paused(lambda: self._memory.push(state_dict.items()))
+
+    def takes_device_weights(self) -> bool:
+        """As :meth:`videorl.rollout.vllm.VLLMEngine.takes_device_weights`."""
+        return self.weight_sync == "memory" and self._memory.resolve() == "cuda_ipc"
+
+    def update_weights_stream(self, named: Iterable[tuple[str, Any]]) -> None:
+        """:meth:`update_weights` in memory from ``(name, tensor)`` pairs consumed one at a time."""
+        self._paused(lambda: self._memory.push(named))
+
+    def _paused(self, load: Callable[[], Any]) -> None:
         # Once the requests in flight are done, the pause empties the prefix, multimodal and encoder
         # caches (the scheduler's record and the workers' outputs together), which nothing refills
         # before the resume: no KV or video encoding from the old weights outlives the refresh.
         self._call(self.llm.pause_generation(mode="wait", clear_cache=True))
         try:
-            if model is not None:
-                self._call(self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model)}))
-            else:
-                self._memory.push(state_dict.items())
+            load()
         finally:
             self._call(self.llm.resume_generation())
 

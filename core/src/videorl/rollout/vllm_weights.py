@@ -279,14 +279,18 @@ class MemoryRefresh:
         self.rpc, self.bucket_bytes = rpc, bucket_mb << 20
         self.transport: Transport | None = None
 
-    def push(self, named: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Load ``named`` into the engine; the number of buckets sent."""
+    def resolve(self) -> Transport:
+        """The transport, chosen on the first call (one call to the workers)."""
         if self.transport is None:
             from vllm.platforms import current_platform
 
             same = all(pid == os.getpid() for pid in self.rpc("videorl_pid"))
             self.transport = choose_transport(same, bool(current_platform.is_cuda_alike()))
-        return push_weights(self.rpc, named, transport=self.transport, bucket_bytes=self.bucket_bytes)
+        return self.transport
+
+    def push(self, named: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Load ``named`` into the engine; the number of buckets sent."""
+        return push_weights(self.rpc, named, transport=self.resolve(), bucket_bytes=self.bucket_bytes)
 
 
 class WeightReceiver:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from videorl.actor.policy import refresh_state
+from videorl.actor.policy import refresh_engine
 from videorl.actor.step import train_step
 from videorl.parallel import Parallel
 from videorl.rollout.collect import collect_groups, local_rollout
@@ -76,7 +76,7 @@ class LocalStep:
         state = self.actor.checkpoint_state()
         start = resume(self.config.trainer.resume, state, self.io.checkpoints, self.dist, data=self.data)
         if start > 0 and not self.engine_shares_actor:
-            self.engine.update_weights(refresh_state(self.actor, self.engine))
+            refresh_engine(self.actor, self.engine)
         return start
 
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
