@@ -24,7 +24,8 @@ ENTROPY_COEF = 0.1
 
 
 def episodes(backend: Any) -> list[Any]:
-    """The micro-batch: text, a 12-frame video, a video and an image (fixed random responses)."""
+    """The micro-batch: text, a 16-frame video (128 visual tokens), a video and an image (fixed random
+    responses). The row is 262 tokens; the cut between two ranks (131) lies inside the long video."""
     import torch
 
     from videorl.data import Sample
@@ -37,16 +38,16 @@ def episodes(backend: Any) -> list[Any]:
     f = backend.factor
     gen = torch.Generator().manual_seed(0)
 
-    def video(frames: int, seed: int) -> tuple[torch.Tensor, Any]:
+    def video(frames: int, side: int, seed: int) -> tuple[torch.Tensor, Any]:
         g = torch.Generator().manual_seed(seed)
-        pixels = torch.randint(0, 256, (frames, 3, 2 * f, 2 * f), dtype=torch.uint8, generator=g)
-        return pixels, VideoMetadata.every_frame(frames, 2 * f, 2 * f, fps=2.0)
+        pixels = torch.randint(0, 256, (frames, 3, side * f, side * f), dtype=torch.uint8, generator=g)
+        return pixels, VideoMetadata.every_frame(frames, side * f, side * f, fps=2.0)
 
     image = torch.randint(0, 256, (3, f, 2 * f), dtype=torch.uint8, generator=gen)
     prompts = [
         PromptInput("text", "How many objects are there? Answer with a number"),
-        PromptInput("long", "What happens in the video?", videos=[video(12, 1)]),
-        PromptInput("both", "Does the image appear in the video?", videos=[video(4, 2)], images=[image]),
+        PromptInput("long", "What happens in the video?", videos=[video(16, 4, 1)]),
+        PromptInput("both", "Does the image appear in the video?", videos=[video(4, 2, 2)], images=[image]),
     ]
     forbidden = backend.forbidden_token_ids()
     allowed = torch.tensor([i for i in range(len(backend.tokenizer)) if i not in forbidden])

@@ -180,7 +180,7 @@ def ulysses_attention(
     plan: ShardPlan | None = kwargs.pop(PLAN_KWARG, None)
     inner = ALL_ATTENTION_FUNCTIONS[_inner_of[id(module.config)]]
     if plan is None:
-        return inner(module, query, key, value, attention_mask, **kwargs)  # type: ignore[no-any-return]
+        return inner(module, query, key, value, attention_mask, **kwargs)
     if key.shape[1] % plan.size:  # repeat the key/value heads to one per query head
         groups = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
