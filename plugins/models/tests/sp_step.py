@@ -4,7 +4,7 @@ Run by ``test_sequence_parallel.py`` as ``python sp_step.py MODEL_DIR OUT_DIR K 
 ``K`` ranks form one sequence-parallel group and run the same packed micro-batch (a text prompt, a
 long video prompt, a video-plus-image prompt), each its ``1/K`` of the row; the loss is the masked
 sum of log-probs and entropies divided by ``K`` (as the update scales it), the gradients are summed
-over the group. Rank 0 also runs the micro-batch without sequence parallelism and writes both
+over the group; the sharded model recomputes its layers in the backward (gradient checkpointing). Rank 0 also runs the micro-batch without sequence parallelism and writes both
 results to ``OUT_DIR`` (``sp.safetensors``, ``single.safetensors``) with ``rank0.json``: where the
 row was cut, which tokens lie there. ``--no-exchange`` skips the all-to-all (the control that must
 fail).
@@ -100,7 +100,8 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, ex
         from safetensors.torch import save_file
 
         from videorl.actor import ulysses
-        from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
+        from videorl.api import backend_for_model
+        from videorl.plugins import load_plugins
 
         dist.init_process_group(
             "gloo",
@@ -111,9 +112,11 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, ex
         )
         if not exchange:  # the control: each rank attends over its own tokens only, as if exchanged
             ulysses._AllToAll.apply = staticmethod(lambda x, group: x)  # type: ignore[method-assign]
-        backend = Qwen2_5VLBackend(model_dir)
+        backend = backend_for_model(model_dir, load_plugins().model_backends)
         batch = episodes(backend)
         model = backend.load_model().train()
+        # recomputed in the backward: the shard plan must reach the attention again
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         ulysses.install_sequence_parallel(model, backend, dist.group.WORLD, size, rank)
         sharded = run(model, backend, batch, size)
         if rank == 0:

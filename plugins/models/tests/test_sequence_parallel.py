@@ -60,10 +60,11 @@ def _differences(out: Path) -> tuple[float, float, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen2_vl"])
 def test_two_ranks_give_the_one_process_log_probs_and_gradients(
-    tiny_dir: Callable[[str], Path], tmp_path: Path
+    model_type: str, tiny_dir: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    report = _run(tiny_dir("qwen2_5_vl"), tmp_path / "run", 2)
+    report = _run(tiny_dir(model_type), tmp_path / "run", 2)
     video = report["video_id"]
     assert report["cuts"] == [[video, video]]  # the ranks' cut lies inside the video
     stats, grads, trained = _differences(tmp_path / "run")
