@@ -4,10 +4,10 @@ Run by ``test_sequence_parallel.py`` as ``python sp_step.py MODEL_DIR OUT_DIR K 
 ``K`` ranks form one sequence-parallel group and run the same packed micro-batch (a text prompt, a
 long video prompt, a video-plus-image prompt), each its ``1/K`` of the row; the loss is the masked
 sum of log-probs and entropies divided by ``K`` (as the update scales it), the gradients are summed
-over the group; the sharded model recomputes its layers in the backward (gradient checkpointing). Rank 0 also runs the micro-batch without sequence parallelism and writes both
-results to ``OUT_DIR`` (``sp.safetensors``, ``single.safetensors``) with ``rank0.json``: where the
-row was cut, which tokens lie there. ``--no-exchange`` skips the all-to-all (the control that must
-fail).
+over the group; the sharded model recomputes its layers in the backward (gradient checkpointing).
+Rank 0 also runs the micro-batch without sequence parallelism and writes both results to
+``OUT_DIR`` (``sp.safetensors``, ``single.safetensors``) with ``rank0.json``: where the row was cut,
+which tokens lie there. ``--no-exchange`` skips the all-to-all (the control that must fail).
 """
 
 from __future__ import annotations
