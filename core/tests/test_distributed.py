@@ -282,3 +282,28 @@ def test_refreshed_weights_are_gathered_in_the_engine_s_dtype() -> None:
     assert torch.equal(state["weight"], model.weight.detach().to(torch.bfloat16))
     assert refresh_state(actor, object())["weight"].dtype == torch.float32  # type: ignore[arg-type]
     assert engine_dtype("auto") is None
+
+
+def test_sequence_parallel_groups_share_a_data_rank_and_a_wrong_size_names_those_that_work() -> None:
+    from videorl.parallel import Parallel
+
+    mesh = [Parallel(r, 8, 2) for r in range(8)]
+    assert [(p.data_rank, p.sp_rank) for p in mesh[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert {p.data_size for p in mesh} == {4}  # four shares of the prompts, each held by two ranks
+    with pytest.raises(ConfigError, match=r"1 training process\(es\) cannot form .* groups of 2.*\[1\]"):
+        Parallel(0, 1, 2)  # one process is k = 1 only
+    with pytest.raises(ConfigError, match=r"sizes that divide it: \[1, 2, 3, 6\]"):
+        Parallel(0, 6, 4)
+
+
+def test_sequence_parallel_size_is_validated_and_the_drivers_refuse_it_for_now() -> None:
+    from videorl.config import load_config
+    from videorl.plugins import load_plugins
+    from videorl.train.compose import compose_run
+
+    base = ["model.path=/m", "data.train_files=[/d.jsonl]"]
+    with pytest.raises(ConfigError, match="sequence_parallel_size"):
+        load_config(None, [*base, "actor.sequence_parallel_size=0"])
+    config = load_config(None, [*base, "actor.sequence_parallel_size=2"])
+    with pytest.raises(ConfigError, match="do not yet give the ranks of a sequence-parallel group the same"):
+        compose_run(config, load_plugins(), ranks=1, ranks_name="ranks")

@@ -143,6 +143,9 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # Optional: ``pack_inputs(inputs: ModelInputs) -> PackedInputs`` puts a teacher-forced batch in one
     # padding-free row (``actor.padding_free``, :mod:`videorl.packing`); ``packing_unsupported`` (a
     # reason, or None) declines it. Without ``pack_inputs`` the micro-batches are padded.
+    # Optional: ``sequence_parallel_text_model(model) -> module`` names the decoder stack whose keyword
+    # ``inputs_embeds`` and ``position_ids`` sequence parallelism slices (``actor.sequence_parallel_size``,
+    # :mod:`videorl.actor.ulysses`); ``sequence_parallel_unsupported`` (a reason, or None) declines it.
     # Optional: ``checkpoint_layout(state: dict[str, Tensor]) -> dict[str, Tensor]`` gives the policy's
     # weights (transformers' names and layout) in the names and layout of the family's Hub checkpoints,
     # which vLLM's loaders expect; a vLLM engine's weight refresh goes through it

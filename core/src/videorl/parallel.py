@@ -3,9 +3,9 @@
 A :class:`Parallel` separates the two things a rank's number used to mean. Data: the ``data_size``
 data-parallel groups each take their own share of the prompts (``data_rank``). Sequences: the
 ``sp_size`` ranks of one group share that group's samples and hold a contiguous part of every
-sequence (sequence parallelism; today ``sp_size`` is 1, and each rank is its own group). Gradients
-are averaged over the whole mesh by FSDP. Process groups are created by :func:`init_distributed`
-(torchrun, or the Ray actor workers).
+sequence (sequence parallelism, ``actor.sequence_parallel_size``: ranks ``d·k … d·k + k - 1`` form
+data group ``d``; :mod:`videorl.actor.ulysses`). Gradients are averaged over the whole mesh by FSDP.
+Process groups are created by :func:`init_distributed` (torchrun, or the Ray actor workers).
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import math
 import os
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
+
+from videorl.errors import ConfigError
 
 log = logging.getLogger("videorl.parallel")
 
@@ -33,11 +35,15 @@ class Parallel:
     rank: int = 0
     world_size: int = 1
     sp_size: int = 1
+    #: the process group of this rank's sequence-parallel group (:func:`sequence_group`)
+    sp_group: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.sp_size < 1 or self.world_size % self.sp_size:
-            raise ValueError(
-                f"{self.world_size} training processes cannot form sequence-parallel groups of {self.sp_size}"
+            works = [k for k in range(1, self.world_size + 1) if self.world_size % k == 0]
+            raise ConfigError(
+                f"actor.sequence_parallel_size={self.sp_size}: {self.world_size} training process(es) "
+                f"cannot form sequence-parallel groups of {self.sp_size}; sizes that divide it: {works}"
             )
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside the {self.world_size} training processes")
@@ -194,13 +200,24 @@ def backend_devices(backend: str) -> set[str]:
     return {part.split(":")[0] for part in backend.split(",")}
 
 
-def init_distributed() -> Parallel:
+def sequence_group(rank: int, world_size: int, sp_size: int) -> Any:
+    """This rank's sequence-parallel group (ranks ``d·k … d·k + k - 1``); a collective: every rank
+    creates every group, as ``new_group`` requires."""
+    mine = None
+    for start in range(0, world_size, sp_size):
+        group = new_group(range(start, start + sp_size))
+        if start <= rank < start + sp_size:
+            mine = group
+    return mine
+
+
+def init_distributed(sp_size: int = 1) -> Parallel:
     """Join the process group torchrun describes (``WORLD_SIZE`` > 1): gloo on CPU; on GPUs gloo for
     CPU tensors and NCCL for CUDA tensors (:func:`process_group_options`); gloo on the interface towards
-    ``MASTER_ADDR`` (:func:`set_gloo_interface`)."""
+    ``MASTER_ADDR`` (:func:`set_gloo_interface`); with ``sp_size`` > 1 the sequence-parallel groups."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
-        return Parallel()
+        return Parallel(sp_size=sp_size)  # refuses sp_size > 1: one process is k = 1
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -210,7 +227,10 @@ def init_distributed() -> Parallel:
             torch.cuda.set_device(local_rank)  # before any CUDA call, so nothing lands on GPU 0
         set_gloo_interface()
         dist.init_process_group(**process_group_options(cuda=cuda, local_rank=local_rank))
-    return Parallel(dist.get_rank(), dist.get_world_size())
+    rank, world = dist.get_rank(), dist.get_world_size()
+    Parallel(rank, world, sp_size)  # the size is checked before any group is made
+    group = sequence_group(rank, world, sp_size) if sp_size > 1 else None
+    return Parallel(rank, world, sp_size, sp_group=group)
 
 
 def close_distributed() -> None:

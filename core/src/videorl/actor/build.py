@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.actor.fsdp import fill_from_rank0, iter_full_state, shard_model
 from videorl.actor.lora import inject as inject_lora
+from videorl.actor.ulysses import install_sequence_parallel
 from videorl.devices import load_device, local_device, release_cached_memory, use_fast_attention
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ def make_actor(
     ref_model = None  # with LoRA the reference is the actor with its adapters off: no copy
     if (config.algorithm.use_kl_loss if reference is None else reference) and adapters is None:
         ref_model = load_reference(config, backend, device=load_device(dist.rank) if sharded else None)
+    if dist.sp_size > 1:  # Ulysses: this rank's 1/k of every packed row (videorl.actor.ulysses)
+        for policy in (model, ref_model) if ref_model is not None else (model,):
+            install_sequence_parallel(policy, backend, dist.sp_group, dist.sp_size, dist.sp_rank)
     vision_sync = backend.install_vision_sync(model)
     # The zero-weighted dummy vision forward keeps FSDP ranks in step when one has no pixels; one
     # process needs none (and the HF engine, generating with the actor, would run it every token).

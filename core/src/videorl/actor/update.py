@@ -13,11 +13,13 @@ import inspect
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import torch
 
 from videorl.actor.gaps import modality_gaps
+from videorl.actor.ulysses import sequence_parallel_of
 from videorl.algorithms import LossScale
 from videorl.algorithms import formulas as algo
 from videorl.episode import Episode
@@ -66,7 +68,8 @@ def forward_responses(
     # a tool reply's media ride in the response, where the engine saw them (Episode.response_input)
     inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_input() for t in batch])
     inputs = inputs.to(device=param.device, dtype=param.dtype)
-    packed = pack_for_backend(backend, inputs) if padding_free else None
+    ulysses = sequence_parallel_of(model)
+    packed = pack_for_backend(backend, inputs) if padding_free or ulysses else None
     mixed = compute_dtype is not None and compute_dtype != param.dtype
     kwargs = packed.model_kwargs() if packed is not None else inputs.model_kwargs()
     accepted = inspect.signature(model.forward).parameters
@@ -76,7 +79,10 @@ def forward_responses(
         "use_cache" in accepted
     ):  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
         kwargs["use_cache"] = False
-    with torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
+    # sequence parallelism: this rank's part of the packed row; the decoder stack returns the
+    # response positions' hidden states only, so the LM head keeps all it is given
+    sharded = ulysses.sharding(packed, kwargs) if ulysses is not None else nullcontext()
+    with sharded, torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
         logits = model(**kwargs).logits
     if packed is not None:
         logp, entropy = packed.response_stats(logits, forbidden=forbidden, entropy_grad=entropy_grad)

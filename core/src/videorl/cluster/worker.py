@@ -126,7 +126,7 @@ class Worker:
                 MASTER_ADDR=master_addr,
                 MASTER_PORT=str(master_port),
             )
-            self.dist = init_distributed()
+            self.dist = init_distributed(config.actor.sequence_parallel_size)
             seed_everything(config.seed + self.rank)  # as a torchrun rank does
             with_reference = config.algorithm.use_kl_loss and "reference" in self.roles
             self.actor, _ = make_actor(config, self.backend, self.dist, reference=with_reference)

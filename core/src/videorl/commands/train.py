@@ -123,7 +123,7 @@ def _train_here(config: TrainConfig, plugins: Plugins) -> None:
     from videorl.parallel import close_distributed, init_distributed  # torch
     from videorl.train.compose import build_training
 
-    dist = init_distributed()
+    dist = init_distributed(config.actor.sequence_parallel_size)
     try:
         training = build_training(config, plugins, dist=dist)
         try:

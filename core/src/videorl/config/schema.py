@@ -453,11 +453,18 @@ class ActorConfig:
         "instead of padding them to the longest; families that cannot pack are padded (logged once).",
     )
     lora: LoraConfig = option(factory=LoraConfig, help="LoRA adapters (peft) instead of full fine-tuning.")
+    sequence_parallel_size: int = option(
+        1,
+        "Ranks that share each sample and hold 1/k of every packed sequence (DeepSpeed-Ulysses); must "
+        "divide the number of training processes and the language model's attention heads (1: off).",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
         if self.global_batch_size < 1:
             problems.append(("global_batch_size", "must be >= 1"))
+        if self.sequence_parallel_size < 1:
+            problems.append(("sequence_parallel_size", "must be >= 1"))
         if self.max_tokens_per_micro_batch < 1:
             problems.append(("max_tokens_per_micro_batch", "must be >= 1"))
         return problems

@@ -394,6 +394,12 @@ def compose_run(
     loop reads it and ``config.yaml`` records it; resolving twice changes nothing) and built, the
     checks of :func:`begin_run` over ``ranks`` data-parallel groups, the backend, rewards, prompt
     encoder, validated datasets and benchmark rows. ``seed``: seed every generator first."""
+    if config.actor.sequence_parallel_size > 1:
+        raise ConfigError(
+            f"actor.sequence_parallel_size={config.actor.sequence_parallel_size}: the actor's forward "
+            "shards sequences (videorl.actor.ulysses), but the training drivers do not yet give the "
+            "ranks of a sequence-parallel group the same rollouts; set it to 1 for now"
+        )
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
     algorithm = algorithms.build(config.algorithm, plugins)
     workflow = make_workflow(plugins, config.rollout.workflow, config)

@@ -183,6 +183,12 @@ class QwenVLBackend:
             split_frames=self.timestamped_frames,
         )[0]
 
+    def sequence_parallel_text_model(self, model: Any) -> Any:
+        """The decoder stack sequence parallelism shards (``actor.sequence_parallel_size``): it takes
+        the merged ``inputs_embeds`` and the packed row's ``4 × 1 × N`` positions by keyword."""
+        inner = getattr(model, "model", model)
+        return inner.language_model
+
     def pack_inputs(self, inputs: ModelInputs) -> PackedInputs:
         """The teacher-forced batch ``inputs`` in one row (``actor.padding_free``): each sequence's 3-D
         positions are those of :meth:`rope_positions` for the padded batch, after the per-sequence

@@ -18,6 +18,10 @@ __all__ = ["Qwen3_5Backend"]
 class Qwen3_5Backend(Qwen3VLBackend):
     family = "qwen3_5"
     model_types = ("qwen3_5", "qwen3_5_moe")
+    sequence_parallel_unsupported: str | None = (
+        "its linear-attention (Gated DeltaNet) layers scan the sequence in order outside transformers' "
+        "attention interface, where Ulysses' all-to-all sits, so they would see only this rank's tokens"
+    )
 
     def prepare_model(self, model: Any) -> Any:
         """The Qwen-VL fixes, and linear attention that keeps packed sequences apart."""
