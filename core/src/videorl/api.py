@@ -61,6 +61,7 @@ from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import (
     EncodedPrompt,
     ModelInputs,
+    PixelNorm,
     PromptInput,
     RolloutRequest,
     collate_encoded,
@@ -106,6 +107,7 @@ __all__ = [
     "ModelInputs",
     "OverlongPrompt",
     "PackedInputs",
+    "PixelNorm",
     "PolicyLoss",
     "PolicyLossFunction",
     "Preset",

@@ -128,6 +128,10 @@ class Prefetcher:
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+                # the prompt is the asking thread's now: this thread keeps no reference while it
+                # waits, so a step's batch is freed when the step drops it (one batch in flight)
+                del result
+            del item, future
 
     def get(self, sample: Sample) -> Prompt:
         for i, (queued, future) in enumerate(self._queued):

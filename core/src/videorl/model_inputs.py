@@ -1,7 +1,8 @@
 """What a model backend receives and produces: one tokenisation per prompt, and what each stage derives.
 
 - :class:`PromptInput`: one prompt as the data path hands it to the backend (text, frames, images);
-- :class:`EncodedPrompt`: a prompt tokenised once, its ``mm_token_type_ids`` and processed pixels;
+- :class:`EncodedPrompt`: a prompt tokenised once, its ``mm_token_type_ids`` and processed pixels
+  (uint8 patches until the device: :class:`PixelNorm`);
 - :class:`RolloutRequest`: what the rollout engine receives for it (plus the ids it must reproduce);
 - :class:`ModelInputs`: a left-padded batch for HF ``generate`` or, with responses appended, for the
   teacher-forced training forward.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EncodedPrompt",
     "ModelInputs",
+    "PixelNorm",
     "PromptInput",
     "RolloutRequest",
     "collate_encoded",
@@ -63,6 +65,39 @@ class PromptInput:
         return "video" if self.videos else "image" if self.images else "text"
 
 
+@dataclass(frozen=True)
+class PixelNorm:
+    """How a family's uint8 pixel patches become the model's float pixels, on the device.
+
+    The HF processor rescales (``× rescale``) and normalises (``(x - mean_c) / std_c``) each channel,
+    then cuts patches whose last axis is ``channels × columns_per_channel`` values, channel-major.
+    The backend keeps the patches uint8 (the processor run without rescale and normalise: the same
+    values before the affine step, a quarter of float32's bytes) and :meth:`apply` does the affine
+    step where the model runs, as the processor computes it (transformers folds the rescale into
+    mean and std: ``(x - mean/rescale) / (std/rescale)`` in float32).
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    rescale: float
+    columns_per_channel: int
+
+    def apply(self, patches: torch.Tensor) -> torch.Tensor:
+        """The float32 pixels of uint8 ``patches`` (``… × channels·columns_per_channel``), on their device."""
+        import torch
+
+        if patches.shape[-1] != len(self.mean) * self.columns_per_channel:
+            raise ValueError(
+                f"PixelNorm: patches of {patches.shape[-1]} values, expected {len(self.mean)} channels × "
+                f"{self.columns_per_channel}"
+            )
+        device = patches.device
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=device) * (1.0 / self.rescale)
+        std = torch.tensor(self.std, dtype=torch.float32, device=device) * (1.0 / self.rescale)
+        cols = self.columns_per_channel
+        return (patches.float() - mean.repeat_interleave(cols)) / std.repeat_interleave(cols)
+
+
 @dataclass
 class EncodedPrompt:
     """One prompt, tokenised once by the framework.
@@ -71,7 +106,9 @@ class EncodedPrompt:
     ``engine_prompt_ids`` is the same tokenisation with each visual item collapsed back to its single
     placeholder, for rollout engines that expand placeholders themselves (vLLM); ``visual`` holds the
     family's model tensors (``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``, ...),
-    each indexed by item along its first dimension.
+    each indexed by item along its first dimension. ``pixel_norm`` names the visual tensors held as
+    uint8 patches on the host and how each becomes float pixels on the device (:class:`PixelNorm`,
+    applied by :meth:`ModelInputs.to`).
     """
 
     sample_id: str
@@ -80,6 +117,7 @@ class EncodedPrompt:
     visual: dict[str, torch.Tensor]
     engine_prompt_ids: list[int]
     prompt: PromptInput
+    pixel_norm: dict[str, PixelNorm] = field(default_factory=dict)
 
     @property
     def image_grid_thw(self) -> list[tuple[int, int, int]]:
@@ -126,6 +164,7 @@ class ModelInputs:
     Prompts occupy columns ``[0, prompt_width)`` (right-aligned), responses ``[prompt_width, L)``
     (left-aligned, ``response_mask`` marks their real tokens). Visual tensors are concatenated over
     the batch in sample order. ``extra`` holds further family-specific model arguments.
+    ``pixel_norm``: the visual tensors still uint8 patches (:class:`PixelNorm`), normalised by :meth:`to`.
     """
 
     sample_ids: list[str]
@@ -140,6 +179,7 @@ class ModelInputs:
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     prompt_width: int = 0
     response_mask: torch.Tensor | None = None
+    pixel_norm: dict[str, PixelNorm] = field(default_factory=dict)
 
     _MODEL_FIELDS = (
         "input_ids",
@@ -181,7 +221,8 @@ class ModelInputs:
     def to(self, device: Any = None, dtype: Any = None) -> ModelInputs:
         """A copy on ``device``; floating visual tensors also cast to ``dtype`` when given (the
         :attr:`FLOAT32_FIELDS` stay float32). Uploads to a CUDA device go through pinned host memory
-        without blocking (:func:`pinned_upload`)."""
+        without blocking (:func:`pinned_upload`). The uint8 patches named in :attr:`pixel_norm` travel
+        as uint8 and are normalised there (float32, then ``dtype``); the copy has no ``pixel_norm``."""
         import torch
 
         pinned = pinned_upload(device)
@@ -196,12 +237,18 @@ class ModelInputs:
                 t = t.pin_memory()
             return t.to(device=device, dtype=cast, non_blocking=pinned)
 
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        def normalise(name: str, t: Any) -> Any:
+            norm = self.pixel_norm.get(name)
+            if norm is None or not isinstance(t, torch.Tensor):
+                return t
+            return norm.apply(t).to(dtype or torch.float32)
+
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "pixel_norm"}
         for name, value in values.items():
             if isinstance(value, dict):
-                values[name] = {k: move(k, v) for k, v in value.items()}
+                values[name] = {k: normalise(k, move(k, v)) for k, v in value.items()}
             else:
-                values[name] = move(name, value)
+                values[name] = normalise(name, move(name, value))
         return ModelInputs(**values)
 
 
@@ -259,6 +306,13 @@ def collate_encoded(
     model_keys = set(model_keys)
     values: dict[str, Any] = {}
     extra: dict[str, torch.Tensor] = {}
+    norms: dict[str, PixelNorm] = {}
+    for e in encoded:
+        for key, norm in e.pixel_norm.items():
+            if norms.setdefault(key, norm) != norm:
+                raise ValueError(
+                    f"collate_encoded: prompts normalise {key} differently ({norms[key]} and {norm})"
+                )
     for key in keys:
         parts = [e.visual[key] for e in encoded if key in e.visual]
         tensor = torch.cat(parts, dim=0)
@@ -271,6 +325,7 @@ def collate_encoded(
         extra=extra,
         prompt_width=width,
         response_mask=response_mask,
+        pixel_norm=norms,
         **values,
     )
 

@@ -359,9 +359,10 @@ def rollout_phase(
 
 
 def _prompt_bytes(shape: ModelShape, seq: dict[str, int]) -> int:
-    """Host bytes of one encoded video prompt: its uint8 frames and its float32 pixel patches."""
+    """Host bytes of one encoded video prompt: its uint8 frames and its uint8 pixel patches (normalised
+    to float on the device: :class:`~videorl.model_inputs.PixelNorm`)."""
     frames = seq["frames"] * 3 * seq["frame_pixels"]
-    pixels = seq["visual"] * shape.spatial_merge**2 * 3 * shape.temporal_patch * shape.patch**2 * 4
+    pixels = seq["visual"] * shape.spatial_merge**2 * 3 * shape.temporal_patch * shape.patch**2
     return frames + pixels
 
 
