@@ -165,6 +165,8 @@ class ModelInputs:
     (left-aligned, ``response_mask`` marks their real tokens). Visual tensors are concatenated over
     the batch in sample order. ``extra`` holds further family-specific model arguments.
     ``pixel_norm``: the visual tensors still uint8 patches (:class:`PixelNorm`), normalised by :meth:`to`.
+    ``lengths``: each row's ``(prompt, response)`` token counts, known on the host when the batch is
+    built (:func:`collate_encoded`), so that a device batch is never read back to learn them.
     """
 
     sample_ids: list[str]
@@ -180,6 +182,7 @@ class ModelInputs:
     prompt_width: int = 0
     response_mask: torch.Tensor | None = None
     pixel_norm: dict[str, PixelNorm] = field(default_factory=dict)
+    lengths: tuple[tuple[int, int], ...] = ()
 
     _MODEL_FIELDS = (
         "input_ids",
@@ -205,6 +208,16 @@ class ModelInputs:
         if self.response_mask is None:
             raise ValueError("logits_to_keep: these inputs have no responses (collate with responses=...)")
         return int(self.response_mask.shape[1]) + 1
+
+    def row_lengths(self) -> tuple[tuple[int, int], ...]:
+        """Each row's ``(prompt, response)`` token counts: :attr:`lengths`, or for a batch built
+        without them, counted from the masks (a read back from the device where they lie there)."""
+        if self.lengths:
+            return self.lengths
+        width = self.prompt_width
+        prompts = self.attention_mask[:, :width].sum(dim=1).tolist()
+        responses = self.attention_mask[:, width:].sum(dim=1).tolist()
+        return tuple((int(p), int(r)) for p, r in zip(prompts, responses))
 
     def prompt_ids(self, row: int) -> list[int]:
         """The unpadded prompt ids of ``row`` (what the rollout engine must see)."""
@@ -326,6 +339,7 @@ def collate_encoded(
         prompt_width=width,
         response_mask=response_mask,
         pixel_norm=norms,
+        lengths=tuple((len(e.prompt_ids), len(r)) for e, r in zip(encoded, resp)),
         **values,
     )
 
