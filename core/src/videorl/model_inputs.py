@@ -196,9 +196,14 @@ class ModelInputs:
     )
 
     def model_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the HF model's ``forward`` / ``generate`` (``None`` fields left out)."""
+        """Keyword arguments for the HF model's ``forward`` / ``generate`` (``None`` fields left out).
+        The model never sees uint8 patches: those :meth:`to` has not normalised yet are normalised
+        here, where they lie (float32)."""
         kwargs = {k: getattr(self, k) for k in self._MODEL_FIELDS if getattr(self, k) is not None}
         kwargs.update(self.extra)
+        for name, norm in self.pixel_norm.items():
+            if name in kwargs:
+                kwargs[name] = norm.apply(kwargs[name])
         return kwargs
 
     @property
@@ -410,6 +415,7 @@ def response_stats(
     forbidden: Iterable[int] = (),
     entropy_grad: bool = True,
     chunk: int = STATS_CHUNK,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities and entropies (both ``B×R``, float32) of the responses in ``inputs``,
     with the values of :func:`response_logprobs` and :func:`videorl.algorithms.formulas.entropy_from_logits`.
@@ -421,7 +427,9 @@ def response_stats(
     ``entropy_grad`` the entropy is computed without a graph (it is only logged).
     """
     step_logits, targets = _response_steps(logits, inputs)
-    return token_stats(step_logits, targets, forbidden=forbidden, entropy_grad=entropy_grad, chunk=chunk)
+    return token_stats(
+        step_logits, targets, forbidden=forbidden, entropy_grad=entropy_grad, chunk=chunk, head=head
+    )
 
 
 def token_stats(

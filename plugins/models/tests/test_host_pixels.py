@@ -60,3 +60,13 @@ def test_the_upload_normalises_once_and_casts_to_the_compute_dtype(
     torch.testing.assert_close(moved.pixel_values_videos.float(), expected.bfloat16().float())
     again = moved.to(device="cpu", dtype=torch.float32)  # already normalised: not a second time
     torch.testing.assert_close(again.pixel_values_videos, moved.pixel_values_videos.float())
+
+
+def test_host_inputs_hand_the_model_normalised_pixels(backend_for: Callable[[str], Any], media: Any) -> None:
+    """A batch given to the model without an upload (a CPU run) is normalised by ``model_kwargs``."""
+    backend = backend_for("qwen2_vl")
+    enc = backend.encode(PromptInput("v", "Describe.", videos=[media.video(backend.factor)]))
+    inputs = backend.collate([enc])
+    pixels = inputs.model_kwargs()["pixel_values_videos"]
+    assert pixels.dtype == torch.float32
+    torch.testing.assert_close(pixels, inputs.to(device="cpu").model_kwargs()["pixel_values_videos"])
