@@ -3,6 +3,9 @@ gradients of the whole logits, while no more than one chunk's logits exist at on
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
 
 from videorl.model_inputs import token_stats
@@ -46,3 +49,36 @@ def test_the_chunked_head_without_gradients_builds_no_graph() -> None:
     assert not logp.requires_grad and not entropy.requires_grad
     expected = torch.log_softmax(head(states).detach().float(), dim=-1)[..., 0]
     torch.testing.assert_close(logp, expected)
+
+
+def test_the_model_hands_back_hidden_states_and_its_head_while_the_head_is_outside(
+    tiny_model_dir: Callable[[str], Path],
+) -> None:
+    """``head_outside``: the model's ``logits`` are its final hidden states at the kept positions, the
+    head yielded turns them into the model's own logits, and the head is back in place afterwards;
+    the response log-probs and the gradients equal those of the model's own logits."""
+    from videorl.actor.head import head_outside
+    from videorl.api import PromptInput, backend_for_model
+    from videorl.model_inputs import response_stats
+    from videorl.plugins import load_plugins
+
+    backend = backend_for_model(tiny_model_dir("qwen2_5_vl"), load_plugins().model_backends)
+    model = backend.load_model(dtype=torch.float32)
+    inputs = backend.collate([backend.encode(PromptInput("t", "Say hello."))], [[5, 6, 7, 8]])
+    kwargs = {**inputs.model_kwargs(), "logits_to_keep": inputs.logits_to_keep}
+    own = model(**kwargs).logits
+    want = response_stats(own, inputs)
+    want[0].sum().backward()
+    want_grad = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    lm_head = model.lm_head
+    with head_outside(model, None, False) as head:
+        hidden = model(**kwargs).logits
+    assert head is not None and model.lm_head is lm_head
+    assert hidden.shape[-1] == model.config.get_text_config().hidden_size
+    torch.testing.assert_close(head(hidden), own, rtol=0, atol=1e-6)
+    got = response_stats(hidden, inputs, head=head, chunk=2)
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    got[0].sum().backward()
+    torch.testing.assert_close(model.lm_head.weight.grad, want_grad, rtol=0, atol=1e-6)

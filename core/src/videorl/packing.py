@@ -30,7 +30,7 @@ does not, or that sets ``packing_unsupported`` to the reason, and says so once p
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,17 +76,23 @@ class PackedInputs:
         return kwargs
 
     def response_stats(
-        self, logits: torch.Tensor, *, forbidden: Iterable[int] = (), entropy_grad: bool = True
+        self,
+        logits: torch.Tensor,
+        *,
+        forbidden: Iterable[int] = (),
+        entropy_grad: bool = True,
+        head: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropies (``B × R``, float32) of the responses, as
         :func:`~videorl.model_inputs.response_stats` returns them for the padded batch.
 
         ``logits`` are the model's for :attr:`logits_index` (``1 × M × V``) or for the whole row
-        (``1 × N × V``: a model without ``logits_to_keep``)."""
+        (``1 × N × V``: a model without ``logits_to_keep``); with ``head``, the hidden states at those
+        positions, which ``head`` turns into logits chunk by chunk (:func:`token_stats`)."""
         if logits.shape[1] != self.logits_index.numel():
             logits = logits[:, self.logits_index.to(logits.device)]
         logp, entropy = token_stats(
-            logits, self.targets.to(logits.device), forbidden=forbidden, entropy_grad=entropy_grad
+            logits, self.targets.to(logits.device), forbidden=forbidden, entropy_grad=entropy_grad, head=head
         )
         mask = self.padded.response_mask
         assert mask is not None  # pack_model_inputs requires responses
