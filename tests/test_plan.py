@@ -80,19 +80,19 @@ def test_qwen2_5_vl_7b_torchrun_on_8_gpus_of_80_gb(tmp_path: Path) -> None:
         },
     )
     kv_per_token = 2 * 28 * 4 * 128 * 2  # 57,344 B
-    kv = 0.6 * 80 - 2 * P / GB - 6
+    kv = 0.7 * 80 - 2 * P / GB - 6  # vLLM's default share, 0.7
     _close(
         result.rollout,
         {
-            "engine_share": 48.0,
+            "engine_share": 56.0,
             "engine_weights": 2 * P / GB,
             "kv_cache": kv,
             "kv_tokens": kv * GB / kv_per_token,
-            "total": 16 * P / 8 / GB + 48 + 4,
+            "total": 16 * P / 8 / GB + 56 + 4,
         },
     )
     assert result.rollout["groups_at_once"] == int(kv * GB / (kv_per_token * (prompt + 8 * 4_096)))  # 8
-    per_prompt = 128 * 3 * 504 * 504 + patches * 3 * 2 * 14 * 14 * 4  # uint8 frames, float32 pixels
+    per_prompt = 128 * 3 * 504 * 504 + patches * 3 * 2 * 14 * 14  # uint8 frames, uint8 patches
     _close(
         result.host_per_node,
         {
@@ -149,7 +149,7 @@ def test_qwen3_vl_8b_ray_split_on_32_gpus_as_examples_multi_node(tmp_path: Path)
         },
     )
     assert result.rollout["groups_at_once"] == int(kv * GB / (kv_per_token * (prompt + 8 * 4_096))) == 30
-    per_prompt = 128 * 3 * 512 * 512 + 4 * visual * 3 * 2 * 16 * 16 * 4
+    per_prompt = 128 * 3 * 512 * 512 + 4 * visual * 3 * 2 * 16 * 16
     _close(
         result.host_per_node,
         {
@@ -184,7 +184,7 @@ def test_advice_is_rounded_the_safe_way_and_fits(tmp_path: Path) -> None:
     _, short = _plan(model, Placement(8, 80), "data.max_prompt_length=20000")
     assert [f for f in short.findings if "data.max_prompt_length (20000)" in f]
     # host memory, when given, is checked
-    _, host = _plan(model, Placement(8, 80, host_memory_gb=512))
+    _, host = _plan(model, Placement(8, 80, host_memory_gb=256))
     assert any(f.startswith("host memory: ") for f in host.findings)
 
 

@@ -125,6 +125,12 @@ def test_run_metadata(tmp_path: Path) -> None:
     assert stored == info and stored["argv"] == ["videorl", "train", "c.yaml"]
     assert set(stored) >= {"videorl", "git", "started_at", "python", "packages"}
     assert stored["plugins"] == []  # no plugin without a distribution
+    # the default vllm engine samples from its own seed (seed + rank), with no per-request seeds
+    assert stored["sampling_seed"] == {"engine_seed": "5 + rank", "per_request_seeds": False}
+    opted = load_config(None, ["model.path=/m", f"data.train_files=[{tmp_path / 'a.jsonl'}]",
+                               "rollout.engine_options={per_request_seeds: true}"])  # fmt: skip
+    again = write_run_metadata(tmp_path / "opted", opted, plugins)
+    assert again["sampling_seed"] == {"engine_seed": "1 + rank", "per_request_seeds": True}
 
 
 def test_run_metadata_records_plugin_modules_with_their_file_and_digest(tmp_path: Path) -> None:

@@ -232,6 +232,23 @@ def test_packed_lengths_are_cached_per_tensor_without_keeping_it_alive() -> None
     assert packed_lengths(torch.tensor([0, 1, 0, 1, 2])) == [2, 3]
 
 
+def test_packing_a_device_batch_reads_nothing_back_from_the_device() -> None:
+    """The indices come from the token counts the batch was collated with: packed on the meta device
+    (whose tensors hold no values: any read back raises), the row has the CPU packing's layout, and
+    the attention finds its sequence lengths without reading the counters."""
+    cpu = pack_model_inputs(two_rows(), torch.arange(12).reshape(1, 2, 6) * 10)
+    inputs = two_rows().to(device="meta")
+    assert inputs.lengths == ((3, 2), (1, 3))
+    with pytest.raises(NotImplementedError, match="meta tensor"):
+        inputs.attention_mask.tolist()  # what the packing used to do on the device, once per forward
+    packed = pack_model_inputs(inputs, torch.zeros(1, 2, 6, dtype=torch.long, device="meta"))
+    assert packed.input_ids.device.type == "meta"
+    for name in ("input_ids", "position_ids", "logits_index", "targets"):
+        assert getattr(packed, name).shape == getattr(cpu, name).shape, name
+    assert packed_lengths(packed.position_ids[0]) == [5, 4]  # the model's view of the counters row
+    assert packed_lengths(packed.position_ids) == [5, 4]
+
+
 def test_packed_sdpa_attends_within_each_sequence_only() -> None:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

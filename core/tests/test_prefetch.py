@@ -206,3 +206,24 @@ def test_prefetch_on_and_off_train_identically_and_resume_identically(
     again = _run(task, resumed, 3, prefetch=True, extra=("trainer.resume=auto",))
     for key, value in on.actor.model.state_dict().items():
         assert torch.equal(value, again.actor.model.state_dict()[key]), key
+
+
+def test_a_prompt_handed_over_is_freed_when_the_step_drops_it() -> None:
+    """The background thread keeps no reference to what it prepared: at most the step's batch and the
+    one being prepared are alive (a prompt holds a video's frames and pixels)."""
+    import gc
+    import weakref
+
+    class Prepared:
+        pass
+
+    prefetcher = Prefetcher(lambda sample: Prepared())
+    samples = _samples(2)
+    prefetcher.prefetch(samples)
+    first = prefetcher.get(samples[0])
+    second = prefetcher.get(samples[1])  # the thread prepared both and now waits for more
+    refs = [weakref.ref(first), weakref.ref(second)]
+    del first, second
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    prefetcher.close()

@@ -61,6 +61,7 @@ from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import (
     EncodedPrompt,
     ModelInputs,
+    PixelNorm,
     PromptInput,
     RolloutRequest,
     collate_encoded,
@@ -119,6 +120,7 @@ __all__ = [
     "ModelInputs",
     "OverlongPrompt",
     "PackedInputs",
+    "PixelNorm",
     "PolicyLoss",
     "PolicyLossFunction",
     "Preset",

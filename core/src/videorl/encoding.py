@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from videorl.errors import DataError, UnknownComponentError
 from videorl.media.info import MediaInfo
@@ -51,6 +51,29 @@ class Prompt:
                 f"sample {self.sample.id!r}: its prompt was encoded in another process, not here"
             )
         return self.encoded
+
+
+class EncodedOnRead(Sequence[Prompt]):
+    """Samples that are encoded each time they are read, never held encoded (the validation prompts:
+    their frames and pixels are in host memory only while a validation pass uses them, and start-up
+    encodes none). Read each prompt once per pass: ``list(prompts)``."""
+
+    def __init__(self, samples: Sequence[Sample], encode: Callable[[Sample], Prompt]) -> None:
+        self.samples, self._encode = list(samples), encode
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @overload
+    def __getitem__(self, index: int) -> Prompt: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Prompt]: ...
+
+    def __getitem__(self, index: int | slice) -> Prompt | list[Prompt]:
+        if isinstance(index, slice):
+            return [self._encode(s) for s in self.samples[index]]
+        return self._encode(self.samples[index])
 
 
 class Prefetcher:
@@ -128,6 +151,10 @@ class Prefetcher:
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+                # the prompt is the asking thread's now: this thread keeps no reference while it
+                # waits, so a step's batch is freed when the step drops it (one batch in flight)
+                del result
+            del item, future
 
     def get(self, sample: Sample) -> Prompt:
         for i, (queued, future) in enumerate(self._queued):

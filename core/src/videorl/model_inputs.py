@@ -1,7 +1,8 @@
 """What a model backend receives and produces: one tokenisation per prompt, and what each stage derives.
 
 - :class:`PromptInput`: one prompt as the data path hands it to the backend (text, frames, images);
-- :class:`EncodedPrompt`: a prompt tokenised once, its ``mm_token_type_ids`` and processed pixels;
+- :class:`EncodedPrompt`: a prompt tokenised once, its ``mm_token_type_ids`` and processed pixels
+  (uint8 patches until the device: :class:`PixelNorm`);
 - :class:`RolloutRequest`: what the rollout engine receives for it (plus the ids it must reproduce);
 - :class:`ModelInputs`: a left-padded batch for HF ``generate`` or, with responses appended, for the
   teacher-forced training forward.
@@ -11,7 +12,7 @@ Torch is imported inside the functions that need it, so importing this module st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EncodedPrompt",
     "ModelInputs",
+    "PixelNorm",
     "PromptInput",
     "RolloutRequest",
     "collate_encoded",
@@ -64,6 +66,39 @@ class PromptInput:
         return "video" if self.videos else "image" if self.images else "text"
 
 
+@dataclass(frozen=True)
+class PixelNorm:
+    """How a family's uint8 pixel patches become the model's float pixels, on the device.
+
+    The HF processor rescales (``× rescale``) and normalises (``(x - mean_c) / std_c``) each channel,
+    then cuts patches whose last axis is ``channels × columns_per_channel`` values, channel-major.
+    The backend keeps the patches uint8 (the processor run without rescale and normalise: the same
+    values before the affine step, a quarter of float32's bytes) and :meth:`apply` does the affine
+    step where the model runs, as the processor computes it (transformers folds the rescale into
+    mean and std: ``(x - mean/rescale) / (std/rescale)`` in float32).
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    rescale: float
+    columns_per_channel: int
+
+    def apply(self, patches: torch.Tensor) -> torch.Tensor:
+        """The float32 pixels of uint8 ``patches`` (``… × channels·columns_per_channel``), on their device."""
+        import torch
+
+        if patches.shape[-1] != len(self.mean) * self.columns_per_channel:
+            raise ValueError(
+                f"PixelNorm: patches of {patches.shape[-1]} values, expected {len(self.mean)} channels × "
+                f"{self.columns_per_channel}"
+            )
+        device = patches.device
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=device) * (1.0 / self.rescale)
+        std = torch.tensor(self.std, dtype=torch.float32, device=device) * (1.0 / self.rescale)
+        cols = self.columns_per_channel
+        return (patches.float() - mean.repeat_interleave(cols)) / std.repeat_interleave(cols)
+
+
 @dataclass
 class EncodedPrompt:
     """One prompt, tokenised once by the framework.
@@ -72,7 +107,9 @@ class EncodedPrompt:
     ``engine_prompt_ids`` is the same tokenisation with each visual item collapsed back to its single
     placeholder, for rollout engines that expand placeholders themselves (vLLM); ``visual`` holds the
     family's model tensors (``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``, ...),
-    each indexed by item along its first dimension.
+    each indexed by item along its first dimension. ``pixel_norm`` names the visual tensors held as
+    uint8 patches on the host and how each becomes float pixels on the device (:class:`PixelNorm`,
+    applied by :meth:`ModelInputs.to`).
     """
 
     sample_id: str
@@ -81,6 +118,7 @@ class EncodedPrompt:
     visual: dict[str, torch.Tensor]
     engine_prompt_ids: list[int]
     prompt: PromptInput
+    pixel_norm: dict[str, PixelNorm] = field(default_factory=dict)
 
     @property
     def image_grid_thw(self) -> list[tuple[int, int, int]]:
@@ -127,6 +165,9 @@ class ModelInputs:
     Prompts occupy columns ``[0, prompt_width)`` (right-aligned), responses ``[prompt_width, L)``
     (left-aligned, ``response_mask`` marks their real tokens). Visual tensors are concatenated over
     the batch in sample order. ``extra`` holds further family-specific model arguments.
+    ``pixel_norm``: the visual tensors still uint8 patches (:class:`PixelNorm`), normalised by :meth:`to`.
+    ``lengths``: each row's ``(prompt, response)`` token counts, known on the host when the batch is
+    built (:func:`collate_encoded`), so that a device batch is never read back to learn them.
     """
 
     sample_ids: list[str]
@@ -141,6 +182,8 @@ class ModelInputs:
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     prompt_width: int = 0
     response_mask: torch.Tensor | None = None
+    pixel_norm: dict[str, PixelNorm] = field(default_factory=dict)
+    lengths: tuple[tuple[int, int], ...] = ()
 
     _MODEL_FIELDS = (
         "input_ids",
@@ -154,9 +197,14 @@ class ModelInputs:
     )
 
     def model_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the HF model's ``forward`` / ``generate`` (``None`` fields left out)."""
+        """Keyword arguments for the HF model's ``forward`` / ``generate`` (``None`` fields left out).
+        The model never sees uint8 patches: those :meth:`to` has not normalised yet are normalised
+        here, where they lie (float32)."""
         kwargs = {k: getattr(self, k) for k in self._MODEL_FIELDS if getattr(self, k) is not None}
         kwargs.update(self.extra)
+        for name, norm in self.pixel_norm.items():
+            if name in kwargs:
+                kwargs[name] = norm.apply(kwargs[name])
         return kwargs
 
     @property
@@ -166,6 +214,16 @@ class ModelInputs:
         if self.response_mask is None:
             raise ValueError("logits_to_keep: these inputs have no responses (collate with responses=...)")
         return int(self.response_mask.shape[1]) + 1
+
+    def row_lengths(self) -> tuple[tuple[int, int], ...]:
+        """Each row's ``(prompt, response)`` token counts: :attr:`lengths`, or for a batch built
+        without them, counted from the masks (a read back from the device where they lie there)."""
+        if self.lengths:
+            return self.lengths
+        width = self.prompt_width
+        prompts = self.attention_mask[:, :width].sum(dim=1).tolist()
+        responses = self.attention_mask[:, width:].sum(dim=1).tolist()
+        return tuple((int(p), int(r)) for p, r in zip(prompts, responses))
 
     def prompt_ids(self, row: int) -> list[int]:
         """The unpadded prompt ids of ``row`` (what the rollout engine must see)."""
@@ -182,7 +240,8 @@ class ModelInputs:
     def to(self, device: Any = None, dtype: Any = None) -> ModelInputs:
         """A copy on ``device``; floating visual tensors also cast to ``dtype`` when given (the
         :attr:`FLOAT32_FIELDS` stay float32). Uploads to a CUDA device go through pinned host memory
-        without blocking (:func:`pinned_upload`)."""
+        without blocking (:func:`pinned_upload`). The uint8 patches named in :attr:`pixel_norm` travel
+        as uint8 and are normalised there (float32, then ``dtype``); the copy has no ``pixel_norm``."""
         import torch
 
         pinned = pinned_upload(device)
@@ -197,12 +256,18 @@ class ModelInputs:
                 t = t.pin_memory()
             return t.to(device=device, dtype=cast, non_blocking=pinned)
 
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        def normalise(name: str, t: Any) -> Any:
+            norm = self.pixel_norm.get(name)
+            if norm is None or not isinstance(t, torch.Tensor):
+                return t
+            return norm.apply(t).to(dtype or torch.float32)
+
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "pixel_norm"}
         for name, value in values.items():
             if isinstance(value, dict):
-                values[name] = {k: move(k, v) for k, v in value.items()}
+                values[name] = {k: normalise(k, move(k, v)) for k, v in value.items()}
             else:
-                values[name] = move(name, value)
+                values[name] = normalise(name, move(name, value))
         return ModelInputs(**values)
 
 
@@ -297,6 +362,13 @@ def collate_encoded(
     model_keys = set(model_keys)
     values: dict[str, Any] = {}
     extra: dict[str, torch.Tensor] = {}
+    norms: dict[str, PixelNorm] = {}
+    for e in rows:  # a tool reply's pixels are normalised like a prompt's
+        for key, norm in e.pixel_norm.items():
+            if norms.setdefault(key, norm) != norm:
+                raise ValueError(
+                    f"collate_encoded: prompts normalise {key} differently ({norms[key]} and {norm})"
+                )
     for key in keys:
         parts = [e.visual[key] for e in rows if key in e.visual]
         tensor = torch.cat(parts, dim=0)
@@ -309,6 +381,8 @@ def collate_encoded(
         extra=extra,
         prompt_width=width,
         response_mask=response_mask,
+        pixel_norm=norms,
+        lengths=tuple((len(e.prompt_ids), len(r)) for e, r in zip(encoded, resp)),
         **values,
     )
 
@@ -379,6 +453,7 @@ def response_stats(
     forbidden: Iterable[int] = (),
     entropy_grad: bool = True,
     chunk: int = STATS_CHUNK,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities and entropies (both ``B×R``, float32) of the responses in ``inputs``,
     with the values of :func:`response_logprobs` and :func:`videorl.algorithms.formulas.entropy_from_logits`.
@@ -390,7 +465,9 @@ def response_stats(
     ``entropy_grad`` the entropy is computed without a graph (it is only logged).
     """
     step_logits, targets = _response_steps(logits, inputs)
-    return token_stats(step_logits, targets, forbidden=forbidden, entropy_grad=entropy_grad, chunk=chunk)
+    return token_stats(
+        step_logits, targets, forbidden=forbidden, entropy_grad=entropy_grad, chunk=chunk, head=head
+    )
 
 
 def token_stats(
@@ -400,37 +477,38 @@ def token_stats(
     forbidden: Iterable[int] = (),
     entropy_grad: bool = True,
     chunk: int = STATS_CHUNK,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`response_stats` on the logits that predict ``targets`` (``B×T×V`` and ``B×T``), e.g. the
-    response positions of a packed row (:mod:`videorl.packing`)."""
+    response positions of a packed row (:mod:`videorl.packing`).
+
+    With ``head`` (the LM head), ``step_logits`` are the hidden states that predict ``targets``
+    (``B×T×H``) and each chunk's logits are made by ``head`` inside the chunk: the whole ``B×T×V``
+    logits never exist, only one chunk's (``chunk × V``), recomputed in the backward pass (20k packed
+    response positions at a 152k vocabulary: 6 GB of bf16 logits and as much gradient otherwise)."""
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    vocab = step_logits.shape[-1]
-    banned = torch.tensor(
-        sorted(i for i in set(forbidden) if i < vocab), dtype=torch.long, device=step_logits.device
-    )
+    vocab = step_logits.shape[-1] if head is None else None
+    banned_ids = sorted(i for i in set(forbidden) if vocab is None or i < vocab)
+    banned = torch.tensor(banned_ids, dtype=torch.long, device=step_logits.device)
 
-    def scores(z: torch.Tensor) -> torch.Tensor:
-        z = z.float()
-        return z.index_fill(-1, banned, float("-inf")) if banned.numel() else z
+    def stats_of(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = (head(x) if head is not None else x).float()
+        if banned.numel():
+            z = z.index_fill(-1, banned[banned < z.shape[-1]], float("-inf"))
+        logp = torch.log_softmax(z, dim=-1).gather(-1, t.long().unsqueeze(-1)).squeeze(-1)
+        # without entropy_grad the entropy is only logged: no graph
+        return logp, entropy_from_logits(z if entropy_grad else z.detach())
 
-    def logp_of(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(scores(z), dim=-1).gather(-1, t.long().unsqueeze(-1)).squeeze(-1)
-
-    def entropy_of(z: torch.Tensor) -> torch.Tensor:
-        return entropy_from_logits(scores(z))
-
-    grad = torch.is_grad_enabled() and step_logits.requires_grad
+    # a head's weights may want gradients though its input does not
+    grad = torch.is_grad_enabled() and (step_logits.requires_grad or head is not None)
     logps, entropies = [], []
     for start in range(0, step_logits.shape[1], chunk):
-        z, t = step_logits[:, start : start + chunk], targets[:, start : start + chunk]
-        logps.append(checkpoint(logp_of, z, t, use_reentrant=False) if grad else logp_of(z, t))
-        if grad and entropy_grad:
-            entropies.append(checkpoint(entropy_of, z, use_reentrant=False))
-        else:
-            with torch.no_grad():
-                entropies.append(entropy_of(z))
+        x, t = step_logits[:, start : start + chunk], targets[:, start : start + chunk]
+        logp, entropy = checkpoint(stats_of, x, t, use_reentrant=False) if grad else stats_of(x, t)
+        logps.append(logp)
+        entropies.append(entropy)
     return torch.cat(logps, dim=1), torch.cat(entropies, dim=1)
 
 

@@ -20,25 +20,52 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PACKED_SDPA", "install_packed_sdpa", "packed_lengths"]
+__all__ = ["PACKED_SDPA", "install_packed_sdpa", "packed_lengths", "remember_packed_lengths"]
 
 PACKED_SDPA = "videorl_sdpa_packed"
 
-#: the lengths of the last counters seen (every layer of a forward receives the same tensor), under a
-#: weak reference and the tensor's version: a strong one would keep the row's position ids in device
-#: memory after the forward; the version catches the tensor changed in place since.
+#: the lengths of the last counters seen or registered (every layer of a forward receives the same
+#: tensor, or a view of it), under a weak reference and the tensor's version: a strong one would keep
+#: the row's position ids in device memory after the forward; the version catches a change in place.
 _last: tuple[weakref.ref[torch.Tensor] | None, int, list[int] | None] = (None, -1, None)
+
+
+def remember_packed_lengths(position_ids: torch.Tensor, lengths: list[int]) -> None:
+    """Record the sequence lengths of a packed row's ``position_ids`` (its counters, or the family's
+    rows after them), known on the host when the row was built (:mod:`videorl.packing`): the
+    attention then never reads them back from the device."""
+    global _last
+    _last = (weakref.ref(position_ids), position_ids._version, list(lengths) if len(lengths) > 1 else None)
+
+
+def _recorded(counters: torch.Tensor) -> bool:
+    """Whether ``counters`` are the registered tensor, or its first row as a view (the model picks
+    the counters out of the family's rows): same storage start, same version."""
+    ref, version, _ = _last
+    known = ref() if ref is not None else None
+    if known is None or counters._version != version:
+        return False
+    if counters is known:
+        return True
+    base = counters._base
+    return (
+        base is known
+        and counters.data_ptr() == known.data_ptr()
+        and counters.numel() == known.shape[-1]
+        and counters.is_contiguous()
+    )
 
 
 def packed_lengths(counters: torch.Tensor | None) -> list[int] | None:
     """The sequence lengths of a packed row from its per-sequence token counters (``1 × N`` or ``N``:
-    each sequence counts 0, 1, 2, ...), or ``None`` when the row holds a single sequence."""
+    each sequence counts 0, 1, 2, ...), or ``None`` when the row holds a single sequence. Those of a
+    row built by :mod:`videorl.packing` were recorded on the host (:func:`remember_packed_lengths`);
+    others are read off the counters once (a device read back) and remembered."""
     global _last
     if counters is None:
         return None
-    ref, version, cached = _last
-    if ref is not None and ref() is counters and version == counters._version:
-        return cached
+    if _recorded(counters):
+        return _last[2]
     import torch
 
     flat = counters.reshape(-1)

@@ -30,11 +30,12 @@ does not, or that sets ``packing_unsupported`` to the reason, and says so once p
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from videorl.model_inputs import ModelInputs, token_stats
+from videorl.model_inputs import ModelInputs, pinned_upload, token_stats
+from videorl.packed_attention import remember_packed_lengths
 
 if TYPE_CHECKING:
     import torch
@@ -75,17 +76,23 @@ class PackedInputs:
         return kwargs
 
     def response_stats(
-        self, logits: torch.Tensor, *, forbidden: Iterable[int] = (), entropy_grad: bool = True
+        self,
+        logits: torch.Tensor,
+        *,
+        forbidden: Iterable[int] = (),
+        entropy_grad: bool = True,
+        head: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropies (``B × R``, float32) of the responses, as
         :func:`~videorl.model_inputs.response_stats` returns them for the padded batch.
 
         ``logits`` are the model's for :attr:`logits_index` (``1 × M × V``) or for the whole row
-        (``1 × N × V``: a model without ``logits_to_keep``)."""
+        (``1 × N × V``: a model without ``logits_to_keep``); with ``head``, the hidden states at those
+        positions, which ``head`` turns into logits chunk by chunk (:func:`token_stats`)."""
         if logits.shape[1] != self.logits_index.numel():
             logits = logits[:, self.logits_index.to(logits.device)]
         logp, entropy = token_stats(
-            logits, self.targets.to(logits.device), forbidden=forbidden, entropy_grad=entropy_grad
+            logits, self.targets.to(logits.device), forbidden=forbidden, entropy_grad=entropy_grad, head=head
         )
         mask = self.padded.response_mask
         assert mask is not None  # pack_model_inputs requires responses
@@ -101,16 +108,30 @@ def pack_model_inputs(inputs: ModelInputs, positions: torch.Tensor | None = None
 
     ``positions`` (``k × B × L``, optional) are the family's positions of the padded batch, each
     sequence counted from its first real token (Qwen-VL: the 3-D M-RoPE positions); they are
-    gathered into the packed row after the per-sequence token counters."""
+    gathered into the packed row after the per-sequence token counters.
+
+    Every index is built on the host from the batch's token counts (:meth:`ModelInputs.row_lengths`,
+    known when the batch was collated) and uploaded once: no boolean mask or ``.tolist()`` reads a
+    device tensor back, which would stall the host until the device caught up, once per forward."""
     import torch
 
-    mask = inputs.response_mask
-    if mask is None:
+    if inputs.response_mask is None:
         raise ValueError("pack_model_inputs: these inputs have no responses (collate with responses=...)")
-    keep = inputs.attention_mask.bool()
-    lengths = [int(n) for n in keep.sum(dim=1).tolist()]
+    counts = inputs.row_lengths()
+    width, total = inputs.prompt_width, inputs.input_ids.shape[1]
+    lengths = [p + r for p, r in counts]
+    keep = torch.cat(
+        [torch.arange(i * total + width - p, i * total + width + r) for i, (p, r) in enumerate(counts)]
+    )
+    targets = torch.cat(
+        [torch.arange(i * total + width, i * total + width + r) for i, (_, r) in enumerate(counts)]
+    )
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    # the prompt's last token predicts the first response token
+    index = torch.cat([torch.arange(a + p - 1, a + p - 1 + r) for a, (p, r) in zip(starts, counts)])
+    counters = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
     device = inputs.input_ids.device
-    counters = torch.cat([torch.arange(n, device=device) for n in lengths]).unsqueeze(0)
+    keep, targets, index, counters = (_upload(t, device) for t in (keep, targets, index, counters))
     rows = [counters.unsqueeze(0)]
     if positions is not None:
         if positions.shape[1:] != inputs.input_ids.shape:
@@ -118,25 +139,27 @@ def pack_model_inputs(inputs: ModelInputs, positions: torch.Tensor | None = None
                 f"pack_model_inputs: positions of shape {tuple(positions.shape)} for a batch of "
                 f"{tuple(inputs.input_ids.shape)}; expected k × B × L"
             )
-        rows.append(positions.to(device)[:, keep].unsqueeze(1))
-    response_lengths = [int(n) for n in mask.sum(dim=1).tolist()]
-    starts = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
-    index = []
-    for start, length, responded in zip(starts.tolist(), lengths, response_lengths):
-        first = start + length - responded - 1  # the prompt's last token predicts the first response token
-        index.append(torch.arange(first, first + responded, device=device))
-    width = inputs.prompt_width
-    targets = inputs.input_ids[:, width : width + mask.shape[1]][mask.bool()]
+        flat = positions.to(device).reshape(positions.shape[0], -1)
+        rows.append(flat.index_select(1, keep).unsqueeze(1))
+    ids = inputs.input_ids.reshape(-1)
+    types = inputs.mm_token_type_ids
+    position_ids = torch.cat(rows, dim=0) if positions is not None else counters
+    remember_packed_lengths(position_ids, lengths)
     return PackedInputs(
         padded=inputs,
-        input_ids=inputs.input_ids[keep].unsqueeze(0),
-        position_ids=torch.cat(rows, dim=0) if positions is not None else counters,
-        mm_token_type_ids=(
-            inputs.mm_token_type_ids[keep].unsqueeze(0) if inputs.mm_token_type_ids is not None else None
-        ),
-        logits_index=torch.cat(index),
-        targets=targets.unsqueeze(0),
+        input_ids=ids.index_select(0, keep).unsqueeze(0),
+        position_ids=position_ids,
+        mm_token_type_ids=types.reshape(-1).index_select(0, keep).unsqueeze(0) if types is not None else None,
+        logits_index=index,
+        targets=ids.index_select(0, targets).unsqueeze(0),
     )
+
+
+def _upload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host index tensor on ``device``, from pinned memory without blocking on CUDA."""
+    if pinned_upload(device):
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def pack_for_backend(backend: Any, inputs: ModelInputs) -> PackedInputs | None:

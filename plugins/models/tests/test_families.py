@@ -84,8 +84,16 @@ def test_prompt_ids_and_pixels_match_the_hf_processor(
     )
     assert out["input_ids"][0].tolist() == enc.prompt_ids
     assert out["mm_token_type_ids"][0].tolist() == enc.mm_token_type_ids
-    for key in ("pixel_values", "pixel_values_videos", "image_grid_thw", "video_grid_thw"):
+    for key in ("image_grid_thw", "video_grid_thw"):
         assert torch.equal(out[key], enc.visual[key]), key
+    # the pixels stay uint8 patches on the host; normalised where the model runs, they are the
+    # processor's float32 pixels within float32 rounding
+    on_device = backend.collate([enc]).to(device="cpu", dtype=torch.float32)
+    for key in ("pixel_values", "pixel_values_videos"):
+        assert enc.visual[key].dtype == torch.uint8, key
+        assert out[key].dtype == getattr(on_device, key).dtype == torch.float32
+        torch.testing.assert_close(getattr(on_device, key), out[key], rtol=1e-6, atol=1e-6)
+    assert on_device.pixel_norm == {}
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)

@@ -4,8 +4,9 @@ mini-batch; and the reference model's log-probs.
 
 :func:`forward_responses` is the one forward of responses (the update, the reference, the parity gate
 and the Ray reference workers call it): collate → optional padding-free packing → the model on the
-response positions only → chunked log-softmax and entropy, with the episode's loss mask applied (a
-tool's tokens are not trained on). Sequence parallelism plugs in here, behind the same signature."""
+response positions only → the LM head, log-softmax and entropy in chunks (:mod:`videorl.actor.head`),
+with the episode's loss mask applied (a tool's tokens are not trained on). Sequence parallelism plugs
+in here, behind the same signature."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from videorl.actor.gaps import modality_gaps
+from videorl.actor.head import head_outside
 from videorl.actor.ulysses import sequence_parallel_of
 from videorl.algorithms import LossScale
 from videorl.algorithms import formulas as algo
@@ -80,14 +82,23 @@ def forward_responses(
     ):  # a teacher-forced forward never decodes on: no KV cache (1.2 GB per 21k-token row at 7B)
         kwargs["use_cache"] = False
     # sequence parallelism: this rank's part of the packed row; the decoder stack returns the
-    # response positions' hidden states only, so the LM head keeps all it is given
+    # response positions' hidden states only. The LM head runs chunk by chunk on the hidden states
+    # (actor/head.py): no [tokens, vocab] logits
     sharded = ulysses.sharding(packed, kwargs) if ulysses is not None else nullcontext()
-    with sharded, torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed):
-        logits = model(**kwargs).logits
+    with (
+        sharded,
+        head_outside(model, compute_dtype, mixed) as head,
+        torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed),
+    ):
+        hidden = model(**kwargs).logits
     if packed is not None:
-        logp, entropy = packed.response_stats(logits, forbidden=forbidden, entropy_grad=entropy_grad)
+        logp, entropy = packed.response_stats(
+            hidden, forbidden=forbidden, entropy_grad=entropy_grad, head=head
+        )
     else:
-        logp, entropy = response_stats(logits, inputs, forbidden=forbidden, entropy_grad=entropy_grad)
+        logp, entropy = response_stats(
+            hidden, inputs, forbidden=forbidden, entropy_grad=entropy_grad, head=head
+        )
     assert inputs.response_mask is not None
     mask = inputs.response_mask.to(logp.device)
     if any(t.loss_mask is not None for t in batch):  # the environment's tokens (a tool's reply) train not

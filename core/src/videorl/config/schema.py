@@ -121,7 +121,8 @@ class DataConfig:
     prefetch: bool = option(
         True,
         "Decode and encode the next step's samples in a background thread while this step generates and "
-        "updates (the same prompts as without; holds one more batch of pixels in host memory).",
+        "updates (the same prompts as without; holds one more batch in host memory: its uint8 frames and "
+        "uint8 pixel patches, normalised on the device).",
     )
     thinking: bool = option(
         True, "Use the thinking variant of the prompt templates (reason in <think>, answer in <answer>)."

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
 from videorl.generation import EngineCapabilities
+from videorl.rollout.vllm_common import DEFAULT_GPU_MEMORY_UTILIZATION
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -313,7 +314,7 @@ def update_phase(
         if bool(options.get("enable_sleep_mode", True)):
             update["engine_asleep"] = ENGINE_ASLEEP_GB
         else:
-            utilization = float(options.get("gpu_memory_utilization", 0.6))
+            utilization = float(options.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
             update["engine_awake"] = round(utilization * placement.gpu_memory_gb, 2)
     update["total"] = round(sum(update.values()), 2)
     update["text_activations_without_checkpointing"] = without
@@ -331,7 +332,7 @@ def rollout_phase(
     """The rollout's figures per engine GPU: the engine's share and its KV cache, and colocated the
     actor's states beside it."""
     options = config.rollout.engine_options
-    utilization = float(options.get("gpu_memory_utilization", 0.6))
+    utilization = float(options.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
     engine_share = round(utilization * placement.gpu_memory_gb, 2)
     weights = _gb(2 * shape.parameters / layout.tp)
     kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2 / layout.tp
@@ -359,9 +360,10 @@ def rollout_phase(
 
 
 def _prompt_bytes(shape: ModelShape, seq: dict[str, int]) -> int:
-    """Host bytes of one encoded video prompt: its uint8 frames and its float32 pixel patches."""
+    """Host bytes of one encoded video prompt: its uint8 frames and its uint8 pixel patches (normalised
+    to float on the device: :class:`~videorl.model_inputs.PixelNorm`)."""
     frames = seq["frames"] * 3 * seq["frame_pixels"]
-    pixels = seq["visual"] * shape.spatial_merge**2 * 3 * shape.temporal_patch * shape.patch**2 * 4
+    pixels = seq["visual"] * shape.spatial_merge**2 * 3 * shape.temporal_patch * shape.patch**2
     return frames + pixels
 
 

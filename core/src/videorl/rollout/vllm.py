@@ -19,6 +19,7 @@ from videorl.devices import release_cached_memory
 from videorl.errors import ConfigError
 from videorl.generation import DEFAULT_BUCKET_MB, Completion, EngineCapabilities, EngineSpec, SamplingParams
 from videorl.rollout.vllm_common import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     WeightsFolder,
     check_engine_options,
     completions,
@@ -54,13 +55,14 @@ class VLLMEngine:
         max_model_len: int = 4096,
         seed: int = 0,
         enforce_eager: bool | None = None,
-        gpu_memory_utilization: float = 0.6,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
         tensor_parallel_size: int = 1,
         max_media_per_prompt: int = 4,
         enable_sleep_mode: bool | None = None,
         visible_devices: str | None = None,
         weight_sync: Literal["memory", "folder"] = "memory",
         weight_bucket_mb: int = DEFAULT_BUCKET_MB,
+        per_request_seeds: bool = False,
         **engine_args: Any,
     ) -> None:
         """``engine_args`` go to ``vllm.LLM`` as they are (``max_num_seqs``, ``enable_prefix_caching``,
@@ -68,7 +70,9 @@ class VLLMEngine:
         :class:`ConfigError` with the closest ones). ``enforce_eager`` and ``enable_sleep_mode`` default
         to what the platform supports (:func:`platform_defaults`); ``visible_devices`` is the
         ``CUDA_VISIBLE_DEVICES`` of the engine's processes (:mod:`videorl.rollout.placement`);
-        ``weight_sync`` and ``weight_bucket_mb``: how :meth:`update_weights` reaches the engine."""
+        ``weight_sync`` and ``weight_bucket_mb``: how :meth:`update_weights` reaches the engine;
+        ``per_request_seeds``: seed each request by its ``SamplingParams.seed`` instead of sampling
+        from the engine's ``seed`` (:func:`vllm_sampling_params`)."""
         default_environment()
         check_engine_options(engine_args, VLLMEngine)
         sync = weight_sync_options(weight_sync, weight_bucket_mb, engine_args)
@@ -102,6 +106,7 @@ class VLLMEngine:
         with engine_process_environment(visible_devices):
             self.llm: Any = LLM(**options)
         self.bias = suppression_bias(backend)
+        self.per_request_seeds = per_request_seeds
         self.weight_sync = weight_sync
         self._weights = WeightsFolder(self.model_path)
         self._memory = MemoryRefresh(self.llm.collective_rpc, weight_bucket_mb)
@@ -126,7 +131,7 @@ class VLLMEngine:
         if self.asleep:
             raise RuntimeError("the vLLM engine is asleep: its weights come back with update_weights()")
         requests = [self.backend.rollout_request(p) for p in prompts]
-        sampling = vllm_sampling_params(params, self.bias)
+        sampling = vllm_sampling_params(params, self.bias, per_request_seed=self.per_request_seeds)
         outputs = self.llm.generate([r.vllm_prompt() for r in requests], sampling, use_tqdm=False)
         return [completions(request, output) for request, output in zip(requests, outputs)]
 

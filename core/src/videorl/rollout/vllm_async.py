@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from videorl.generation import DEFAULT_BUCKET_MB, Completion, EngineCapabilities, EngineSpec, SamplingParams
 from videorl.rollout.vllm_common import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     WeightsFolder,
     check_engine_options,
     completions,
@@ -61,7 +62,7 @@ class AsyncVLLMEngine:
         max_model_len: int | None = 4096,
         seed: int = 0,
         enforce_eager: bool | None = None,
-        gpu_memory_utilization: float = 0.6,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
         tensor_parallel_size: int = 1,
         enable_chunked_prefill: bool = True,
         max_num_batched_tokens: int | None = 2048,

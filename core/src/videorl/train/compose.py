@@ -18,7 +18,7 @@ from videorl import algorithms
 from videorl.actor.build import make_actor
 from videorl.backend import backend_for_model
 from videorl.data import load_samples
-from videorl.encoding import PromptEncoder
+from videorl.encoding import EncodedOnRead, PromptEncoder
 from videorl.errors import ConfigError, DataError, RegistryError
 from videorl.hub import resolve_model
 from videorl.media import MediaCache
@@ -39,6 +39,8 @@ from videorl.train.local import train
 from videorl.train.loop import RunIO
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from videorl.actor.policy import Actor
     from videorl.algorithms import Algorithm
     from videorl.backend import ModelBackend, VisionSync
@@ -69,7 +71,7 @@ class Training:
     io: RunIO
     dist: Parallel
     engine_shares_actor: bool
-    validation: list[Prompt]
+    validation: Sequence[Prompt]  # this rank's share, encoded when read (EncodedOnRead)
     vision_sync: VisionSync | None = None  # the actor's hooks (``dummy_calls`` counts text-only forwards)
     evaluations: list[PeriodicEvaluation] = field(default_factory=list)
 
@@ -436,7 +438,8 @@ def build_training(config: TrainConfig, plugins: Plugins, *, dist: Parallel | No
 def _assemble(config: TrainConfig, plugins: Plugins, parts: RunParts, dist: Parallel) -> Training:
     """:func:`build_training` once the run's parts are composed: the actor, engine and run files."""
     backend, encoder, val_samples = parts.backend, parts.encoder, parts.val_samples
-    validation = [encoder(s) for s in val_samples[dist.data_rank :: dist.data_size]]
+    # encoded when a validation pass reads them, not here: start-up holds none of their frames
+    validation = EncodedOnRead(val_samples[dist.data_rank :: dist.data_size], encoder)
     data = parts.data(config, dist.data_rank, dist.data_size, prefetch=config.data.prefetch)
 
     if (

@@ -61,7 +61,7 @@ class LocalStep:
         self.config, self.actor, self.engine, self.rewards = config, actor, engine, rewards
         self.algorithm, self.workflow = algorithm, workflow
         self.data, self.encode, self.io, self.dist = data, encode, io, dist or Parallel()
-        self.engine_shares_actor, self.validation = engine_shares_actor, list(validation)
+        self.engine_shares_actor, self.validation = engine_shares_actor, validation  # encoded when read
         self.scorer = local_scorer(rewards, actor.backend)
         self._parity_due = config.rollout.parity_check != "off"  # on this process's first step
 

@@ -104,7 +104,11 @@ def evaluate(
     max_tokens: int,
     canonical: Callable[[str], str] | None = None,
 ) -> dict[str, float]:
-    """Greedy accuracy and reward on held-out prompts (``val/*`` metrics), overall and per problem type."""
+    """Greedy accuracy and reward on held-out prompts (``val/*`` metrics), overall and per problem type.
+
+    ``prompts`` are read once (:class:`~videorl.encoding.EncodedOnRead` encodes them then); their
+    encodings are dropped when this returns."""
+    prompts = list(prompts)
     outputs = engine.generate([p.require_encoded() for p in prompts], validation_params(max_tokens))
     return validation_metrics(prompts, outputs, scorer, canonical)
 

@@ -26,6 +26,7 @@ from videorl.api import (
     EncodedPrompt,
     ModelInputs,
     PackedInputs,
+    PixelNorm,
     RolloutRequest,
     VisualBudget,
     check_alignment,
@@ -372,16 +373,31 @@ class QwenVLBackend:
         """Processor settings that forbid resizing and resampling (the data path did both)."""
         return {"do_resize": False, "do_sample_frames": False, "cap_pixels_per_frame": False}
 
-    def _pixels(self, prompt: PromptInput) -> dict[str, torch.Tensor]:
+    def pixel_norm(self, processor: Any) -> PixelNorm:
+        """The rescale and normalisation ``processor`` (the image or video processor) would apply to its
+        patches; the backend runs it without them and they are done on the device (:class:`PixelNorm`)."""
+        channels = len(processor.image_mean)
+        return PixelNorm(
+            mean=tuple(processor.image_mean) if processor.do_normalize else (0.0,) * channels,
+            std=tuple(processor.image_std) if processor.do_normalize else (1.0,) * channels,
+            rescale=float(processor.rescale_factor) if processor.do_rescale else 1.0,
+            columns_per_channel=self.temporal_patch_size * self.patch_size**2,
+        )
+
+    def _pixels(self, prompt: PromptInput) -> tuple[dict[str, torch.Tensor], dict[str, PixelNorm]]:
+        """The visual tensors, pixels as uint8 patches (``do_rescale`` and ``do_normalize`` off: the
+        frames' own values, cut into patches), and how each pixel tensor is normalised on the device."""
         import torch
 
         visual: dict[str, torch.Tensor] = {}
+        norms: dict[str, PixelNorm] = {}
+        raw = {"do_rescale": False, "do_normalize": False}
         if prompt.images:
-            out = self.processor.image_processor(
-                images=list(prompt.images), do_resize=False, return_tensors="pt"
-            )
-            visual["pixel_values"] = out["pixel_values"]
+            images = self.processor.image_processor
+            out = images(images=list(prompt.images), do_resize=False, return_tensors="pt", **raw)
+            visual["pixel_values"] = _uint8(out["pixel_values"], prompt.sample_id)
             visual["image_grid_thw"] = out["image_grid_thw"].long()
+            norms["pixel_values"] = self.pixel_norm(images)
         if prompt.videos:
             metas = [self.hf_video_metadata(meta) for _, meta in prompt.videos]
             out = self.processor.video_processor(
@@ -389,19 +405,21 @@ class QwenVLBackend:
                 video_metadata=metas,
                 return_tensors="pt",
                 **self._processor_kwargs(),
+                **raw,
             )
-            visual["pixel_values_videos"] = out["pixel_values_videos"]
+            visual["pixel_values_videos"] = _uint8(out["pixel_values_videos"], prompt.sample_id)
             visual["video_grid_thw"] = out["video_grid_thw"].long()
+            norms["pixel_values_videos"] = self.pixel_norm(self.processor.video_processor)
             if self.uses_second_per_grid_ts:
                 visual["second_per_grid_ts"] = torch.tensor(
                     [self.temporal_patch_size / m.sampled_fps for m in metas], dtype=torch.float32
                 )
-        return visual
+        return visual, norms
 
     def encode(self, prompt: PromptInput) -> EncodedPrompt:
         """Tokenise once, process pixels, and check that grids and placeholders agree."""
         prompt_ids, engine_ids = self.prompt_tokens(prompt)
-        visual = self._pixels(prompt)
+        visual, norms = self._pixels(prompt)
         image_grids, video_grids = self._grids(prompt)
         encoded = EncodedPrompt(
             sample_id=prompt.sample_id,
@@ -410,6 +428,7 @@ class QwenVLBackend:
             visual=visual,
             engine_prompt_ids=engine_ids,
             prompt=prompt,
+            pixel_norm=norms,
         )
         for name, want, got in (
             ("image", image_grids, encoded.image_grid_thw),
@@ -527,3 +546,19 @@ class QwenVLBackend:
         from videorl_models.vision_sync import QwenVisionSync
 
         return QwenVisionSync(model, backend=self)
+
+
+def _uint8(patches: torch.Tensor, sample_id: str) -> torch.Tensor:
+    """Patches the processor cut from uint8 frames without rescaling, as uint8 (a processor that
+    returns them as floats holds the same integers)."""
+    import torch
+
+    if patches.dtype == torch.uint8:
+        return patches
+    exact = patches.to(torch.uint8)
+    if not torch.equal(exact.to(patches.dtype), patches):
+        raise AlignmentError(
+            f"sample {sample_id!r}: the processor changed the frames' values before normalising (not "
+            "whole numbers in 0..255); it must run with do_resize=False"
+        )
+    return exact
