@@ -351,11 +351,13 @@ class QwenVLBackend:
         ids, engine_ids = self._expand(
             prompt.sample_id, self.observation_ids(prompt), image_grids, video_grids, metas
         )
+        visual, norms = self._pixels(prompt)
         return EncodedPrompt(
             sample_id=prompt.sample_id,
             prompt_ids=ids,
             mm_token_type_ids=mm_token_types(ids, self.token_ids["image"], self.token_ids["video"]),
-            visual=self._pixels(prompt),
+            visual=visual,
+            pixel_norm=norms,
             engine_prompt_ids=engine_ids,
             prompt=prompt,
         )
