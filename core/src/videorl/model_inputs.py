@@ -296,7 +296,7 @@ def continue_encoded(
     ids = [*base.prompt_ids, *token_ids]
     engine = [*base.engine_prompt_ids, *token_ids]
     types = None if base.mm_token_type_ids is None else [*base.mm_token_type_ids, *[0] * len(token_ids)]
-    visual, prompt = dict(base.visual), base.prompt
+    visual, prompt, norms = dict(base.visual), base.prompt, dict(base.pixel_norm)
     if observation is not None:
         ids += observation.prompt_ids
         engine += observation.engine_prompt_ids
@@ -304,12 +304,15 @@ def continue_encoded(
             types += observation.mm_token_type_ids or [0] * len(observation.prompt_ids)
         for key, value in observation.visual.items():
             visual[key] = torch.cat([visual[key], value]) if key in visual else value
+        for key, norm in observation.pixel_norm.items():
+            if norms.setdefault(key, norm) != norm:
+                raise ValueError(f"continue_encoded: the reply normalises {key} unlike the prompt ({norm})")
         prompt = replace(
             prompt,
             videos=[*prompt.videos, *observation.prompt.videos],
             images=[*prompt.images, *observation.prompt.images],
         )
-    return EncodedPrompt(base.sample_id, ids, types, visual, engine, prompt)
+    return EncodedPrompt(base.sample_id, ids, types, visual, engine, prompt, norms)
 
 
 def collate_encoded(
