@@ -92,10 +92,10 @@ def test_the_readme_command_table_lists_every_command() -> None:
     ctx = click.Context(cli)
     commands = set()
     for name in cli.list_commands(ctx):
-        command = cli.get_command(ctx, name)
+        group = cli.get_command(ctx, name)
         commands.add(name)
-        if isinstance(command, click.Group):
-            commands.update(f"{name} {sub}" for sub in command.list_commands(ctx))
+        if isinstance(group, click.Group):
+            commands.update(f"{name} {sub}" for sub in group.list_commands(ctx))
     assert not sorted(commands - documented), "add these commands to the README's command table"
 
 

@@ -78,6 +78,12 @@ class RenamingEngine:
             out.append(completions(request, output, engine_token_map(self.backend)))
         return out
 
+    def update_weights(self, state_dict: Any) -> None:
+        self.inner.update_weights(state_dict)
+
+    def close(self) -> None:
+        self.inner.close()
+
 
 def test_models_check_passes_with_the_map_and_fails_without(tiny_model_dir: Callable[[str], Path]) -> None:
     import torch
@@ -85,7 +91,7 @@ def test_models_check_passes_with_the_map_and_fails_without(tiny_model_dir: Call
     from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
 
     path = tiny_model_dir("qwen2_5_vl")
-    plain = Qwen2_5VLBackend(path)
+    plain: Any = Qwen2_5VLBackend(path)
     video, other = plain.token_ids["video"], plain.tokenizer.get_vocab()["<|vision_pad|>"]
 
     class Mapped(Qwen2_5VLBackend):
@@ -97,7 +103,8 @@ def test_models_check_passes_with_the_map_and_fails_without(tiny_model_dir: Call
     model = plain.load_model(dtype=torch.float32)
     [prompt] = [p for p in probe_prompts(plain, plain.budget) if p.sample_id == "video-10fps-1.7s"]
     reports = {}
-    for name, backend in (("plain", plain), ("mapped", Mapped(path))):
+    backends: dict[str, Any] = {"plain": plain, "mapped": Mapped(path)}
+    for name, backend in backends.items():
         inner = make_engine(load_plugins(), "hf", backend, model_path=str(path), dtype="float32", seed=0)
         engine = RenamingEngine(backend, inner, {video: other})
         reports[name] = run_check(
