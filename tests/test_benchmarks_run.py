@@ -34,7 +34,7 @@ TINY: dict[str, str] = {
     "packed_update.py": "--rows 2 --max-frames 2 --response 4 --width 64 --layers 1 --rounds 1",
     "prefetch.py": "--steps 2 --prompts 1 --seconds 1 --io-delay 0.01 --update 0.01",
     "ray_step.py": "--steps 2 --rounds 1 --prompts 2 --n 2",  # step 1 is warm-up
-    "rewards.py": "--rows 20 --repeats 1 --hang-timeout 0.2 --code-rows 2",
+    "rewards.py": "--rows 20 --repeats 1 --code-rows 2",
     "train_step.py": "--prompts 1 --n 2 --response 4 --warmup 0 --rounds 1 --size 64x64 --seconds 2 "
     "--frames 4 --max-pixels 1024 --threads 1",
     "update_memory.py": "--frames 2 --rows 1 --response 4",
