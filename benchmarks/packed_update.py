@@ -166,6 +166,14 @@ def run_variant(model_dir: str, variant: str, args: argparse.Namespace) -> dict[
     }
 
 
+def built(cfg: Any) -> Any:
+    """The run's algorithm, as the composition root builds it once (installed plugins)."""
+    from videorl import algorithms
+    from videorl.plugins import load_plugins
+
+    return algorithms.build(cfg.algorithm, load_plugins())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
@@ -233,11 +241,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def built(cfg: Any) -> Any:
-    """The run's algorithm, as the composition root builds it once (installed plugins)."""
-    from videorl import algorithms
-    from videorl.plugins import load_plugins
-
-    return algorithms.build(cfg.algorithm, load_plugins())

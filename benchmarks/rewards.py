@@ -97,13 +97,8 @@ def per_type(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def hang_batch(timeout: float) -> dict[str, Any]:
     plugins = load_plugins()
-    config = RewardConfig.from_dict(
-        {
-            "options": {
-                "math": {"timeout": timeout, "sympy_timeout": 0},
-                "code": {"timeout": timeout},
-            }
-        }
+    config = RewardConfig(
+        options={"math": {"timeout": timeout, "sympy_timeout": 0}, "code": {"timeout": timeout}}
     )
     router = RewardRouter.from_registry(plugins.rewards, config)
     inputs = []

@@ -168,18 +168,26 @@ class StagedReference(torch.nn.Module):
     """The reference model, run on its micro-batch's prompts re-encoded on the actor side (memoised
     per prompt and step, as EasyR1's actor worker does), instead of the tensors the loop carries."""
 
-    def __init__(self, inner: torch.nn.Module, backend: RecordingBackend, media: StageMedia) -> None:
+    def __init__(
+        self, inner: torch.nn.Module, backend: RecordingBackend, media: StageMedia, *, padding_free: bool
+    ) -> None:
         super().__init__()
         self.inner, self.backend, self.media = inner, backend, media
+        self.padding_free = padding_free
 
     def forward(self, **kwargs: Any) -> Any:
+        from videorl.packing import pack_for_backend
+
         encoded, responses = self.backend.last
         fresh = [self.media.reencode("reference", e, memo=True) for e in encoded]
         param = next(self.inner.parameters())
         inputs = self.backend.inner.collate(fresh, responses).to(device=param.device, dtype=param.dtype)
-        if not torch.equal(inputs.input_ids, kwargs["input_ids"]):
+        # laid out as the update lays out its own batch (packed in one row with actor.padding_free)
+        packed = pack_for_backend(self.backend.inner, inputs) if self.padding_free else None
+        tensors = packed.model_kwargs() if packed is not None else inputs.model_kwargs()
+        if not torch.equal(tensors["input_ids"], kwargs["input_ids"]):
             raise AssertionError("reference: the re-encoded batch has other input ids than the actor's")
-        return self.inner(**inputs.model_kwargs())
+        return self.inner(**{**kwargs, **tensors})  # the update's own options (logits_to_keep, use_cache)
 
 
 def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
@@ -194,7 +202,11 @@ def run_mode(config: TrainConfig, plugins: Plugins) -> list[dict[str, float]]:
     media = StageMedia(training.encode)
     backend = RecordingBackend(training.actor.backend)
     actor = replace(
-        training.actor, backend=backend, reference=StagedReference(training.actor.reference, backend, media)
+        training.actor,
+        backend=backend,
+        reference=StagedReference(
+            training.actor.reference, backend, media, padding_free=config.actor.padding_free
+        ),
     )
     staged = replace(training, actor=actor, engine=StagedEngine(training.engine, media), encode=media)
     steps: list[dict[str, float]] = []

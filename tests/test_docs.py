@@ -67,3 +67,41 @@ def test_architecture_names_only_modules_that_exist() -> None:
     folders = set(re.findall(r"^\s*(?:\d+\s+)?(\w+)/ ", doc, flags=re.M))  # a layer's first room
     assert folders >= {"train", "cluster", "actor", "runs", "rollout"}
     assert not sorted(f for f in folders if not ((core / f).is_dir() or (ROOT / f).is_dir()))
+
+
+def test_the_kinds_table_lists_every_hook() -> None:
+    index = (ROOT / "docs" / "plugin-authors" / "README.md").read_text()
+    listed = set(re.findall(r"^\| [\w ]+ \| `(register_\w+)` \|", index, flags=re.M))
+    assert listed == {name for name in hookspecs.__all__ if name.startswith("register_")}
+
+
+def test_the_readme_command_table_lists_every_command() -> None:
+    import click
+
+    from videorl.cli import make_cli
+    from videorl.plugins import load_plugins
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The command line", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    documented = set()
+    for line in block.strip().splitlines():
+        command, *rest = line.split("#")[0].split()[1:3]  # videorl COMMAND [SUB|SUB2 ...]
+        documented.add(command)
+        documented.update(f"{command} {sub}" for word in rest for sub in word.split("|"))
+    cli = make_cli(load_plugins())
+    ctx = click.Context(cli)
+    commands = set()
+    for name in cli.list_commands(ctx):
+        group = cli.get_command(ctx, name)
+        commands.add(name)
+        if isinstance(group, click.Group):
+            commands.update(f"{name} {sub}" for sub in group.list_commands(ctx))
+    assert not sorted(commands - documented), "add these commands to the README's command table"
+
+
+def test_every_run_context_member_is_documented_for_loggers() -> None:
+    from videorl.api import RunContext
+
+    doc = (ROOT / "docs" / "plugin-authors" / "hooks.md").read_text()
+    members = {n for n in vars(RunContext) if not n.startswith("_")} | set(RunContext.__dataclass_fields__)
+    assert not sorted(m for m in members if f"`run.{m}" not in doc)

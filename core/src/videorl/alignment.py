@@ -7,7 +7,7 @@ here truncates or pads to make counts agree. Importing this module does not impo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from videorl.errors import AlignmentError, DataError
@@ -204,15 +204,31 @@ def check_response_tokens(sample_id: str, token_ids: Sequence[int], forbidden: I
         )
 
 
-def check_same_prompt(sample_id: str, expected: Sequence[int], got: Sequence[int], *, where: str) -> None:
-    """The prompt ids another stage used must be the ids the framework tokenised."""
-    expected, got = [int(t) for t in expected], [int(t) for t in got]
+def check_same_prompt(
+    sample_id: str,
+    expected: Sequence[int],
+    got: Sequence[int],
+    *,
+    where: str,
+    engine_token_map: Mapping[int, int] | None = None,
+) -> None:
+    """The prompt ids another stage used must be the ids the framework tokenised.
+
+    ``engine_token_map`` (the backend's, :func:`videorl.backend.engine_token_map`) reads the ids an engine
+    writes in place of the framework's placeholders (InternVL's ``<video>`` in vLLM where transformers
+    scatters at ``<IMG_CONTEXT>``) as the framework's before comparing; any other id must be equal."""
+    mapping = engine_token_map or {}
+    expected = [int(t) for t in expected]
+    got = [mapping.get(int(t), int(t)) for t in got]
     if expected == got:
         return
     first = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    mapped = " (read through the backend's engine_token_map)" if mapping else ""
     raise AlignmentError(
-        f"sample {sample_id!r}: {where} used prompt ids that differ from the framework's tokenisation "
+        f"sample {sample_id!r}: {where} used prompt ids{mapped} that differ from the framework's "
+        "tokenisation "
         f"({len(got)} vs {len(expected)} tokens, first difference at position {first}: "
         f"{got[first : first + 4]} vs {expected[first : first + 4]}). Rollout and training must see the same "
-        "prompt: check the engine's processor settings (no resampling or resizing) and its version."
+        "prompt: check the engine's processor settings (no resampling or resizing) and its version; an "
+        "engine that writes other placeholder ids by design needs the backend's engine_token_map."
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -31,6 +31,7 @@ __all__ = [
     "VisionSync",
     "VisualBudget",
     "backend_for_model",
+    "engine_token_map",
     "hub_checkpoint_layout",
     "missing_backend_members",
     "read_model_type",
@@ -151,6 +152,11 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # which vLLM's loaders expect; a vLLM engine's weight refresh goes through it
     # (:func:`hub_checkpoint_layout`). Without it the weights go as transformers holds them. It maps
     # each tensor on its own (a refresh streams the weights and calls it with one tensor at a time).
+    # Optional: ``engine_token_map: Mapping[int, int]`` (an attribute or property): the placeholder ids a
+    # rollout engine writes where the training model has other ids (engine id -> training id; InternVL in vLLM
+    # writes ``<video>`` per frame where transformers scatters at ``<IMG_CONTEXT>``). The engine's
+    # prompt check (every rollout, hence the first-step check, and ``videorl models check``) reads
+    # the engine's ids through it (:func:`engine_token_map`); without it the ids must be equal.
 
 
 #: members set on the instance (``__init__``), so absent from a backend class
@@ -180,6 +186,37 @@ def hub_checkpoint_layout(backend: object, state: dict[str, Any]) -> dict[str, A
     optional ``checkpoint_layout``, or ``state`` itself (the family's transformers layout is the Hub's)."""
     layout = getattr(backend, "checkpoint_layout", None)
     return state if layout is None else dict(layout(state))
+
+
+#: the most entries an ``engine_token_map`` may hold (a family has a handful of placeholder ids)
+MAX_ENGINE_TOKEN_MAP = 1024
+
+
+def engine_token_map(backend: object) -> dict[int, int]:
+    """The backend's optional ``engine_token_map`` (engine id -> training id) checked: at most
+    :data:`MAX_ENGINE_TOKEN_MAP` pairs of non-negative ints, no id mapped to itself; ``{}`` without one.
+
+    Plugin metadata is checked like any input: a bad map raises :class:`~videorl.errors.ConfigError`
+    naming the backend and the entry."""
+    mapping = getattr(backend, "engine_token_map", None)  # a property may read the ids from the tokenizer
+    if mapping is None:
+        return {}
+    name = getattr(backend, "family", type(backend).__name__)
+    if not isinstance(mapping, Mapping) or len(mapping) > MAX_ENGINE_TOKEN_MAP:
+        raise ConfigError(
+            f"model backend {name!r}: engine_token_map must be a mapping of at most {MAX_ENGINE_TOKEN_MAP} "
+            f"engine token ids to training token ids, not {type(mapping).__name__}"
+        )
+    out: dict[int, int] = {}
+    for engine, training in mapping.items():
+        ok = all(type(t) is int and t >= 0 for t in (engine, training))  # bool is no token id
+        if not ok or engine == training:
+            raise ConfigError(
+                f"model backend {name!r}: engine_token_map entry {engine!r}: {training!r} must map an engine "
+                "token id to another training token id (non-negative ints)"
+            )
+        out[engine] = training
+    return out
 
 
 def read_model_type(path: str | Path) -> str:

@@ -62,8 +62,15 @@ def _broken(base: type, **members: object) -> type:
             AssertionError,
             "misses padded-vocabulary ids",
         ),
+        ({"engine_token_map": {5: 6}}, AssertionError, r"engine_token_map maps .* non-placeholder ids \[6\]"),
     ],
-    ids=["no dummy", "request drops the video", "build_tiny without width", "placeholders allowed"],
+    ids=[
+        "no dummy",
+        "request drops the video",
+        "build_tiny without width",
+        "placeholders allowed",
+        "a map renames text",
+    ],
 )
 def test_the_contract_catches_a_broken_backend(
     members: dict[str, object], error: type, match: str, tmp_path: Path

@@ -209,7 +209,9 @@ class RolloutConfig:
     top_k: int = option(-1, "Sample among the k most likely tokens; -1: all.")
     max_response_length: int = option(4096, "Most tokens generated per response.")
     enable_mix_policy: bool = option(
-        False, "Put the sample's offline trajectory in the last of the n slots of its group (mix-policy)."
+        False,
+        "Put the sample's offline trajectory in the last of the n slots of its group (mix-policy). The "
+        "offline responses score under offline/reward and offline/accuracy, never in reward/* or accuracy/*.",
     )
     mix_policy_accuracy_threshold: float | None = option(
         None,

@@ -48,7 +48,10 @@ def _ids_cause(trainer_len: int, engine_len: int) -> str:
             f"the engine expanded the visual placeholders to {engine_len - trainer_len:+d} tokens: it "
             "resized or resampled the frames, or built other timestamps (fps missing on the engine side?)"
         )
-    return "same length, other ids: the engine rendered other timestamps or tokens (its processor or version)"
+    return (
+        "same length, other ids: the engine rendered other timestamps or tokens (its processor or version), "
+        "or writes other placeholder ids by design (declare them in the backend's engine_token_map)"
+    )
 
 
 _PROMPT_MISMATCH = re.compile(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from videorl.backend import engine_token_map
 from videorl.devices import release_cached_memory
 from videorl.errors import ConfigError
 from videorl.generation import DEFAULT_BUCKET_MB, Completion, EngineCapabilities, EngineSpec, SamplingParams
@@ -133,7 +134,8 @@ class VLLMEngine:
         requests = [self.backend.rollout_request(p) for p in prompts]
         sampling = vllm_sampling_params(params, self.bias, per_request_seed=self.per_request_seeds)
         outputs = self.llm.generate([r.vllm_prompt() for r in requests], sampling, use_tqdm=False)
-        return [completions(request, output) for request, output in zip(requests, outputs)]
+        token_map = engine_token_map(self.backend)
+        return [completions(request, output, token_map) for request, output in zip(requests, outputs)]
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Load ``state_dict`` (HF names, full tensors) into the engine: in memory, bucket by bucket,

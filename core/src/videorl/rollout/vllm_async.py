@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from videorl.backend import engine_token_map
 from videorl.generation import DEFAULT_BUCKET_MB, Completion, EngineCapabilities, EngineSpec, SamplingParams
 from videorl.rollout.vllm_common import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -175,7 +176,7 @@ class AsyncVLLMEngine:
             final = output
         if final is None:
             raise RuntimeError(f"vLLM returned no output for sample {request.sample_id!r}")
-        return completions(request, final)
+        return completions(request, final, engine_token_map(self.backend))
 
     def submit(
         self, prompt: EncodedPrompt, params: SamplingParams

@@ -256,10 +256,20 @@ def vllm_sampling_params(
     )
 
 
-def completions(request: RolloutRequest, output: Any) -> list[Completion]:
+def completions(
+    request: RolloutRequest, output: Any, token_map: Mapping[int, int] | None = None
+) -> list[Completion]:
     """The completions of one finished vLLM ``RequestOutput``, after checking that vLLM saw the
-    framework's prompt ids (an :class:`~videorl.errors.AlignmentError` naming the sample otherwise)."""
-    check_same_prompt(request.sample_id, request.prompt_ids, output.prompt_token_ids or [], where="vLLM")
+    framework's prompt ids, read through the backend's ``token_map``
+    (:func:`~videorl.backend.engine_token_map`); an :class:`~videorl.errors.AlignmentError` naming the
+    sample otherwise."""
+    check_same_prompt(
+        request.sample_id,
+        request.prompt_ids,
+        output.prompt_token_ids or [],
+        where="vLLM",
+        engine_token_map=token_map,
+    )
     group = []
     for completion in output.outputs:
         ids = [int(t) for t in completion.token_ids]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from videorl.backend import engine_token_map
 from videorl.errors import AlignmentError, DataError
 from videorl.model_inputs import response_logprobs, token_logprobs
 
@@ -132,6 +133,9 @@ def assert_backend_contract(
     padded = set(range(len(backend.tokenizer), model.get_output_embeddings().weight.shape[0]))
     allowed = sorted(padded - forbidden)
     assert not allowed, f"{name}: forbidden_token_ids() misses padded-vocabulary ids {allowed[:8]}"
+    # a map may only rename placeholders: read through it, a text token could hide a real mismatch
+    renamed = sorted({*engine_token_map(backend).values()} - forbidden)
+    assert not renamed, f"{name}: engine_token_map maps engine ids to non-placeholder ids {renamed[:8]}"
     batches = [[kind] for kind in data_types] + ([list(data_types)] if len(data_types) > 1 else [])
     for kinds in batches:
         where = f"{name}, batch {'+'.join(kinds)}"

@@ -6,8 +6,10 @@ Targets are given as "module:attribute" strings so that nothing is imported unti
 from videorl.api import Register, hookimpl
 
 {% if cookiecutter.kind == "rewards" %}
-#: further problem_type spellings of the reward; its prompt templates answer to them too
-ALIASES = ["{{ cookiecutter.plugin_name }}"]
+#: further problem_type spellings of the reward (e.g. ["object counting", "how many"]; case, spaces,
+#: hyphens and underscores are normalised away, so none is needed for those); its prompt templates
+#: answer to them too
+ALIASES: list[str] = []
 
 
 @hookimpl
