@@ -397,9 +397,11 @@ def keep_weights(path: Path | str, plan: dict[str, Any]) -> None:
     """What the first benchmark worker writes (``Worker.keep_weights``), for a one-tensor model."""
     import torch
 
-    from videorl.cluster.worker import Worker
+    from videorl.cluster.benchmark_group import plan_metadata
+    from videorl.runs.tensors import write_tensor_file
 
-    Worker.keep_weights(None, {"w": torch.full((2,), float(plan["version"]))}, str(path), plan)  # type: ignore[arg-type]
+    # the file Worker.keep_weights writes from the buckets it was handed
+    write_tensor_file(str(path), {"w": torch.full((2,), float(plan["version"]))}, plan_metadata(plan))
 
 
 class BenchmarkWorkers:
