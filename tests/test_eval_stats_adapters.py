@@ -107,7 +107,7 @@ def test_video_mme_official_figure_through_eval_score_and_compare(
                          "--run", str(tmp_path / run), "--resamples", "200")  # fmt: skip
         scored.assert_success()
     lines = scored.output.splitlines()
-    assert lines[0].startswith("video-mme: accuracy 100.00 (n=4, failed=0)")
+    assert lines[0].startswith("video-mme: accuracy 100.00% (n=4, failed=0)")
     base = read_results(tmp_path / "base")["benchmarks"]["video-mme"]
     assert base["overall"] == pytest.approx(2 / 3)
     assert base["metrics"] == {"accuracy, videorl's reading": 0.75}
@@ -115,8 +115,8 @@ def test_video_mme_official_figure_through_eval_score_and_compare(
     shown = run_cli("eval", "score", "--benchmark", "video-mme", "--data-root", str(data),
                     "--run", str(tmp_path / "base"), "--resamples", "0")  # fmt: skip
     assert shown.output.splitlines()[:3] == [
-        "video-mme: accuracy 66.67 (n=4, failed=0)",
-        "  accuracy, videorl's reading: 75.00",
+        "video-mme: accuracy 66.67% (n=4, failed=0)",
+        "  accuracy, videorl's reading: 75.00%",
         "  (the official figure counts 3 rows; videorl reads 1 rows differently)",
     ]
     compared = run_cli("eval", "compare", str(tmp_path / "base"), str(tmp_path / "other"),
