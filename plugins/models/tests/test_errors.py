@@ -72,10 +72,10 @@ def test_a_processor_that_resizes_is_caught(
     backend = backend_for("qwen2_vl")
     real = backend._pixels
 
-    def resized(prompt: PromptInput) -> dict[str, torch.Tensor]:
-        visual = real(prompt)
+    def resized(prompt: PromptInput) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        visual, norms = real(prompt)
         visual["video_grid_thw"] = torch.tensor([[2, 2, 4]])
-        return visual
+        return visual, norms
 
     monkeypatch.setattr(backend, "_pixels", resized)
     with pytest.raises(
