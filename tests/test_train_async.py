@@ -285,81 +285,6 @@ def _wait_for_checkpoint(proc: subprocess.Popen[str], run: Path, step: int) -> N
         time.sleep(0.05)
 
 
-@pytest.mark.slow
-def test_killed_while_ahead_then_resumed_consumes_every_sample_exactly_once(
-    task: tuple[Path, list[str]],
-) -> None:
-    out, overrides = task
-    run, steps = out / "killed", 8
-    command = [
-        sys.executable,
-        "-m",
-        "videorl.cli",
-        "train",
-        str(out / "run-none.yaml"),
-        *overrides,
-        f"output_dir={run}",
-        f"trainer.max_steps={steps}",
-        "trainer.max_staleness=1",
-        "trainer.save_every=2",
-        "trainer.keep_last=0",
-        "trainer.val_every=0",
-        f"trainer.log_completions={PROMPTS}",
-        "--ray",
-    ]
-    (out / "run-none.yaml").write_text("seed: 5\n")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-    # 1. the rollout worker dies while it generates ahead: the error names it and the checkpoint
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        _wait_for_checkpoint(proc, run, 2)
-        victim = next(
-            w for w in json.loads((run / "ray-workers.json").read_text()) if w["name"] == "rollout-0"
-        )
-        os.kill(victim["pid"], signal.SIGKILL)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, stderr[-4000:]
-    assert re.search(rf"worker rollout-0 \(rollout; pid {victim['pid']} on [^)]+\) died during", stderr), (
-        stderr
-    )
-    assert "continue the run with --resume auto" in stderr
-
-    # 2. resumed, then the controller (and its local Ray runtime) is killed after a later checkpoint
-    proc = subprocess.Popen(
-        [*command, "--resume", "auto"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        _wait_for_checkpoint(proc, run, 4)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    # 3. resumed to the end
-    done = subprocess.run(
-        [*command, "--resume", "auto"], capture_output=True, text=True, env=env, timeout=420
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert [m["step"] for m in _metrics(run)] == list(range(1, steps + 1))  # every step once
-    logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
-    per_step: dict[int, list[str]] = {}
-    for row in logged:
-        per_step.setdefault(row["step"], []).append(row["sample_id"])
-    train = Path(next(o for o in overrides if o.startswith("data.train_files=")).split("=[", 1)[1][:-1])
-    # every sample trained exactly once per pass over the data, in the data order: none twice, none lost
-    assert [per_step[s] for s in range(1, steps + 1)] == _expected_ids(train, steps)
-
-
 @pytest.fixture(scope="module")
 def ray_here(task: tuple[Path, list[str]]) -> Iterator[None]:
     """One local Ray runtime in this process for the module's in-process runs: ``train_on_ray`` joins a
@@ -462,3 +387,78 @@ def built(cfg: Any) -> Any:
     from videorl.plugins import load_plugins
 
     return algorithms.build(cfg.algorithm, load_plugins())
+
+
+@pytest.mark.slow
+def test_killed_while_ahead_then_resumed_consumes_every_sample_exactly_once(
+    task: tuple[Path, list[str]],
+) -> None:
+    out, overrides = task
+    run, steps = out / "killed", 8
+    command = [
+        sys.executable,
+        "-m",
+        "videorl.cli",
+        "train",
+        str(out / "run-none.yaml"),
+        *overrides,
+        f"output_dir={run}",
+        f"trainer.max_steps={steps}",
+        "trainer.max_staleness=1",
+        "trainer.save_every=2",
+        "trainer.keep_last=0",
+        "trainer.val_every=0",
+        f"trainer.log_completions={PROMPTS}",
+        "--ray",
+    ]
+    (out / "run-none.yaml").write_text("seed: 5\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    # 1. the rollout worker dies while it generates ahead: the error names it and the checkpoint
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_for_checkpoint(proc, run, 2)
+        victim = next(
+            w for w in json.loads((run / "ray-workers.json").read_text()) if w["name"] == "rollout-0"
+        )
+        os.kill(victim["pid"], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr[-4000:]
+    assert re.search(rf"worker rollout-0 \(rollout; pid {victim['pid']} on [^)]+\) died during", stderr), (
+        stderr
+    )
+    assert "continue the run with --resume auto" in stderr
+
+    # 2. resumed, then the controller (and its local Ray runtime) is killed after a later checkpoint
+    proc = subprocess.Popen(
+        [*command, "--resume", "auto"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_checkpoint(proc, run, 4)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    # 3. resumed to the end
+    done = subprocess.run(
+        [*command, "--resume", "auto"], capture_output=True, text=True, env=env, timeout=420
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [m["step"] for m in _metrics(run)] == list(range(1, steps + 1))  # every step once
+    logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    per_step: dict[int, list[str]] = {}
+    for row in logged:
+        per_step.setdefault(row["step"], []).append(row["sample_id"])
+    train = Path(next(o for o in overrides if o.startswith("data.train_files=")).split("=[", 1)[1][:-1])
+    # every sample trained exactly once per pass over the data, in the data order: none twice, none lost
+    assert [per_step[s] for s in range(1, steps + 1)] == _expected_ids(train, steps)
