@@ -346,21 +346,10 @@ class QwenVLBackend:
         """A tool's reply encoded as it continues the conversation (:meth:`observation_ids`), its media
         expanded and processed as a prompt's are: positions and grids as if it had been in the prompt."""
         self._check_media(prompt)
-        image_grids, video_grids = self._grids(prompt)
+        grids = self._grids(prompt)
         metas = [meta for _, meta in prompt.videos]
-        ids, engine_ids = self._expand(
-            prompt.sample_id, self.observation_ids(prompt), image_grids, video_grids, metas
-        )
-        visual, norms = self._pixels(prompt)
-        return EncodedPrompt(
-            sample_id=prompt.sample_id,
-            prompt_ids=ids,
-            mm_token_type_ids=mm_token_types(ids, self.token_ids["image"], self.token_ids["video"]),
-            visual=visual,
-            pixel_norm=norms,
-            engine_prompt_ids=engine_ids,
-            prompt=prompt,
-        )
+        ids, engine_ids = self._expand(prompt.sample_id, self.observation_ids(prompt), *grids, metas)
+        return self._encoded(prompt, ids, engine_ids, grids)
 
     # -- pixels ----------------------------------------------------------------------------------
 
@@ -421,8 +410,19 @@ class QwenVLBackend:
     def encode(self, prompt: PromptInput) -> EncodedPrompt:
         """Tokenise once, process pixels, and check that grids and placeholders agree."""
         prompt_ids, engine_ids = self.prompt_tokens(prompt)
+        return self._encoded(prompt, prompt_ids, engine_ids, self._grids(prompt))
+
+    def _encoded(
+        self,
+        prompt: PromptInput,
+        prompt_ids: list[int],
+        engine_ids: list[int],
+        grids: tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]],
+    ) -> EncodedPrompt:
+        """``prompt``'s pixels processed beside its expanded ids (a prompt's, or a tool reply's), checked
+        against the ``grids`` the ids were expanded for."""
         visual, norms = self._pixels(prompt)
-        image_grids, video_grids = self._grids(prompt)
+        image_grids, video_grids = grids
         encoded = EncodedPrompt(
             sample_id=prompt.sample_id,
             prompt_ids=prompt_ids,
