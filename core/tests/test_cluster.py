@@ -4,6 +4,7 @@ for, the controller's byte counting and failure messages (the runs themselves: t
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -586,3 +587,44 @@ def built(cfg: Any) -> Any:
     from videorl.plugins import load_plugins
 
     return algorithms.build(cfg.algorithm, load_plugins())
+
+
+@pytest.mark.parametrize(
+    ("errors", "inits"),
+    [
+        (["Timed out waiting for file /tmp/ray/session_x/gcs_server_port_1"], 2),
+        (["Timed out waiting for file a", "Timed out waiting for file b"], 2),
+        (["Address already in use"], 1),
+    ],
+    ids=["gcs-late-once", "gcs-late-twice", "other-failure"],
+)
+def test_a_local_runtime_that_fails_to_start_is_shut_down_and_a_late_gcs_is_retried_once(
+    monkeypatch: pytest.MonkeyPatch, errors: list[str], inits: int
+) -> None:
+    """A failed ``ray.init`` leaves a half-started node registered in the process, which breaks every
+    later start there: each failure is shut down; only a GCS that never reported its port (a loaded
+    machine) gets a second start."""
+    ray = pytest.importorskip("ray")
+    from videorl.cluster.runtime import start_ray
+
+    calls: list[str] = []
+    pending = list(errors)
+
+    def init(**options: Any) -> None:
+        calls.append("init")
+        assert options["address"] == "local"
+        if pending:
+            raise RuntimeError(pending.pop(0))
+
+    for name in ("RAY_AUTH_MODE", "RAY_gcs_server_port_wait_time_s"):  # start_ray sets them: restored after
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    config = load_config(None, [*BASE, "ray.auth=disabled"])
+    if len(errors) >= inits:  # every start failed: the last error reaches the caller
+        with pytest.raises(RuntimeError, match=re.escape(errors[inits - 1])):
+            start_ray(config.ray, None, 1)
+    else:
+        assert start_ray(config.ray, None, 1) is True
+    assert calls == ["init", "shutdown"] * min(len(errors), inits) + ["init"] * (inits - len(errors) > 0)

@@ -102,6 +102,8 @@ def wandb_records(path: Path) -> list[Any]:
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):  # a chunk the writer has not finished yet
+            break
         chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk  # full/first start a record
         if kind in (1, 4):  # full/last end it
@@ -114,9 +116,16 @@ def wandb_records(path: Path) -> list[Any]:
 def finished_wandb_records(path: Path) -> list[Any]:
     """The records of a W&B run file once its ``exit`` record is there (W&B's service process writes
     the file on its own time, after ``finish()`` returns)."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + 60
     while True:
-        records = wandb_records(path) if path.stat().st_size > 7 else []
+        try:
+            records = wandb_records(path) if path.stat().st_size > 7 else []
+        except DecodeError:  # read mid-write: the service flushes a record's chunks one at a time
+            if time.monotonic() > deadline:
+                raise
+            records = []
         if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
             return records
         time.sleep(0.2)

@@ -66,8 +66,8 @@ def test_a_ray_rollout_worker_of_tp2_in_a_two_cpu_bundle_keeps_the_mp_executor(t
 
     model = build_tiny("qwen2_5_vl", tmp_path / "model", seed=0)
     # a new runtime: `ray start` in an earlier test leaves a record of its cluster, which Ray would join
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    try:  # a failed start too is shut down: its half-started node would break later tests' runtimes
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         pg = placement_group([{"CPU": 2}], strategy="PACK")
         ray.get(pg.ready(), timeout=60)
         worker = (

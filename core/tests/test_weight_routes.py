@@ -163,8 +163,8 @@ def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy(
     # as cluster/runtime.py: Ray's 30 s wait for its GCS port is too short on a loaded 2-core machine
     monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "180")
     # a new runtime: `ray start` in an earlier test leaves a record of its cluster, which Ray would join
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    try:  # a failed start too is shut down: its half-started node would break later tests' runtimes
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
         named = [("w", torch.arange(64, dtype=torch.bfloat16).reshape(8, 8)), ("b", torch.ones(3))]
         handle, total = publish_buckets(iter(named), 1 << 20, ray.put)
         assert total == 128 + 16 and len(handle) == 1

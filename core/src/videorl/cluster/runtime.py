@@ -128,7 +128,7 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     # Ray waits 30 s for its GCS to report a port; on a loaded machine (a shared login node, a CI
     # host running other jobs) the first start can take longer. A user's own setting wins.
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "180")
-    ray.init(
+    options = dict(
         address="local",  # a new runtime, even where `ray start` left a cluster (Ray would join that one)
         num_cpus=max(os.cpu_count() or 1, int(cpus_needed + 0.999)),
         include_dashboard=cfg.dashboard,
@@ -138,6 +138,17 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
         logging_level=logging.WARNING,
         _node_ip_address="127.0.0.1",
     )
+    for attempt in (1, 2):
+        try:
+            ray.init(**options)
+            break
+        except RuntimeError as exc:
+            # A half-started node (its GCS never wrote its port) stays registered in this process and
+            # breaks every later start here: shut it down, and start once more.
+            ray.shutdown()
+            if attempt == 2 or "Timed out waiting for file" not in str(exc):
+                raise
+            log.warning("Ray's local runtime did not start (%s); starting it once more", exc)
     if os.environ.get("RAY_AUTH_MODE", "disabled") != cfg.auth:
         ray.shutdown()
         raise ConfigError(
