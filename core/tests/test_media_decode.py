@@ -81,6 +81,26 @@ def test_time_range_samples_the_clip_as_a_video_of_its_length(make_clip: MakeCli
     assert "clip" not in whole.extra
 
 
+def test_transformers_reads_a_clip_s_frame_rate_as_the_rate_of_its_frames(make_clip: MakeClip) -> None:
+    """transformers' ``sampled_fps`` (Qwen2.5-VL's ``second_per_grid_ts`` = 2 / it) is frames /
+    total_num_frames * fps: for a clip, total_num_frames is what the clip covers, not the video."""
+    from transformers.video_utils import VideoMetadata as HFVideoMetadata
+
+    clip = make_clip(frames=300, gop=10)  # 10 s at 30 fps
+    whole = decode_video(clip, P)[1]  # 10 s at 2 fps: 20 frames
+    ranged = decode_video(clip, dataclasses.replace(P, start=4.0, end=7.0))[1]  # 6 frames over 3 s
+    for meta, total in ((whole, 300), (ranged, 90)):
+        hf = HFVideoMetadata(**meta.to_hf_dict())
+        assert (hf.total_num_frames, hf.sampled_fps) == (total, pytest.approx(2.0))
+        assert hf.timestamps == pytest.approx(list(meta.timestamps), abs=1e-6)  # times in the video
+    # a tool's segment: frames 0.5 s apart -> 2 fps whatever part of the video they come from
+    segment = dataclasses.replace(
+        whole, frame_indices=(150, 165, 180, 195), timestamps=(5.0, 5.5, 6.0, 6.5), duration=2.0,
+        extra={"segment": (5.0, 6.5)},
+    )  # fmt: skip
+    assert HFVideoMetadata(**segment.to_hf_dict()).sampled_fps == pytest.approx(2.0)
+
+
 @pytest.mark.parametrize(("start", "end", "until"), [(12.0, 15.5, "15.5 s"), (10.0, None, "the end")])
 def test_time_range_past_the_end_names_the_file_and_both_values(
     make_clip: MakeClip, start: float, end: float | None, until: str

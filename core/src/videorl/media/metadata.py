@@ -71,9 +71,18 @@ class VideoMetadata:
         return cls(**d)
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """The fields of ``transformers.video_utils.VideoMetadata`` (and of vLLM's video metadata)."""
+        """The fields of ``transformers.video_utils.VideoMetadata`` (and of vLLM's video metadata).
+
+        transformers takes the frames' rate as ``frames / total_num_frames * fps`` (Qwen2.5-VL's
+        ``second_per_grid_ts`` comes from it), which assumes the frames span the whole video. For a time
+        range or a tool's segment ``total_num_frames`` is therefore the source frames the range
+        covers, so that rate is :attr:`sampled_fps`; frame indices stay the video's own, so
+        timestamps (Qwen3-VL's) are the times in the video.
+        """
+        partial = "clip" in self.extra or "segment" in self.extra
+        covered = max(self.num_frames, round(self.duration * self.source_fps))
         return {
-            "total_num_frames": self.total_frames,
+            "total_num_frames": covered if partial else self.total_frames,
             "fps": self.source_fps,
             "frames_indices": list(self.frame_indices),
             "duration": self.duration,
