@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.videorl-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck unit clean-venv
+.PHONY: install demo test test-fast lint typecheck unit clean-venv
 
 $(STAMP): requirements/cpu.txt scripts/setup-env.sh core/pyproject.toml plugins/rewards/pyproject.toml plugins/benchmarks/pyproject.toml plugins/models/pyproject.toml
 	bash scripts/setup-env.sh $(VENV)
@@ -26,6 +26,10 @@ unit: install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit
+
+# The developers' fast subset: every test not marked slow (a test over ~10 s is marked; CI runs all).
+test-fast: install
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

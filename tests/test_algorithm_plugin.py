@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,7 @@ def _run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProc
     return proc
 
 
+@pytest.mark.slow
 def test_the_gmpo_plugin_installs_passes_its_tests_and_trains_two_steps(
     tmp_path: Path, install_plugin: Any
 ) -> None:

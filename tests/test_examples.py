@@ -154,6 +154,7 @@ def test_a_batch_larger_than_the_data_warns_and_a_step_shows_its_stages(
         assert " s  reward " in line and "  rollout " in line and "  actor " in line, line
 
 
+@pytest.mark.slow
 def test_a_start_that_fails_leaves_no_run_directory(tmp_path: Path, tiny_model_dir) -> None:
     train = _example_data(tmp_path)
     runs = tmp_path / "runs"

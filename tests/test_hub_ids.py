@@ -94,6 +94,7 @@ def test_eval_run_accepts_a_hub_id(hub: Path, tmp_path: Path, run_cli: Callable[
     assert missing.exit_code != 0 and "hf download tiny-org/absent-vl" in missing.stderr
 
 
+@pytest.mark.slow
 def test_eval_run_logs_its_summary_to_a_tracker(
     hub: Path, tmp_path: Path, run_cli: Callable[..., Any]
 ) -> None:

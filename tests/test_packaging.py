@@ -85,6 +85,7 @@ def test_distribution_builds_alone(
 @pytest.mark.parametrize(
     "plugin", ["videorl-models-llava-onevision", "videorl-reward-counting", "videorl-algorithm-gmpo"]
 )
+@pytest.mark.slow
 def test_a_contrib_plugin_builds_from_a_read_only_folder_and_its_sdist_installs(
     tmp_path: Path, plugin: str
 ) -> None:

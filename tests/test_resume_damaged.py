@@ -15,6 +15,7 @@ from videorl.runs.history import read_metrics
 from videorl.train.compose import build_training
 
 
+@pytest.mark.slow
 def test_resume_auto_falls_back_past_a_same_size_corrupt_checkpoint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

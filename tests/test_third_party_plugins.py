@@ -62,6 +62,7 @@ def render(tmp: Path, kind: str, name: str) -> Path:
 # --- a benchmark rendered from the template ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_rendered_benchmark_evaluates_a_fixture_with_a_tiny_model(
     tmp_path: Path, install_plugin: Any
 ) -> None:
@@ -119,6 +120,7 @@ def _train_config(tmp: Path, model: Path, train: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_llava_backend_builds_a_tiny_model_and_trains_two_steps(
     tmp_path: Path, install_plugin: Any
 ) -> None:
@@ -305,6 +307,7 @@ def register_loggers(register):
 '''
 
 
+@pytest.mark.slow
 def test_a_tracker_installed_as_a_package_logs_an_evaluation(tmp_path: Path, install_plugin: Any) -> None:
     project = tmp_path / "videorl-lite"
     project.mkdir()

@@ -97,6 +97,7 @@ def _completions(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(
     task: Any, tmp_path: Path, install_plugin: Any
 ) -> None:
@@ -129,6 +130,7 @@ def test_the_contrib_counting_plugin_trains_by_alias_and_by_route(
     assert "videorl-reward-counting==0.1.0" in (run / "requirements.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_rendered_cookiecutter_reward_plugin_trains(task: Any, tmp_path: Path, install_plugin: Any) -> None:
     from cookiecutter.main import cookiecutter
 
@@ -186,6 +188,7 @@ def register_prompt_templates(register):
 '''
 
 
+@pytest.mark.slow
 def test_a_config_plugins_file_with_plain_function_rewards_trains(task: Any, tmp_path: Path) -> None:
     (tmp_path / "my_reward.py").write_text(QUICK_REWARD)
     data = _rows(task, tmp_path / "quick.jsonl", [
@@ -210,6 +213,7 @@ def test_a_config_plugins_file_with_plain_function_rewards_trains(task: Any, tmp
     assert len(recorded[0]["sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_a_plugins_override_is_relative_to_the_working_directory(task: Any, tmp_path: Path) -> None:
     """``plugins=[...]`` on the command line is the CWD's, like every other path given as an override."""
     (tmp_path / "quick").mkdir()

@@ -76,6 +76,7 @@ def test_summarise_takes_medians_and_ratios_and_refuses_different_tokens(bench: 
         bench.summarise(runs)
 
 
+@pytest.mark.slow
 def test_both_modes_train_identically_and_realtime_decodes_at_every_stage(
     bench: ModuleType, tiny_model_dir: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -205,6 +205,7 @@ def _raise_enospc() -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+@pytest.mark.slow
 def test_build_takes_the_factor_and_budget_from_a_model_or_a_training_config(
     run_cli: RunCli, make_clip: MakeClip, tmp_path: Path
 ) -> None:

@@ -179,6 +179,7 @@ def _kill_writer_at(root: Path, mode: str, marker: str) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
     _kill_writer_at(tmp_path, "mid-write", "WRITING")
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-step_000002")]
@@ -192,6 +193,7 @@ def test_writer_killed_mid_write_leaves_the_previous_checkpoint(tmp_path: Path) 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
+@pytest.mark.slow
 def test_writer_killed_before_the_pointer_update_keeps_the_new_checkpoint(tmp_path: Path) -> None:
     _kill_writer_at(tmp_path, "before-pointer", "RENAMED")
     assert (tmp_path / "latest").read_text() == "step_000001\n"  # the pointer lags...

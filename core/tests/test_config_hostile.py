@@ -55,6 +55,7 @@ def test_anchors_within_the_limit_still_work_and_each_mapping_is_walked_once() -
         parse_yaml(_bomb(5), "five.yaml")
 
 
+@pytest.mark.slow
 def test_python_tags_and_deep_nesting_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"py.yaml:1: invalid YAML: .*python/object"):
         parse_yaml("x: !!python/object/apply:os.system ['true']\n", "py.yaml")

@@ -218,6 +218,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_a_tensor_parallel_group_generates_on_its_leader_and_each_rank_gets_its_own(tmp_path: Any) -> None:
     import json
     import subprocess

@@ -162,6 +162,7 @@ def test_score_bad_inputs(colours: Path, tmp_path: Path, run_cli: Callable[..., 
     assert result.exit_code == 2 and "give --predictions P.jsonl or --run RUN" in result.stderr
 
 
+@pytest.mark.slow
 def test_compare_runs(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
     for name, overall, warm in (("base", 0.5, 0.4), ("rl", 0.75, 0.6)):
         (tmp_path / name).mkdir()
@@ -229,6 +230,7 @@ def test_training_and_evaluation_share_each_familys_default_budget(tmp_path: Pat
         make_encoder(small, plugins.model_backends.create("qwen3_vl"), plugins)
 
 
+@pytest.mark.slow
 def test_run_takes_a_training_run_or_one_of_its_checkpoints(
     colours: Path, tmp_path: Path, run_cli: Callable[..., CliResult]
 ) -> None:

@@ -134,6 +134,7 @@ def test_score_prints_and_records_intervals(
     assert plain.output.splitlines()[0] == "quiz: accuracy 50.00% (n=10, failed=0)"
 
 
+@pytest.mark.slow
 def test_compare_two_gains_of_two_points(
     quiz: Path, tmp_path: Path, run_cli: Callable[..., CliResult]
 ) -> None:

@@ -127,6 +127,7 @@ def test_text_and_markdown_tables() -> None:
     assert "| mvbench | task: b | 60.00% | - | - |" in md
 
 
+@pytest.mark.slow
 def test_png_bar_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "cmp.png"

@@ -135,6 +135,7 @@ def _items(items: Any) -> dict[str, Any]:
     return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
 
 
+@pytest.mark.slow
 def test_wandb_offline_gets_config_metadata_metrics_and_resumes_the_same_run(
     tmp_path: Path, plugins: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -180,6 +181,7 @@ def test_wandb_offline_gets_config_metadata_metrics_and_resumes_the_same_run(
 # --- MLflow, a local SQLite store -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mlflow_gets_params_tags_artifacts_metrics_and_resumes_the_same_run(
     tmp_path: Path, plugins: Any
 ) -> None:
@@ -276,6 +278,7 @@ def test_a_failing_tracker_is_reported_and_the_run_goes_on(tmp_path: Path) -> No
     assert Recorder.seen == [("open", ("train", 0, 7)), ("log", (1, 0.1)), ("close", None)]
 
 
+@pytest.mark.slow
 def test_the_documented_logger_config_loads_and_runs(
     tmp_path: Path, plugins: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

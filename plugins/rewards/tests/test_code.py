@@ -43,6 +43,7 @@ def reward() -> CodeReward:
     return CodeReward(timeout=1.0)
 
 
+@pytest.mark.slow
 def test_golden_cases(reward: CodeReward, tmp_path_factory: pytest.TempPathFactory) -> None:
     outside = tmp_path_factory.mktemp("outside") / "written.txt"
     cases = [

@@ -74,6 +74,7 @@ def test_a_batch_with_hangs_finishes_within_its_timeouts() -> None:
     assert elapsed < 2 * 1.0 + 2 * 3.0  # two hangs of 1 s on two workers, plus worker restarts
 
 
+@pytest.mark.slow
 def test_a_worker_killed_or_stopped_from_outside_does_not_cost_the_reward() -> None:
     """Whatever signals the worker (a hostile program that reached it, the OOM killer): a killed worker
     is replaced and the check retried, a stopped one is killed at the timeout, and the next checks work."""

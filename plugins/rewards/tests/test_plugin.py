@@ -58,6 +58,7 @@ def router() -> Any:
     router.reward("math").close()
 
 
+@pytest.mark.slow
 def test_every_registered_reward_keeps_the_contract(router: Any) -> None:
     assert sorted(router.names) == sorted(name for name, *_ in REWARDS) == sorted(CORRECT)
     for name, (problem_type, truth, response, fields) in CORRECT.items():

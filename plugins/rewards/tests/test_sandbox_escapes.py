@@ -514,6 +514,7 @@ def test_the_sandbox_dies_with_the_scorer(tmp_path: Path) -> None:
     assert _processes_named(mark) == []
 
 
+@pytest.mark.slow
 def test_videorl_reward_survives_a_program_that_signals_its_parent(tmp_path: Path) -> None:
     """The issue's report: ``pidfd_send_signal(pidfd_open(getppid()), SIGKILL)`` killed ``videorl reward
     --workers 2`` (exit 137, every row lost). Now the signals reach nothing, and every row is scored
