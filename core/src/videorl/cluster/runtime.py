@@ -128,7 +128,7 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
     # Ray waits 30 s for its GCS to report a port; on a loaded machine (a shared login node, a CI
     # host running other jobs) the first start can take longer. A user's own setting wins.
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "180")
-    options = dict(
+    options: dict[str, Any] = dict(
         address="local",  # a new runtime, even where `ray start` left a cluster (Ray would join that one)
         num_cpus=max(os.cpu_count() or 1, int(cpus_needed + 0.999)),
         include_dashboard=cfg.dashboard,
