@@ -307,6 +307,11 @@ def test_long_video_at_sequence_parallel_8_on_qwen2_5_vl_7b(tmp_path: Path) -> N
     update = next(f for f in result.findings if f.startswith("update phase"))
     assert f"data.video_max_frames <= {result.longest['frames']}" in update
     assert "not sharded by frames" in update  # the tower's 99.6 GB is per rank whatever k
+    # host: each of the 8 ranks holds its data group's 256 prompts (one group of 8: the first rank's
+    # rollout, received), and the first also the next batch (prefetch): 9 x 256 prompts of uint8
+    # frames (3,600 x 3 x 94,080) and uint8 patches (864,000 x 3 x 2 x 14 x 14), 2.03 GB each
+    per_prompt = 3_600 * 3 * 94_080 + patches * 3 * 2 * 14 * 14
+    assert abs(result.host_per_node["prompts"] - 9 * 256 * per_prompt / GB) < 0.01
 
 
 def test_long_video_at_sequence_parallel_4_names_what_would_fit(tmp_path: Path) -> None:

@@ -442,9 +442,13 @@ def host_memory(
     copies = 2 if engine.weights_layout == "hub" and config.rollout.weight_sync == "folder" else 1
     held = 2 if config.data.prefetch else 1  # the step's batch, and the next one being prepared
     ranks = min(per_node, layout.actor_gpus)
-    prompts_per_rank = math.ceil(config.data.rollout_batch_size / layout.actor_gpus)
+    # every rank of a sequence-parallel group holds its data group's prompts (the first rank's
+    # rollout, received); only the first prepares the next batch
+    k = config.actor.sequence_parallel_size
+    prompts_per_rank = math.ceil(config.data.rollout_batch_size / max(layout.actor_gpus // k, 1))
+    holders = ranks + (held - 1) * math.ceil(ranks / k)
     host = {
-        "prompts": _gb(ranks * held * prompts_per_rank * _prompt_bytes(shape, seq)),
+        "prompts": _gb(holders * prompts_per_rank * _prompt_bytes(shape, seq)),
         "weight_refresh": _gb(ranks * engine_bytes * p * copies),
         "checkpoint_staging": _gb(ranks * 12 * p / layout.actor_gpus),  # master, Adam m and v
         "engine_front_ends": round((ranks // layout.tp if not layout.split else 0) * ENGINE_HOST_GB, 2),
