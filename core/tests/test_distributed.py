@@ -291,7 +291,9 @@ def test_sequence_parallel_groups_share_a_data_rank_and_a_wrong_size_names_those
     mesh = [Parallel(r, 8, 2) for r in range(8)]
     assert [(p.data_rank, p.sp_rank) for p in mesh[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert {p.data_size for p in mesh} == {4}  # four shares of the prompts, each held by two ranks
-    with pytest.raises(ConfigError, match=r"one process is 1 only; .* under torchrun .*--nproc-per-node 2"):
+    with pytest.raises(
+        ConfigError, match=r"one process cannot shard sequences; train under torchrun .*--nproc-per-node 2"
+    ):
         Parallel(0, 1, 2)  # one process is k = 1 only
     with pytest.raises(ConfigError, match=r"sizes that divide it: \[1, 2, 3, 6\]"):
         Parallel(0, 6, 4)
@@ -309,7 +311,7 @@ def test_sequence_parallel_size_is_validated_one_process_and_ray_refuse_it_namin
     with pytest.raises(ConfigError, match="sequence_parallel_size"):
         load_config(None, [*base, "actor.sequence_parallel_size=0"])
     config = load_config(None, [*base, "actor.sequence_parallel_size=2"])
-    with pytest.raises(ConfigError, match="one process is 1 only; shard sequences under torchrun"):
+    with pytest.raises(ConfigError, match="one process cannot shard sequences; train under torchrun"):
         init_distributed(config.actor.sequence_parallel_size)  # WORLD_SIZE unset: one process
     with pytest.raises(ConfigError, match=r"on Ray .* not yet laid out .* train under torchrun"):
         train_on_ray(config, load_plugins())

@@ -44,8 +44,8 @@ class Parallel:
     def __post_init__(self) -> None:
         if self.world_size == 1 and self.sp_size > 1:
             raise ConfigError(
-                f"actor.sequence_parallel_size={self.sp_size}: one process is 1 only; shard sequences "
-                f"under torchrun with a multiple of {self.sp_size} processes "
+                f"actor.sequence_parallel_size={self.sp_size}: one process cannot shard sequences; "
+                f"train under torchrun with a multiple of {self.sp_size} processes "
                 f"(torchrun --nproc-per-node {self.sp_size} -m videorl.cli train CONFIG ...)"
             )
         if self.sp_size < 1 or self.world_size % self.sp_size:
