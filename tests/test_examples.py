@@ -22,7 +22,13 @@ CONFIGS = sorted(EXAMPLES.glob("*.yaml"))
 
 
 def test_every_example_config_loads() -> None:
-    assert {c.name for c in CONFIGS} == {"demo.yaml", "cpu-small.yaml", "gpu-single.yaml", "multi-node.yaml"}
+    assert {c.name for c in CONFIGS} == {
+        "demo.yaml",
+        "cpu-small.yaml",
+        "gpu-single.yaml",
+        "multi-node.yaml",
+        "long-video.yaml",
+    }
     for path in CONFIGS:
         config = load_config(path)
         assert Path(config.output_dir).is_absolute(), path  # resolved against examples/, not the cwd
@@ -32,6 +38,21 @@ def test_every_example_config_loads() -> None:
     seed = load_config(EXAMPLES / "multi-node.yaml")
     assert (seed.data.rollout_batch_size, seed.rollout.n, seed.rollout.max_response_length) == (256, 8, 4096)
     assert (seed.ray.placement, seed.ray.actor_workers, seed.ray.rollout_workers) == ("split", 16, 8)
+
+
+def test_the_long_video_example_shards_an_hour_over_8_ranks_and_derives_the_engine_context() -> None:
+    from videorl.rollout.factory import max_model_len
+
+    config = load_config(EXAMPLES / "long-video.yaml")
+    assert config.actor.sequence_parallel_size == 8 and config.actor.gradient_checkpointing
+    assert (config.data.video_max_frames, config.data.video_fps, config.data.video_max_pixels) == (
+        3600,
+        1.0,
+        308**2,
+    )
+    assert max_model_len(config) == 233_000 + 1_024  # the prompt limit and a full response
+    # 8 ranks make one data group: its 8 prompts all go to the group's first rank
+    assert config.data.rollout_batch_size == config.actor.global_batch_size == 8
 
 
 def test_demo_yaml_is_the_demos_job() -> None:

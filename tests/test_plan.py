@@ -7,6 +7,7 @@ Hand arithmetic: GB = 10⁹ B; P parameters; the published shapes of Qwen2.5-VL-
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,93 @@ def test_placements_that_cannot_be(gpus: int, nodes: int) -> None:
 
     with pytest.raises(ConfigError, match="must be a positive multiple of --nodes"):
         Placement(gpus, 80, nodes)
+
+
+def _long_video(tmp_path: Path, sp: int) -> tuple[ModelShape, Any]:
+    """Long-RL's budget on Qwen2.5-VL-7B, 8 GPUs of 141 GB, sequence parallel ``sp``: one video of
+    3,600 frames at 60 visual tokens each (120 per temporal group of 2 frames: 94,080 pixels, 120
+    tokens of 28 x 28 pixels), the question, a 1,024-token response; the tower trainable,
+    gradient checkpointing on."""
+    from videorl.train.compose import make_backend
+
+    config = load_config(
+        None,
+        [
+            f"model.path={_model(tmp_path, 'qwen2_5_vl-7b')}",
+            "data.train_files=[unused.jsonl]",
+            "data.max_prompt_length=220000",
+            "data.video_max_frames=3600",
+            "rollout.max_response_length=1024",
+            "actor.gradient_checkpointing=true",
+            f"actor.sequence_parallel_size={sp}",
+        ],
+    )
+    shape = ModelShape.of(make_backend(config, load_plugins()).load_model(device=torch.device("meta")))
+    visual = 3_600 * 60  # 216,000
+    prompt = visual + 2 + 200  # vision start/end, the question
+    seq = {
+        "prompt": prompt,
+        "visual": visual,
+        "response": 1_024,
+        "sequence": prompt + 1_024,  # 217,226
+        "frames": 3_600,
+        "frame_pixels": 120 * 28 * 28,
+        "estimated": 0,
+    }
+    return shape, plan(config, shape, Placement(8, 141), seq)
+
+
+def test_long_video_at_sequence_parallel_8_on_qwen2_5_vl_7b(tmp_path: Path) -> None:
+    shape, result = _long_video(tmp_path, 8)
+    assert (shape.heads, shape.vision_intermediate) == (28, 3_420)
+    P = 8_292_166_656
+    root = 2 * 152_064 * 3_584
+    layer = 2 * 3_584**2 + 2 * 3_584 * 512 + 3 * 3_584 * 18_944
+    vision_unit = 2 * 14 * 14 * 3 * 1_280 + 5_120**2 + 5_120 * 3_584
+    tokens = -(-217_226 // 8)  # 27,154 tokens of the sequence per rank through the decoder layers
+    patches = 4 * 216_000  # 864,000: the whole video's patches on every rank (the tower is not sharded)
+    hand = {
+        "states": 16 * P / 8 / GB,  # 16.58
+        "gathered_weights": 2 * (root + 2 * layer + vision_unit) / GB,  # 3.20
+        "unsharded_gradients": 6 * (root + layer) / GB,  # 7.94
+        "text_checkpoints": 28 * tokens * 3_584 * 2 / GB,  # 5.45: 1/8 of the sequence's
+        # the vision block's working set over every patch (27.30) outweighs a decoder layer's over
+        # the rank's tokens, 27,154 * (5 * 3,584 + 2 * 512 + 3 * 18,944) * 2 = 4.12
+        "recomputed_layer": patches * (7 * 1_280 + 2 * 3_420) * 2 / GB,
+        "vision_checkpoints": 32 * patches * 1_280 * 2 / GB,  # 70.78
+        "visual_features": 216_000 * 3_584 * 2 / GB,  # 1.55
+        "logits": (2 * 1_025 * 152_064 * 2 + 4 * 1_024 * 152_064 * 4) / GB,  # 3.11
+        # + 4 overhead + 2 the sleeping engine: 141.91 > 141
+        "total": 141.91,
+    }
+    off = {k: (result.update[k], round(v, 3)) for k, v in hand.items() if abs(result.update[k] - v) > 0.01}
+    assert not off, off  # each figure to its rounding
+    assert not result.fits
+    # k = 8 does not divide Qwen2.5-VL-7B's 28 heads: Ulysses cannot split them; 1, 2 or 4 can
+    assert any("sequence_parallel_size=8: must divide" in f and "[1, 2, 4]" in f for f in result.findings)
+    # The longest video that fits: each frame adds 60 tokens (28 * 3,584 * 2 / 8 B each in the text
+    # checkpoints, 7,168 B each in the visual features) and 240 patches (32 * 1,280 * 2 B each in the
+    # vision checkpoints, 31,600 B each in the vision block): 29.2 MB a frame; 0.91 GB too many
+    # is 31 frames, so 3,568 frames (a multiple of 2) fit
+    per_frame = 60 * (28 * 3_584 * 2 / 8 + 3_584 * 2) + 240 * (32 * 1_280 * 2 + 31_600)
+    want = 3_600 - 2 * math.ceil((hand["total"] - 141) * GB / per_frame / 2)
+    assert result.longest["frames"] == want == 3_568, (result.longest, want)
+    update = next(f for f in result.findings if f.startswith("update phase"))
+    assert f"data.video_max_frames <= {result.longest['frames']}" in update
+    assert "not sharded by frames" in update  # the tower's 99.6 GB is per rank whatever k
+    # host: each of the 8 ranks holds its data group's 256 prompts (one group of 8: the first rank's
+    # rollout, received), and the first also the next batch (prefetch): 9 x 256 prompts of uint8
+    # frames (3,600 x 3 x 94,080) and uint8 patches (864,000 x 3 x 2 x 14 x 14), 2.03 GB each
+    per_prompt = 3_600 * 3 * 94_080 + patches * 3 * 2 * 14 * 14
+    assert abs(result.host_per_node["prompts"] - 9 * 256 * per_prompt / GB) < 0.01
+
+
+def test_long_video_at_sequence_parallel_4_names_what_would_fit(tmp_path: Path) -> None:
+    _, result = _long_video(tmp_path, 4)
+    # k = 4 is valid; the text checkpoints double to 10.90 GB (54,307 tokens per rank): 147.36 GB
+    assert abs(result.update["text_checkpoints"] - 28 * 54_307 * 3_584 * 2 / GB) < 0.01
+    assert abs(result.update["total"] - 147.36) < 0.5 and not result.fits
+    assert not any("must divide" in f for f in result.findings)
+    update = next(f for f in result.findings if f.startswith("update phase"))
+    assert "actor.sequence_parallel_size=" not in update  # no valid size fits: the tower is the excess
+    assert "data.video_max_frames <= " in update and result.longest["frames"] < 3_568

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -291,20 +292,64 @@ def test_sequence_parallel_groups_share_a_data_rank_and_a_wrong_size_names_those
     mesh = [Parallel(r, 8, 2) for r in range(8)]
     assert [(p.data_rank, p.sp_rank) for p in mesh[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert {p.data_size for p in mesh} == {4}  # four shares of the prompts, each held by two ranks
-    with pytest.raises(ConfigError, match=r"1 training process\(es\) cannot form .* groups of 2.*\[1\]"):
+    with pytest.raises(
+        ConfigError, match=r"one process cannot shard sequences; train under torchrun .*--nproc-per-node 2"
+    ):
         Parallel(0, 1, 2)  # one process is k = 1 only
     with pytest.raises(ConfigError, match=r"sizes that divide it: \[1, 2, 3, 6\]"):
         Parallel(0, 6, 4)
 
 
-def test_sequence_parallel_size_is_validated_and_the_drivers_refuse_it_for_now() -> None:
+def test_sequence_parallel_size_is_validated_one_process_and_ray_refuse_it_naming_torchrun(
+    tmp_path: Path,
+) -> None:
+    from videorl.cluster.launch import train_on_ray
     from videorl.config import load_config
+    from videorl.parallel import init_distributed
     from videorl.plugins import load_plugins
-    from videorl.train.compose import compose_run
 
-    base = ["model.path=/m", "data.train_files=[/d.jsonl]"]
+    base = ["model.path=/m", "data.train_files=[/d.jsonl]", f"output_dir={tmp_path / 'run'}"]
     with pytest.raises(ConfigError, match="sequence_parallel_size"):
         load_config(None, [*base, "actor.sequence_parallel_size=0"])
     config = load_config(None, [*base, "actor.sequence_parallel_size=2"])
-    with pytest.raises(ConfigError, match="do not yet give the ranks of a sequence-parallel group the same"):
-        compose_run(config, load_plugins(), ranks=1, ranks_name="ranks")
+    with pytest.raises(ConfigError, match="one process cannot shard sequences; train under torchrun"):
+        init_distributed(config.actor.sequence_parallel_size)  # WORLD_SIZE unset: one process
+    with pytest.raises(ConfigError, match=r"on Ray .* not yet laid out .* train under torchrun"):
+        train_on_ray(config, load_plugins())
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+    from videorl.parallel import Parallel
+    from videorl.rollout.factory import make_rank_engine
+
+    tensor_parallel = load_config(
+        None, [*base, "actor.sequence_parallel_size=2", "rollout.engine_options={tensor_parallel_size: 2}"]
+    )
+    with pytest.raises(ConfigError, match="tensor_parallel_size=2 with actor.sequence_parallel_size=2"):
+        make_rank_engine(tensor_parallel, load_plugins(), None, None, Parallel(0, 2, 2))  # type: ignore[arg-type]
+
+
+def test_a_sequence_parallel_group_trains_on_its_leaders_rollout() -> None:
+    """Only the group's first rank rolls out; every rank gets what the broadcast carries (the leader's
+    groups), and without sequence parallelism the rollout is the rank's own."""
+    from videorl.parallel import Parallel
+    from videorl.rollout.collect import sequence_group_rollout
+
+    calls: list[tuple[int, int]] = []
+
+    def rollout(samples: list[Any], seed: int, first: int) -> tuple[list[list[Any]], dict[str, float]]:
+        calls.append((seed, first))
+        return [[f"episode of {s}" for s in samples]], {"seed": float(seed)}
+
+    class Group(Parallel):  # the broadcast of a two-rank group whose leader sent `sent`
+        sent: Any = None
+
+        def from_sequence_leader(self, value: Any) -> Any:
+            if self.is_sequence_leader:
+                Group.sent = value
+            return Group.sent
+
+    leader, follower = Group(0, 2, 2), Group(1, 2, 2)
+    want = ([["episode of a", "episode of b"]], {"seed": 7.0})
+    assert sequence_group_rollout(rollout, leader)(["a", "b"], 7, 0) == want
+    assert sequence_group_rollout(rollout, follower)(["a", "b"], 8, 0) == want  # the leader's, not its own
+    assert calls == [(7, 0)]  # the follower generated nothing
+    assert sequence_group_rollout(rollout, Parallel(1, 2, 1)) is rollout

@@ -4,7 +4,10 @@ A :class:`Parallel` separates the two things a rank's number used to mean. Data:
 data-parallel groups each take their own share of the prompts (``data_rank``). Sequences: the
 ``sp_size`` ranks of one group share that group's samples and hold a contiguous part of every
 sequence (sequence parallelism, ``actor.sequence_parallel_size``: ranks ``d·k … d·k + k - 1`` form
-data group ``d``; :mod:`videorl.actor.ulysses`). Gradients are averaged over the whole mesh by FSDP.
+data group ``d``; :mod:`videorl.actor.ulysses`). The ranks of a group train on the same episodes:
+their first rank rolls out, the others receive its episodes (:meth:`Parallel.from_sequence_leader`).
+Gradients are averaged over the whole mesh by FSDP, and the update's loss scale counts each group's
+episodes ``k`` times: the average over data groups of each group's summed gradient.
 Process groups are created by :func:`init_distributed` (torchrun, or the Ray actor workers).
 """
 
@@ -39,6 +42,12 @@ class Parallel:
     sp_group: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.world_size == 1 and self.sp_size > 1:
+            raise ConfigError(
+                f"actor.sequence_parallel_size={self.sp_size}: one process cannot shard sequences; "
+                f"train under torchrun with a multiple of {self.sp_size} processes "
+                f"(torchrun --nproc-per-node {self.sp_size} -m videorl.cli train CONFIG ...)"
+            )
         if self.sp_size < 1 or self.world_size % self.sp_size:
             works = [k for k in range(1, self.world_size + 1) if self.world_size % k == 0]
             raise ConfigError(
@@ -70,6 +79,23 @@ class Parallel:
     def sp_rank(self) -> int:
         """This rank's part of every sequence within its group."""
         return self.rank % self.sp_size
+
+    @property
+    def is_sequence_leader(self) -> bool:
+        """Whether this rank is its sequence-parallel group's first (the one that rolls out)."""
+        return self.sp_rank == 0
+
+    def from_sequence_leader(self, value: Any) -> Any:
+        """The ``value`` of this rank's sequence-parallel group's first rank, on every rank of the
+        group (an object broadcast over :attr:`sp_group`; the others' ``value`` is ignored). The
+        objects are the process's own (episodes of this step), never read from disk."""
+        if self.sp_size == 1:
+            return value
+        import torch.distributed as tdist
+
+        box = [value if self.is_sequence_leader else None]
+        tdist.broadcast_object_list(box, src=self.rank - self.sp_rank, group=self.sp_group)
+        return box[0]
 
     def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if self.world_size == 1:

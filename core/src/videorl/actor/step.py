@@ -11,7 +11,8 @@ The parity gate compares the log-probs the engine already returned with the acto
 needs no engine awake: run after the engine sleeps, its forward does not meet the engine's weights
 and KV cache on the GPU (after a resume, with Adam's states loaded besides).
 
-Sequence parallelism plugs in below, in the actor's forward; the drivers stay as they are.
+Sequence parallelism plugs in below, in the actor's forward; above, the torchrun driver gives the
+ranks of a group their first rank's episodes (:func:`videorl.rollout.collect.sequence_group_rollout`).
 """
 
 from __future__ import annotations

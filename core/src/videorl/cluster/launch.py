@@ -41,6 +41,7 @@ def train_on_ray(
     ``driver``: the controller class; default :class:`Controller`, or with ``trainer.max_staleness``
     the asynchronous :class:`~videorl.cluster.async_driver.AsyncController`.
     """
+    refuse_sequence_parallel(config)
     import ray
 
     from videorl.cluster.async_driver import AsyncController
@@ -113,3 +114,15 @@ def _resume_hint(failure: WorkerFailure, latest: Path | None) -> str:
     return (
         f"the last complete checkpoint is {latest}: once the cause is fixed, --resume auto continues from it"
     )
+
+
+def refuse_sequence_parallel(config: TrainConfig) -> None:
+    """Ray lays its actor workers out as data-parallel ranks only: sequence parallelism runs under
+    torchrun (:meth:`videorl.parallel.Parallel.from_sequence_leader` shares a group's rollout there)."""
+    k = config.actor.sequence_parallel_size
+    if k > 1:
+        raise ConfigError(
+            f"actor.sequence_parallel_size={k}: on Ray the actor workers are not yet laid out as data x "
+            f"sequence groups; train under torchrun (torchrun --nproc-per-node N -m videorl.cli train "
+            f"CONFIG, N a multiple of {k}) or set it to 1"
+        )

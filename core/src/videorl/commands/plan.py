@@ -105,6 +105,7 @@ def _plan(
                     "update": result.update,
                     "rollout": result.rollout,
                     "host_per_node": result.host_per_node,
+                    "longest_video": result.longest,
                     "findings": result.findings,
                 }
             )
@@ -123,7 +124,15 @@ def _plan(
         f"{placement.gpu_memory_gb:g} GB on {placement.nodes} node(s); {where}",
         f"sequence: {seq['prompt']:,} prompt tokens ({seq['visual']:,} visual"
         + ("; estimated, no tokenizer" if seq["estimated"] else "")
-        + f") + {seq['response']:,} response",
+        + f") + {seq['response']:,} response"
+        + (
+            f"; {-(-seq['sequence'] // config.actor.sequence_parallel_size):,} tokens per rank "
+            f"(sequence parallel {config.actor.sequence_parallel_size})"
+            if config.actor.sequence_parallel_size > 1
+            else ""
+        ),
+        f"longest video that fits per GPU: {result.longest['frames']:,} frames of "
+        f"{seq['frame_pixels']:,} pixels ({result.longest['visual']:,} visual tokens)",
     ]
     lines += _table("update phase, per GPU", result.update)
     lines += _table("rollout phase, per GPU", result.rollout)

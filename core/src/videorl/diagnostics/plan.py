@@ -23,6 +23,13 @@ met (they mostly do at the first micro-batch's backward), so a plan errs on the 
   uint8 frames and float32 pixels), the weight refresh, the staging of an asynchronous sharded
   checkpoint, the engines' front-end processes and the load (rank 0 reads the float32 model).
 
+Sequence parallelism (``actor.sequence_parallel_size`` k): each rank holds ``1/k`` of a micro-batch's
+tokens through the decoder layers, so the text checkpoints and a decoder layer's working set shrink by
+``k``; the vision tower runs whole on every rank (its checkpoints and block working set, the visual
+features and the response positions' logits do not shrink), and ``k`` must divide the attention heads
+(Ulysses). The plan also gives the longest video, in frames at the budget's pixels per frame, whose
+update fits a GPU and whose sequence fits the engine's KV cache.
+
 Placement: colocated (FSDP over every GPU, an engine of ``tensor_parallel_size`` GPUs on the same
 GPUs), or split (``ray.placement: split``: ``ray.actor_workers`` FSDP ranks, ``ray.rollout_workers``
 engines of ``ray.rollout_gpus_per_worker`` GPUs each, on GPUs of their own).
@@ -77,6 +84,7 @@ class ModelShape:
     vision_depth: int
     vision_width: int
     vision_intermediate: int
+    heads: int  # the language model's attention heads (Ulysses splits them)
     deepstack: int  # vision feature maps added to the language model (Qwen3-VL), besides the last
     spatial_merge: int  # patches merged into one visual token, per side
     patch: int = 14  # pixels per patch side
@@ -118,6 +126,7 @@ class ModelShape:
             vision_depth=int(getattr(vcfg, "depth", 0)),
             vision_width=int(getattr(vcfg, "hidden_size", 0)),
             vision_intermediate=int(getattr(vcfg, "intermediate_size", 0)),
+            heads=heads,
             deepstack=len(getattr(vcfg, "deepstack_visual_indexes", None) or []),
             spatial_merge=int(getattr(vcfg, "spatial_merge_size", 1)),
             patch=int(getattr(vcfg, "patch_size", 14)),
@@ -183,6 +192,8 @@ class Plan:
     rollout: dict[str, float]
     host_per_node: dict[str, float]
     layout: Layout | None = None
+    #: the longest video whose update fits a GPU and whose sequence the KV cache holds (0: none)
+    longest: dict[str, int] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
 
     @property
@@ -264,9 +275,47 @@ def plan(
     update = update_phase(config, shape, placement, layout, seq)
     rollout = rollout_phase(config, shape, placement, layout, seq, update)
     host = host_memory(config, shape, placement, layout, seq, engine or EngineCapabilities())
-    result = Plan(seq, update, rollout, host, layout)
+    result = Plan(seq, update, rollout, host, layout, longest_video(config, shape, placement, layout, seq))
     result.findings = findings(config, shape, placement, layout, result)
     return result
+
+
+def scaled_sequence(seq: dict[str, int], groups: int, temporal_patch: int) -> dict[str, int]:
+    """``seq`` with a video of ``groups`` temporal groups at the same pixels per frame: the visual
+    tokens and the framing around them grow with the groups, the question does not."""
+    base = max(seq["frames"] // temporal_patch, 1)
+    visual = seq["visual"] * groups // base
+    prompt = QUESTION_TOKENS + (seq["prompt"] - QUESTION_TOKENS) * groups // base
+    frames = groups * temporal_patch
+    return {**seq, "frames": frames, "visual": visual, "prompt": prompt, "sequence": prompt + seq["response"]}
+
+
+def longest_video(
+    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, seq: dict[str, int]
+) -> dict[str, int]:
+    """The most frames (at ``seq``'s pixels per frame) whose update fits a GPU and whose sequence the
+    engine's KV cache holds: a bisection over temporal groups (both grow with the frames)."""
+    kv_bytes = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2 / layout.tp
+    utilization = float(
+        config.rollout.engine_options.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    )
+    kv_room = (
+        utilization * placement.gpu_memory_gb - 2 * shape.parameters / layout.tp / GB - ENGINE_WORKING_GB
+    ) * GB
+
+    def fits(groups: int) -> bool:
+        at = scaled_sequence(seq, groups, shape.temporal_patch)
+        update = update_phase(config, shape, placement, layout, at)
+        return update["total"] <= placement.gpu_memory_gb and kv_bytes * at["sequence"] <= kv_room
+
+    low, high = 0, 1
+    while fits(high) and high < 1 << 24:  # 33 M frames: beyond any video
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    at = scaled_sequence(seq, low, shape.temporal_patch)
+    return {"frames": at["frames"], "visual": at["visual"], "sequence": at["sequence"] if low else 0}
 
 
 def _layer_working_set(shape: ModelShape, tokens: int, patches: int) -> tuple[int, int]:
@@ -280,15 +329,22 @@ def _layer_working_set(shape: ModelShape, tokens: int, patches: int) -> tuple[in
 
 
 def update_phase(
-    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, seq: dict[str, int]
+    config: TrainConfig,
+    shape: ModelShape,
+    placement: Placement,
+    layout: Layout,
+    seq: dict[str, int],
+    sp_size: int | None = None,
 ) -> dict[str, float]:
-    """The update's figures per actor GPU (see the module docstring)."""
+    """The update's figures per actor GPU (see the module docstring); ``sp_size``: the
+    sequence-parallel size (None: ``actor.sequence_parallel_size``)."""
     options = config.rollout.engine_options
     p = shape.parameters
+    k = sp_size or config.actor.sequence_parallel_size
     budget = config.actor.max_tokens_per_micro_batch
-    mb_tokens = max(budget, seq["sequence"])
+    mb_tokens = -(-max(budget, seq["sequence"]) // k)  # this rank's part of the micro-batch
     per_mb = max(1, budget // seq["sequence"])  # sequences packed into one micro-batch
-    patches = seq["visual"] * shape.spatial_merge**2
+    patches = seq["visual"] * shape.spatial_merge**2  # the whole video on every rank of a group
     text_layer, vision_block = _layer_working_set(shape, mb_tokens, patches)
     update: dict[str, float] = {
         "states": _gb(16 * p / layout.actor_gpus),
@@ -386,9 +442,13 @@ def host_memory(
     copies = 2 if engine.weights_layout == "hub" and config.rollout.weight_sync == "folder" else 1
     held = 2 if config.data.prefetch else 1  # the step's batch, and the next one being prepared
     ranks = min(per_node, layout.actor_gpus)
-    prompts_per_rank = math.ceil(config.data.rollout_batch_size / layout.actor_gpus)
+    # every rank of a sequence-parallel group holds its data group's prompts (the first rank's
+    # rollout, received); only the first prepares the next batch
+    k = config.actor.sequence_parallel_size
+    prompts_per_rank = math.ceil(config.data.rollout_batch_size / max(layout.actor_gpus // k, 1))
+    holders = ranks + (held - 1) * math.ceil(ranks / k)
     host = {
-        "prompts": _gb(ranks * held * prompts_per_rank * _prompt_bytes(shape, seq)),
+        "prompts": _gb(holders * prompts_per_rank * _prompt_bytes(shape, seq)),
         "weight_refresh": _gb(ranks * engine_bytes * p * copies),
         "checkpoint_staging": _gb(ranks * 12 * p / layout.actor_gpus),  # master, Adam m and v
         "engine_front_ends": round((ranks // layout.tp if not layout.split else 0) * ENGINE_HOST_GB, 2),
@@ -428,21 +488,11 @@ def findings(
             f"the budget's longest prompt ({seq['prompt']} tokens) exceeds data.max_prompt_length "
             f"({config.data.max_prompt_length}): raise it or lower data.video_max_pixels / video_max_frames"
         )
+    out += _sequence_parallel_findings(config, shape, layout)
     if update["total"] > g:
-        fixes = []
-        if "engine_awake" in update:
-            fixes.append("rollout.engine_options.enable_sleep_mode=true (GPUs)")
-        if not config.actor.gradient_checkpointing:
-            fixes.append("actor.gradient_checkpointing=true")
-        rest = update["total"] - update["states"]
-        if rest < g:
-            who = "actor GPUs" if layout.split else "GPUs"
-            fixes.append(
-                f"at least {math.ceil(16 * shape.parameters / GB / (g - rest))} {who} (states shrink)"
-            )
         out.append(
             f"update phase: {update['total']} GB per GPU > {g} GB; "
-            + ("; ".join(fixes) or "a smaller micro-batch")
+            + ("; ".join(_update_fixes(config, shape, placement, layout, result)) or "a smaller micro-batch")
         )
     kv_per_token = rollout["kv_bytes_per_token"]
     if rollout["kv_cache"] * GB < kv_per_token * seq["sequence"]:
@@ -470,3 +520,55 @@ def findings(
                 "fewer ranks per node, or rollout.weight_sync=memory"
             )
     return out
+
+
+def _sequence_parallel_findings(config: TrainConfig, shape: ModelShape, layout: Layout) -> list[str]:
+    """A sequence-parallel size the actor GPUs or the model's heads cannot be split by."""
+    from videorl.actor.ulysses import valid_sizes  # torch
+
+    k, gpus = config.actor.sequence_parallel_size, layout.actor_gpus
+    if k == 1 or (gpus % k == 0 and shape.heads % k == 0):
+        return []
+    return [
+        f"actor.sequence_parallel_size={k}: must divide the {gpus} actor GPUs and the {shape.heads} "
+        f"attention heads (Ulysses splits the heads); sizes that work: {valid_sizes(shape.heads, gpus)}"
+    ]
+
+
+def _update_fixes(
+    config: TrainConfig, shape: ModelShape, placement: Placement, layout: Layout, result: Plan
+) -> list[str]:
+    """The settings that would make the update fit, each on its own."""
+    from videorl.actor.ulysses import valid_sizes  # torch
+
+    g, update, seq = placement.gpu_memory_gb, result.update, result.sequence
+    fixes = []
+    if "engine_awake" in update:
+        fixes.append("rollout.engine_options.enable_sleep_mode=true (GPUs)")
+    if not config.actor.gradient_checkpointing:
+        fixes.append("actor.gradient_checkpointing=true")
+    rest = update["total"] - update["states"]
+    if rest < g:
+        who = "actor GPUs" if layout.split else "GPUs"
+        fixes.append(f"at least {math.ceil(16 * shape.parameters / GB / (g - rest))} {who} (states shrink)")
+    k = config.actor.sequence_parallel_size
+    larger = [
+        n
+        for n in valid_sizes(shape.heads, layout.actor_gpus)
+        if n > k and update_phase(config, shape, placement, layout, seq, n)["total"] <= g
+    ]
+    if larger:
+        fixes.append(f"actor.sequence_parallel_size={larger[0]} (the text activations shrink)")
+    _, block = _layer_working_set(shape, 0, seq["visual"] * shape.spatial_merge**2)
+    vision = update["vision_checkpoints"] + _gb(block) + update["visual_features"]
+    if k > 1:
+        fixes.append(
+            f"note: the vision tower's {vision:.2f} GB (checkpoints, working set, features) is per rank "
+            "whatever the sequence-parallel size: the tower is not sharded by frames yet"
+        )
+    if 0 < result.longest.get("frames", 0) < seq["frames"]:
+        fixes.append(
+            f"data.video_max_frames <= {result.longest['frames']} (the longest video that fits, at "
+            f"{seq['frame_pixels']} pixels per frame)"
+        )
+    return fixes

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from videorl.algorithms import formulas as algo
+from videorl.parallel import Parallel
 from videorl.rollout.workflow import RolloutWorkflow, SampleSource
 from videorl.timing import StageTimer
 
@@ -61,6 +62,26 @@ def local_rollout(
         )
 
     return rollout
+
+
+def sequence_group_rollout(rollout: Rollout, dist: Parallel) -> Rollout:
+    """``rollout`` as the ranks of a sequence-parallel group run it (``actor.sequence_parallel_size``):
+    the group's first rank rolls out (encode, generate, score) and the others receive its scored
+    groups, so they train on the same episodes by construction, whatever the engines, their seeds or
+    a sampler's nondeterminism would do. Every rank of the group reads the same samples from its own
+    data (the same data rank) and :func:`collect_groups` decides on the same rewards, so their data
+    positions stay equal too. Without sequence parallelism, ``rollout`` itself."""
+    if dist.sp_size == 1:
+        return rollout
+
+    def shared(
+        samples: list[Sample], seed: int, first_group: int
+    ) -> tuple[list[list[Episode]], dict[str, float]]:
+        mine = rollout(samples, seed, first_group) if dist.is_sequence_leader else None
+        result: tuple[list[list[Episode]], dict[str, float]] = dist.from_sequence_leader(mine)
+        return result
+
+    return shared
 
 
 def rollout_seed(config: TrainConfig, step: int, attempt: int, rank: int) -> int:

@@ -86,6 +86,13 @@ def make_rank_engine(
 
     import torch
 
+    tp = int(config.rollout.engine_options.get("tensor_parallel_size", 1))
+    if tp > 1 and dist.sp_size > 1:  # a tensor-parallel engine's ranks generate together
+        raise ConfigError(
+            f"rollout.engine_options.tensor_parallel_size={tp} with actor.sequence_parallel_size="
+            f"{dist.sp_size}: the first rank of each sequence-parallel group rolls out alone, and a "
+            "tensor-parallel engine needs every rank of its group; set one of them to 1"
+        )
     engine_name = plugins.rollout_engines.canonical(config.rollout.engine)
     capabilities = capabilities_of(plugins.rollout_engines.get(engine_name))
     shares = capabilities.shares_actor_module and dist.world_size == 1
@@ -94,7 +101,7 @@ def make_rank_engine(
         world_size=dist.world_size,
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.world_size))),
-        tensor_parallel_size=int(config.rollout.engine_options.get("tensor_parallel_size", 1)),
+        tensor_parallel_size=tp,
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         cuda=torch.cuda.is_available() and capabilities.own_devices,
     )

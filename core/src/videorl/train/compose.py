@@ -396,12 +396,6 @@ def compose_run(
     loop reads it and ``config.yaml`` records it; resolving twice changes nothing) and built, the
     checks of :func:`begin_run` over ``ranks`` data-parallel groups, the backend, rewards, prompt
     encoder, validated datasets and benchmark rows. ``seed``: seed every generator first."""
-    if config.actor.sequence_parallel_size > 1:
-        raise ConfigError(
-            f"actor.sequence_parallel_size={config.actor.sequence_parallel_size}: the actor's forward "
-            "shards sequences (videorl.actor.ulysses), but the training drivers do not yet give the "
-            "ranks of a sequence-parallel group the same rollouts; set it to 1 for now"
-        )
     config.algorithm = algorithms.resolve(config.algorithm, plugins)
     algorithm = algorithms.build(config.algorithm, plugins)
     workflow = make_workflow(plugins, config.rollout.workflow, config)
@@ -440,7 +434,9 @@ def _assemble(config: TrainConfig, plugins: Plugins, parts: RunParts, dist: Para
     backend, encoder, val_samples = parts.backend, parts.encoder, parts.val_samples
     # encoded when a validation pass reads them, not here: start-up holds none of their frames
     validation = EncodedOnRead(val_samples[dist.data_rank :: dist.data_size], encoder)
-    data = parts.data(config, dist.data_rank, dist.data_size, prefetch=config.data.prefetch)
+    # a sequence-parallel group's other ranks take the leader's episodes: nothing of theirs to prefetch
+    prefetch = config.data.prefetch and dist.is_sequence_leader
+    data = parts.data(config, dist.data_rank, dist.data_size, prefetch=prefetch)
 
     if (
         0 < len(val_samples) < dist.world_size

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.actor.policy import refresh_engine
 from videorl.actor.step import train_step
 from videorl.parallel import Parallel
-from videorl.rollout.collect import collect_groups, local_rollout
+from videorl.rollout.collect import collect_groups, local_rollout, sequence_group_rollout
 from videorl.rollout.scoring import local_scorer
 from videorl.runs.resume import resume, save_checkpoint
 from videorl.timing import StageTimer
@@ -82,9 +82,12 @@ class LocalStep:
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
         config, actor, engine, dist = self.config, self.actor, self.engine, self.dist
         prompts_per_rank = max(1, config.data.rollout_batch_size // dist.data_size)
-        rollout = local_rollout(
-            config, self.workflow, engine, self.scorer, actor.backend, self.encode, timer,
-            self.algorithm.greedy_baseline,
+        rollout = sequence_group_rollout(
+            local_rollout(
+                config, self.workflow, engine, self.scorer, actor.backend, self.encode, timer,
+                self.algorithm.greedy_baseline,
+            ),
+            dist,
         )  # fmt: skip
         kept, extra = collect_groups(config, step, prompts_per_rank, self.data, rollout, dist.data_rank)
         flat = assign_advantages(config, self.algorithm, kept)

@@ -1,0 +1,138 @@
+"""Sequence parallelism under torchrun: two ranks at ``actor.sequence_parallel_size=2`` (one data group
+of two sequence ranks, FSDP2 over both, Ulysses in the forward) train two steps exactly as one process
+does on the same global batch.
+
+The test starts this file under torchrun on two CPU processes (gloo) and meanwhile trains the
+one-process run itself. Each run builds as ``videorl train`` does
+(:func:`videorl.train.compose.build_training`), records the episodes each rank trains on and each
+step's loss, gradient norm and entropy, and writes the weights before and after. Both ranks of the
+group must train on the same episodes (the first rank's rollout, broadcast), those of the one-process
+run (same seed, same sampling on the same weights), and end with the same loss, gradient norm and
+weights within 1e-5 (float32).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: the actor metrics compared step by step
+COMPARED = ("actor/loss", "actor/grad_norm", "actor/entropy")
+
+
+@pytest.mark.slow
+def test_two_sequence_ranks_train_as_one_process(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from videorl import demo
+    from videorl.plugins import load_plugins
+
+    task = tmp_path / "task"
+    model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)
+    overrides = [
+        *demo.demo_overrides(task, model, train, val, steps=2, seed=5, engine="hf"),
+        "data.val_files=[]",
+        "data.shuffle=false",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "actor.padding_free=true",
+        "rollout.n=2",
+        "rollout.enable_mix_policy=false",
+        "trainer.save_every=100",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+    ]
+    single, sharded = tmp_path / "single", tmp_path / "sharded"
+    single.mkdir(), sharded.mkdir()
+    # the two ranks in the background while this process trains the one-process run
+    launched = _launch(
+        sharded, [*overrides, f"output_dir={sharded / 'run'}", "actor.sequence_parallel_size=2"]
+    )
+    try:
+        _rank_main(single, [*overrides, f"output_dir={single / 'run'}"])
+        _, stderr = launched.communicate(timeout=300)
+    finally:
+        launched.kill()
+    assert launched.returncode == 0, stderr[-4000:]
+
+    want = json.loads((single / "rank0.json").read_text())
+    got = [json.loads((sharded / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert want["sp_size"] == 1 and [g["sp_size"] for g in got] == [2, 2]
+    assert [g["data_rank"] for g in got] == [0, 0]  # one data group: both ranks take every sample
+    assert len(want["episodes"]) == 2 and all(want["episodes"])  # two steps, each with episodes
+    # the group trains on its first rank's rollout, and that rollout is the one process's
+    assert got[0]["episodes"] == got[1]["episodes"] == want["episodes"]
+    metric_gap = 0.0
+    for step_want, *step_got in zip(want["metrics"], got[0]["metrics"], got[1]["metrics"], strict=True):
+        for key in COMPARED:
+            for g in step_got:
+                assert abs(g[key] - step_want[key]) <= 1e-5, (key, g[key], step_want[key])
+                metric_gap = max(metric_gap, abs(g[key] - step_want[key]))
+    weights = load_file(str(single / "weights.safetensors"))
+    trained = load_file(str(sharded / "weights.safetensors"))
+    initial = load_file(str(single / "initial.safetensors"))
+    assert weights.keys() == trained.keys() == initial.keys()
+    assert any(not torch.equal(weights[k], initial[k]) for k in weights)  # the steps moved the weights
+    worst = max((weights[k] - trained[k]).abs().max().item() for k in weights)
+    assert worst <= 1e-5, worst
+    print(f"k=2 vs one process: metrics within {metric_gap:.1e}, weights within {worst:.1e}")  # docs' figures
+
+
+def _launch(out: Path, overrides: list[str]) -> subprocess.Popen[str]:
+    """This file's :func:`_rank_main` on two CPU processes under torchrun, started."""
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    return subprocess.Popen(
+        [sys.executable, *launcher, __file__, str(out), *overrides],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def _rank_main(out: Path, overrides: list[str]) -> None:
+    """One rank: build the run as ``videorl train`` does, train while recording each step's episodes
+    and metrics, then write them and (rank 0) the weights before and after."""
+    from safetensors.torch import save_file
+
+    import videorl.train.local as local
+    from videorl.config import load_config
+    from videorl.parallel import init_distributed
+    from videorl.plugins import load_plugins
+    from videorl.train.compose import build_training
+
+    config = load_config(None, overrides)
+    dist = init_distributed(config.actor.sequence_parallel_size)
+    training = build_training(config, load_plugins(), dist=dist)
+    initial = {k: v.detach().clone() for k, v in training.actor.weights().items()}  # a collective
+    episodes: list[list[Any]] = []
+    train_step = local.train_step
+
+    def recording(config: Any, actor: Any, algorithm: Any, flat: Any, *args: Any, **kwargs: Any) -> Any:
+        episodes.append([[t.prompt.sample.id, t.response_ids, t.advantage] for t in flat])
+        return train_step(config, actor, algorithm, flat, *args, **kwargs)
+
+    local.train_step = recording  # type: ignore[assignment]
+    metrics: list[dict[str, float]] = []
+    try:
+        training.run(on_step=lambda step, m: metrics.append({k: m[k] for k in COMPARED}))
+    finally:
+        local.train_step = train_step  # type: ignore[assignment]  # the one-process run is the test's own
+        training.engine.close()
+    final = {k: v.detach().clone() for k, v in training.actor.weights().items()}
+    if dist.rank == 0:
+        save_file(initial, str(out / "initial.safetensors"))
+        save_file(final, str(out / "weights.safetensors"))
+    record = {"sp_size": dist.sp_size, "data_rank": dist.data_rank, "episodes": episodes, "metrics": metrics}
+    (out / f"rank{dist.rank}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    _rank_main(Path(sys.argv[1]), sys.argv[2:])
