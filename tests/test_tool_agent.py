@@ -14,7 +14,7 @@ import torch
 
 from videorl.actor.update import forward_responses
 from videorl.backend import PromptInput, backend_for_model
-from videorl.config import TrainConfig
+from videorl.config import TrainConfig, load_rewards
 from videorl.data import Sample
 from videorl.encoding import Prompt
 from videorl.episode import Episode
@@ -23,9 +23,14 @@ from videorl.generation import Completion, SamplingParams
 from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import EncodedPrompt, response_logprobs
 from videorl.plugins import load_plugins
+from videorl.rewards import RewardConfig, RewardInput, RewardOutput
+from videorl.rewards.router import RewardRouter
 from videorl.rollout.hf import HFEngine
+from videorl.rollout.scoring import local_scorer
 from videorl.rollout.tool_agent import ToolAgent
+from videorl.tools import ToolCallRecord
 from videorl.train.compose import make_workflow
+from videorl.train.step import step_metrics
 
 CALL = '<tool_call>{"name": "get_frames", "arguments": {"start": 2, "end": 4, "n": 4}}</tool_call>'
 ANSWER = "<answer>B</answer>"
@@ -199,6 +204,52 @@ def test_setup_names_unknown_tools_and_refuses_a_baseline(setup: Any) -> None:
         ToolAgent().rollout(
             _config(), [prompt], ScriptedEngine(backend, None, []), _scorer, backend, seed=0, baseline=True
         )
+
+
+class SearchReward:
+    """Half for the answer B, half for grounding: a valid get_frames call whose window holds t = 3 s."""
+
+    def __call__(self, inp: RewardInput) -> RewardOutput:
+        accuracy = float("<answer>B</answer>" in inp.response)
+        grounded = any(
+            c.name == "get_frames" and not c.invalid and c.arguments["start"] <= 3 <= c.arguments["end"]
+            for c in inp.tool_calls
+        )
+        parts = {"accuracy": accuracy, "grounding": float(grounded)}
+        return RewardOutput(0.5 * accuracy + 0.5 * grounded, parts)
+
+
+def test_the_reward_reads_the_episodes_calls_and_the_config_weights_calls(setup: Any) -> None:
+    """An invalid call, a valid one, the answer: the reward plugin sees both calls (name, arguments,
+    turn, invalid, frames) and the config's per-call cost and invalid-call penalty are subtracted."""
+    backend, model, base = setup
+    sample = Sample(id="s", data_type="video", problem="Which?", problem_type="search", ground_truth="B")
+    prompt = Prompt(sample, base.encoded, None)
+    bad = '<tool_call>{"name": "get_frames", "arguments": {"start": 6, "end": 1, "n": 4}}</tool_call>'
+    config = _config(max_turns=3)
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    rewards = RewardConfig(tool_call_cost=0.1, invalid_call_penalty=0.25)
+    scorer = local_scorer(RewardRouter.of({"search": SearchReward()}, config=rewards), backend)
+    engine = ScriptedEngine(backend, model, [bad, CALL, ANSWER])
+    ((episode, _),), _ = workflow.rollout(config, [prompt], engine, scorer, backend, seed=0)
+    assert episode.tool_calls == [
+        ToolCallRecord("get_frames", {"start": 6, "end": 1, "n": 4}, turn=1, invalid=True, frames=0),
+        ToolCallRecord("get_frames", {"start": 2, "end": 4, "n": 4}, turn=2, invalid=False, frames=4),
+    ]
+    # 0.5·1 + 0.5·1 for answer and grounding, − 2 calls × 0.1, − 1 invalid × 0.25
+    assert episode.reward == pytest.approx(0.55)
+    assert episode.parts == pytest.approx(
+        {"accuracy": 1.0, "grounding": 1.0, "tool_call_cost": -0.2, "invalid_call_penalty": -0.25}
+    )
+    step = step_metrics([episode])
+    assert step["parts/search/tool_call_cost"] == pytest.approx(-0.2)
+    assert step["parts/search/invalid_call_penalty"] == pytest.approx(-0.25)
+
+    plain = local_scorer(RewardRouter.of({"search": SearchReward()}), backend)  # weights 0: unchanged
+    plain([episode])
+    assert episode.reward == 1.0 and episode.parts == {"accuracy": 1.0, "grounding": 1.0}
+    with pytest.raises(ConfigError, match="rewards.tool_call_cost must be a finite number >= 0, got -0.1"):
+        load_rewards({"tool_call_cost": -0.1})
 
 
 @pytest.mark.slow

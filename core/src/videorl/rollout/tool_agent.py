@@ -27,7 +27,15 @@ from videorl.errors import ConfigError, RegistryError
 from videorl.generation import Completion, SamplingParams
 from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
 from videorl.timing import StageTimer
-from videorl.tools import Tool, ToolContext, ToolResult, check_tool_schema, parse_tool_call, run_tool
+from videorl.tools import (
+    Tool,
+    ToolCallRecord,
+    ToolContext,
+    ToolResult,
+    check_tool_schema,
+    parse_tool_call,
+    run_tool,
+)
 from videorl.tools.video import FrameSource
 
 if TYPE_CHECKING:
@@ -51,6 +59,7 @@ class _Trajectory:
     ended: str | None = None  # why it ended: answer, length, max_turns, visual_tokens
     turns: int = 0
     visual_tokens: int = 0
+    calls: list[ToolCallRecord] = field(default_factory=list)
 
     @property
     def length(self) -> int:
@@ -222,6 +231,7 @@ class ToolAgent:
             result = run_tool(self.tools, name, arguments, t.tools)
         counts[f"calls/{name if name in self.tools else '(unknown)'}"] += 1
         counts["invalid_calls"] += result.invalid
+        t.calls.append(ToolCallRecord(name, arguments, t.turns, result.invalid, result.frames))
         return result
 
     @staticmethod
@@ -231,9 +241,8 @@ class ToolAgent:
         ``max_turns`` or ``visual_tokens``."""
         assert t.last is not None and t.ended is not None  # every trajectory runs at least one turn
         reason = "stop" if t.ended == "answer" else t.ended
-        return Episode(
-            t.prompt, group, Completion(t.last.token_ids, t.last.logprobs, reason), segments=t.segments
-        )
+        completion = Completion(t.last.token_ids, t.last.logprobs, reason)
+        return Episode(t.prompt, group, completion, segments=t.segments, tool_calls=t.calls)
 
     @staticmethod
     def _metrics(trajectories: Sequence[_Trajectory], counts: Counter[str]) -> dict[str, float]:
