@@ -15,10 +15,10 @@ import torch
 from videorl.actor.update import forward_responses
 from videorl.backend import PromptInput, backend_for_model
 from videorl.config import TrainConfig, load_rewards
-from videorl.data import Sample
+from videorl.data import Sample, parse_row
 from videorl.encoding import Prompt
 from videorl.episode import Episode
-from videorl.errors import ConfigError
+from videorl.errors import ConfigError, DataError
 from videorl.generation import Completion, SamplingParams
 from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import EncodedPrompt, response_logprobs
@@ -27,9 +27,10 @@ from videorl.rewards import RewardConfig, RewardInput, RewardOutput
 from videorl.rewards.router import RewardRouter
 from videorl.rollout.hf import HFEngine
 from videorl.rollout.scoring import local_scorer
+from videorl.rollout.single_turn import SingleTurn
 from videorl.rollout.tool_agent import ToolAgent
 from videorl.tools import ToolCallRecord
-from videorl.train.compose import make_workflow
+from videorl.train.compose import make_workflow, row_workflows
 from videorl.train.step import step_metrics
 
 CALL = '<tool_call>{"name": "get_frames", "arguments": {"start": 2, "end": 4, "n": 4}}</tool_call>'
@@ -250,6 +251,44 @@ def test_the_reward_reads_the_episodes_calls_and_the_config_weights_calls(setup:
     assert episode.reward == 1.0 and episode.parts == {"accuracy": 1.0, "grounding": 1.0}
     with pytest.raises(ConfigError, match="rewards.tool_call_cost must be a finite number >= 0, got -0.1"):
         load_rewards({"tool_call_cost": -0.1})
+
+
+def test_rows_choose_their_workflow_in_one_batch(setup: Any) -> None:
+    """A single-turn row and a tool_agent row (spelled as the registry normalises it) in one batch of a
+    single_turn run: each is rolled out by its workflow, the groups come back in prompt order with
+    their ids; an unknown or mistyped row workflow is an error naming the row."""
+    backend, model, base = setup
+    plugins, config = load_plugins(), _config()
+    rows = [
+        Sample(id="plain", data_type="video", problem="Which?", origin="d.jsonl:1"),
+        Sample(id="agent", data_type="video", problem="Which?", origin="d.jsonl:2", workflow="Tool-Agent"),
+    ]
+    workflow = row_workflows(plugins, config, make_workflow(plugins, "single_turn", config), rows)
+    assert rows[1].workflow == "tool_agent"
+    prompts = [Prompt(row, base.encoded, None) for row in rows]
+    engine = ScriptedEngine(backend, model, [CALL, ANSWER])
+    groups, metrics = workflow.rollout(config, prompts, engine, _scorer, backend, seed=0, first_group=5)
+    (plain, _), (agent, _) = groups
+    assert (plain.prompt.sample.id, plain.group, plain.segments, plain.tool_calls) == ("plain", 5, [], [])
+    assert (agent.prompt.sample.id, agent.group) == ("agent", 6)
+    assert [s.trained for s in agent.segments] == [True, False, True] and len(agent.tool_calls) == 1
+    assert metrics["workflow/single_turn"] == 1.0 and metrics["workflow/tool_agent"] == 1.0
+    assert metrics["tool/calls/get_frames"] == 2.0 and metrics["tool/turns_per_episode"] == 2.0
+
+    same = [Sample(id="a", data_type="video", problem="q", workflow="single_turn")]
+    single = SingleTurn()
+    assert row_workflows(plugins, config, single, same) is single  # no other workflow: the run's own
+    bad = [Sample(id="x", data_type="video", problem="q", origin="d.jsonl:3", workflow="tool_agnet")]
+    with pytest.raises(
+        DataError,
+        match=r"^d.jsonl:3 \(sample 'x'\): workflow: unknown rollout workflow 'tool_agnet'. "
+        r"Did you mean 'tool_agent'\? Registered: single_turn, tool_agent.",
+    ):
+        row_workflows(plugins, config, workflow, bad)
+    with pytest.raises(DataError, match=r"^d.jsonl:4: workflow must be a workflow's name .*got 3"):
+        parse_row(
+            {"problem": "q", "answer": "a", "workflow": 3}, "d.jsonl:4", media_root=Path(), default_id=""
+        )
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
 from videorl.rollout.factory import make_rank_engine
+from videorl.rollout.per_row import PerRowWorkflow
 from videorl.rollout.workflow import RolloutWorkflow
 from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager
 from videorl.runs.lock import FolderLock, LockedError
@@ -382,6 +383,28 @@ def make_workflow(plugins: Plugins, name: str, config: TrainConfig | None = None
     return workflow
 
 
+def row_workflows(
+    plugins: Plugins, config: TrainConfig, workflow: RolloutWorkflow, samples: Sequence[Sample]
+) -> RolloutWorkflow:
+    """The run's workflow, or, when rows name other workflows (``"workflow": "tool_agent"``), a
+    :class:`~videorl.rollout.per_row.PerRowWorkflow` over the run's and theirs (each made once, by
+    :func:`make_workflow`). Every row's name is checked against the registry (an unknown one is a
+    ``DataError`` naming the row and the registered workflows, with the closest) and rewritten to
+    the registered spelling."""
+    default = plugins.rollout_workflows.canonical(config.rollout.workflow)
+    workflows: dict[str, RolloutWorkflow] = {default: workflow}
+    for sample in samples:
+        if sample.workflow is None:
+            continue
+        try:
+            sample.workflow = plugins.rollout_workflows.canonical(sample.workflow)
+        except RegistryError as exc:
+            raise DataError(f"{sample.origin} (sample {sample.id!r}): workflow: {exc}") from None
+        if sample.workflow not in workflows:
+            workflows[sample.workflow] = make_workflow(plugins, sample.workflow, config)
+    return workflow if len(workflows) == 1 else PerRowWorkflow(default, workflows)
+
+
 def compose_run(
     config: TrainConfig,
     plugins: Plugins,
@@ -413,6 +436,7 @@ def compose_run(
         rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
         encoder = make_encoder(config, backend, plugins)
         samples, val_samples = load_datasets(config, rewards, encoder)
+        workflow = row_workflows(plugins, config, workflow, samples + val_samples)
         benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=start.step)  # rows first
     except BaseException:
         start.release()  # a start that failed: output_dir is free again
