@@ -29,7 +29,7 @@ from videorl.rollout.hf import HFEngine
 from videorl.rollout.scoring import local_scorer
 from videorl.rollout.single_turn import SingleTurn
 from videorl.rollout.tool_agent import ToolAgent
-from videorl.tools import ToolCallRecord
+from videorl.tools import ToolCallRecord, tool_spec
 from videorl.train.compose import make_workflow, row_workflows
 from videorl.train.step import step_metrics
 
@@ -274,6 +274,8 @@ def test_rows_choose_their_workflow_in_one_batch(setup: Any) -> None:
     assert [s.trained for s in agent.segments] == [True, False, True] and len(agent.tool_calls) == 1
     assert metrics["workflow/single_turn"] == 1.0 and metrics["workflow/tool_agent"] == 1.0
     assert metrics["tool/calls/get_frames"] == 2.0 and metrics["tool/turns_per_episode"] == 2.0
+    spec = tool_spec(workflow.workflows["tool_agent"].tools["get_frames"])
+    assert workflow.prompt_tools(rows[1]) == [spec] and workflow.prompt_tools(rows[0]) == []
 
     same = [Sample(id="a", data_type="video", problem="q", workflow="single_turn")]
     single = SingleTurn()
@@ -289,6 +291,44 @@ def test_rows_choose_their_workflow_in_one_batch(setup: Any) -> None:
         parse_row(
             {"problem": "q", "answer": "a", "workflow": 3}, "d.jsonl:4", media_root=Path(), default_id=""
         )
+
+
+TOOLS_TEMPLATE = (  # a template that renders tools= itself (as Qwen2.5's and Qwen3-VL's do)
+    "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %}{{ t['function']['name'] }};{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+)
+
+
+def test_the_prompt_offers_the_tools_in_the_system_turn(setup: Any) -> None:
+    """A prompt with tools: the tiny Qwen2.5-VL template ignores ``tools=``, so the backend writes Qwen's
+    ``# Tools`` block into the system turn; a template that renders ``tools=`` renders them itself."""
+    backend, _, base = setup
+    spec = tool_spec(make_workflow(load_plugins(), "tool_agent", _config()).tools["get_frames"])
+    video = base.require_encoded().prompt.videos[0]
+    encoded = backend.encode(PromptInput("s", "Which colour?", videos=[video], tools=[spec]))
+    text = backend.tokenizer.decode(encoded.prompt_ids)
+    system = (
+        "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions "
+        "to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> "
+        'XML tags:\n<tools>\n{"type": "function", "function": {"name": "get_frames", "description": '
+    )
+    assert text.startswith(system), text[:400]
+    assert text.count("<tools>\n") == 1 and '"required": ["start", "end", "n"]' in text
+    assert (
+        "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+        "<args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\n<|vision_start|>"
+    ) in text
+    plain = backend.encode(PromptInput("s", "Which colour?", videos=[video]))
+    assert encoded.video_grid_thw == plain.video_grid_thw  # the media are the prompt's, after the block
+
+    original = backend.tokenizer.chat_template
+    backend.tokenizer.chat_template = TOOLS_TEMPLATE + original
+    try:
+        ids = backend.encode(PromptInput("s", "Which colour?", videos=[video], tools=[spec])).prompt_ids
+        assert backend.tokenizer.decode(ids).startswith("<|im_start|>system\nTOOLS:get_frames;<|im_end|>")
+    finally:
+        backend.tokenizer.chat_template = original
 
 
 @pytest.mark.slow
@@ -307,6 +347,7 @@ def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> 
         *base, f"output_dir={tmp_path / 'run'}", "data.rollout_batch_size=2", "actor.global_batch_size=2",
         "rollout.n=2", "trainer.progress_bar=false", "rollout.workflow=tool_agent",
         "rollout.tools=[get_frames,seek,zoom]", "rollout.max_response_length=24",
+        "data.max_prompt_length=2048",  # the tools' descriptions in the system turn
     ]  # fmt: skip
     with pytest.raises(ConfigError, match="rollout.enable_mix_policy"):
         build_training(load_config(None, overrides), load_plugins())

@@ -55,6 +55,7 @@ def test_a_pip_installed_tool_passes_its_contract_and_trains_through_the_cli(
         "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false",
         "rollout.enable_mix_policy=false", "algorithm.dynamic_sampling=false", "rollout.workflow=tool_agent",
         "rollout.tools=[get_frames,frame_diff]", "rollout.max_response_length=24",
+        "data.max_prompt_length=2048",  # the tools' descriptions in the system turn: ~500 tiny tokens
     ]  # fmt: skip
     (tmp_path / "empty.yaml").write_text("seed: 0\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEORL_")}

@@ -6,7 +6,7 @@ the groups back in prompt order."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from videorl.rollout.workflow import RolloutWorkflow
 from videorl.timing import StageTimer
@@ -14,6 +14,7 @@ from videorl.timing import StageTimer
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
+    from videorl.data import Sample
     from videorl.encoding import Prompt
     from videorl.episode import Episode
     from videorl.generation import RolloutEngine
@@ -30,6 +31,11 @@ class PerRowWorkflow:
             raise ValueError(f"the default workflow {default!r} is not among {sorted(workflows)}")
         self.default, self.workflows = default, dict(workflows)
         self.name = "+".join(sorted(self.workflows))
+
+    def prompt_tools(self, sample: Sample) -> Sequence[Mapping[str, Any]]:
+        """The tools the prompt of ``sample`` offers: its workflow's (none for one without tools)."""
+        offered = getattr(self.workflows[sample.workflow or self.default], "prompt_tools", None)
+        return offered(sample) if offered is not None else []
 
     def rollout(
         self,

@@ -35,12 +35,14 @@ from videorl.tools import (
     check_tool_schema,
     parse_tool_call,
     run_tool,
+    tool_spec,
 )
 from videorl.tools.video import FrameSource
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
+    from videorl.data import Sample
     from videorl.encoding import Prompt
     from videorl.generation import RolloutEngine
     from videorl.plugins import Plugins
@@ -101,6 +103,11 @@ class ToolAgent:
             except TypeError as exc:
                 raise ConfigError(f"rollout.tools: {exc}") from None
             self.tools[tool.name] = tool
+
+    def prompt_tools(self, sample: Sample) -> list[dict[str, Any]]:
+        """The tools a prompt offers, as chat templates take them (the backend renders them in the
+        system turn: Qwen's ``<tools>`` block)."""
+        return [tool_spec(tool) for tool in self.tools.values()]
 
     def _context(self, config: TrainConfig, backend: ModelBackend, prompt: Prompt) -> ToolContext:
         encoded = prompt.require_encoded()

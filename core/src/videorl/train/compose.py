@@ -40,7 +40,7 @@ from videorl.train.local import train
 from videorl.train.loop import RunIO
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from videorl.actor.policy import Actor
     from videorl.algorithms import Algorithm
@@ -309,10 +309,14 @@ def close_io(io: RunIO) -> None:
 
 
 def load_datasets(
-    config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder
+    config: TrainConfig,
+    rewards: RewardRouter,
+    encoder: PromptEncoder,
+    rows: Callable[[list[Sample]], None] | None = None,
 ) -> tuple[list[Sample], list[Sample]]:
     """The training and validation samples, validated, each with its prompt text (in
-    ``preprocessed_only`` mode every video must be in the cache)."""
+    ``preprocessed_only`` mode every video must be in the cache); ``rows`` sees them all first (the
+    row workflows are resolved there, so the prompt-length check counts the tools they offer)."""
     d = config.data
     samples = load_training_samples(config, rewards, d.train_files)
     if 0 < len(samples) < d.rollout_batch_size:
@@ -329,6 +333,8 @@ def load_datasets(
             len(samples),
         )
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
+    if rows is not None:
+        rows(samples + val_samples)
     encoder.check(samples + val_samples)
     if d.source_mode == "preprocessed_only":
         check_cached(samples + val_samples, encoder)
@@ -435,8 +441,14 @@ def compose_run(
         backend = make_backend(config, plugins)
         rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
         encoder = make_encoder(config, backend, plugins)
-        samples, val_samples = load_datasets(config, rewards, encoder)
-        workflow = row_workflows(plugins, config, workflow, samples + val_samples)
+        parts: list[RolloutWorkflow] = [workflow]
+
+        def rows(every: list[Sample]) -> None:  # the rows' workflows, and the tools their prompts offer
+            parts[0] = row_workflows(plugins, config, workflow, every)
+            encoder.prompt_tools = getattr(parts[0], "prompt_tools", None)
+
+        samples, val_samples = load_datasets(config, rewards, encoder, rows)
+        workflow = parts[0]
         benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=start.step)  # rows first
     except BaseException:
         start.release()  # a start that failed: output_dir is free again
