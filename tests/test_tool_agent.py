@@ -263,7 +263,7 @@ def test_rows_choose_their_workflow_in_one_batch(setup: Any) -> None:
         Sample(id="plain", data_type="video", problem="Which?", origin="d.jsonl:1"),
         Sample(id="agent", data_type="video", problem="Which?", origin="d.jsonl:2", workflow="Tool-Agent"),
     ]
-    workflow = row_workflows(plugins, config, make_workflow(plugins, "single_turn", config), rows)
+    workflow: Any = row_workflows(plugins, config, make_workflow(plugins, "single_turn", config), rows)
     assert rows[1].workflow == "tool_agent"
     prompts = [Prompt(row, base.encoded, None) for row in rows]
     engine = ScriptedEngine(backend, model, [CALL, ANSWER])
@@ -303,7 +303,8 @@ def test_the_prompt_offers_the_tools_in_the_system_turn(setup: Any) -> None:
     """A prompt with tools: the tiny Qwen2.5-VL template ignores ``tools=``, so the backend writes Qwen's
     ``# Tools`` block into the system turn; a template that renders ``tools=`` renders them itself."""
     backend, _, base = setup
-    spec = tool_spec(make_workflow(load_plugins(), "tool_agent", _config()).tools["get_frames"])
+    agent: Any = make_workflow(load_plugins(), "tool_agent", _config())
+    spec = tool_spec(agent.tools["get_frames"])
     video = base.require_encoded().prompt.videos[0]
     encoded = backend.encode(PromptInput("s", "Which colour?", videos=[video], tools=[spec]))
     text = backend.tokenizer.decode(encoded.prompt_ids)

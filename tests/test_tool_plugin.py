@@ -36,7 +36,7 @@ def test_a_pip_installed_tool_passes_its_contract_and_trains_through_the_cli(
     site = install_plugin(FRAME_DIFF, tmp_path)
     monkeypatch.syspath_prepend(str(site))
     tool = importlib.import_module("videorl_tool_frame_diff.tool").FrameDiff()
-    assert importlib.import_module("videorl_tool_frame_diff").__file__.startswith(str(site))
+    assert str(importlib.import_module("videorl_tool_frame_diff").__file__).startswith(str(site))
     frames = torch.zeros(8, 3, 56, 56, dtype=torch.uint8)
     frames[4:] = 200
     context = ToolContext("s", FrameSource(frames, VideoMetadata.every_frame(8, 56, 56, fps=2.0)), factor=28)
