@@ -14,18 +14,24 @@ import torch
 
 from videorl.actor.update import forward_responses
 from videorl.backend import PromptInput, backend_for_model
-from videorl.config import TrainConfig
-from videorl.data import Sample
+from videorl.config import TrainConfig, load_rewards
+from videorl.data import Sample, parse_row
 from videorl.encoding import Prompt
 from videorl.episode import Episode
-from videorl.errors import ConfigError
+from videorl.errors import ConfigError, DataError
 from videorl.generation import Completion, SamplingParams
 from videorl.media.metadata import VideoMetadata
 from videorl.model_inputs import EncodedPrompt, response_logprobs
 from videorl.plugins import load_plugins
+from videorl.rewards import RewardConfig, RewardInput, RewardOutput
+from videorl.rewards.router import RewardRouter
 from videorl.rollout.hf import HFEngine
+from videorl.rollout.scoring import local_scorer
+from videorl.rollout.single_turn import SingleTurn
 from videorl.rollout.tool_agent import ToolAgent
-from videorl.train.compose import make_workflow
+from videorl.tools import ToolCallRecord, tool_spec
+from videorl.train.compose import make_workflow, row_workflows
+from videorl.train.step import step_metrics
 
 CALL = '<tool_call>{"name": "get_frames", "arguments": {"start": 2, "end": 4, "n": 4}}</tool_call>'
 ANSWER = "<answer>B</answer>"
@@ -201,6 +207,131 @@ def test_setup_names_unknown_tools_and_refuses_a_baseline(setup: Any) -> None:
         )
 
 
+class SearchReward:
+    """Half for the answer B, half for grounding: a valid get_frames call whose window holds t = 3 s."""
+
+    def __call__(self, inp: RewardInput) -> RewardOutput:
+        accuracy = float("<answer>B</answer>" in inp.response)
+        grounded = any(
+            c.name == "get_frames" and not c.invalid and c.arguments["start"] <= 3 <= c.arguments["end"]
+            for c in inp.tool_calls
+        )
+        parts = {"accuracy": accuracy, "grounding": float(grounded)}
+        return RewardOutput(0.5 * accuracy + 0.5 * grounded, parts)
+
+
+def test_the_reward_reads_the_episodes_calls_and_the_config_weights_calls(setup: Any) -> None:
+    """An invalid call, a valid one, the answer: the reward plugin sees both calls (name, arguments,
+    turn, invalid, frames) and the config's per-call cost and invalid-call penalty are subtracted."""
+    backend, model, base = setup
+    sample = Sample(id="s", data_type="video", problem="Which?", problem_type="search", ground_truth="B")
+    prompt = Prompt(sample, base.encoded, None)
+    bad = '<tool_call>{"name": "get_frames", "arguments": {"start": 6, "end": 1, "n": 4}}</tool_call>'
+    config = _config(max_turns=3)
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    rewards = RewardConfig(tool_call_cost=0.1, invalid_call_penalty=0.25)
+    scorer = local_scorer(RewardRouter.of({"search": SearchReward()}, config=rewards), backend)
+    engine = ScriptedEngine(backend, model, [bad, CALL, ANSWER])
+    ((episode, _),), _ = workflow.rollout(config, [prompt], engine, scorer, backend, seed=0)
+    assert episode.tool_calls == [
+        ToolCallRecord("get_frames", {"start": 6, "end": 1, "n": 4}, turn=1, invalid=True, frames=0),
+        ToolCallRecord("get_frames", {"start": 2, "end": 4, "n": 4}, turn=2, invalid=False, frames=4),
+    ]
+    # 0.5·1 + 0.5·1 for answer and grounding, − 2 calls × 0.1, − 1 invalid × 0.25
+    assert episode.reward == pytest.approx(0.55)
+    assert episode.parts == pytest.approx(
+        {"accuracy": 1.0, "grounding": 1.0, "tool_call_cost": -0.2, "invalid_call_penalty": -0.25}
+    )
+    step = step_metrics([episode])
+    assert step["parts/search/tool_call_cost"] == pytest.approx(-0.2)
+    assert step["parts/search/invalid_call_penalty"] == pytest.approx(-0.25)
+
+    plain = local_scorer(RewardRouter.of({"search": SearchReward()}), backend)  # weights 0: unchanged
+    plain([episode])
+    assert episode.reward == 1.0 and episode.parts == {"accuracy": 1.0, "grounding": 1.0}
+    with pytest.raises(ConfigError, match="rewards.tool_call_cost must be a finite number >= 0, got -0.1"):
+        load_rewards({"tool_call_cost": -0.1})
+
+
+def test_rows_choose_their_workflow_in_one_batch(setup: Any) -> None:
+    """A single-turn row and a tool_agent row (spelled as the registry normalises it) in one batch of a
+    single_turn run: each is rolled out by its workflow, the groups come back in prompt order with
+    their ids; an unknown or mistyped row workflow is an error naming the row."""
+    backend, model, base = setup
+    plugins, config = load_plugins(), _config()
+    rows = [
+        Sample(id="plain", data_type="video", problem="Which?", origin="d.jsonl:1"),
+        Sample(id="agent", data_type="video", problem="Which?", origin="d.jsonl:2", workflow="Tool-Agent"),
+    ]
+    workflow: Any = row_workflows(plugins, config, make_workflow(plugins, "single_turn", config), rows)
+    assert rows[1].workflow == "tool_agent"
+    prompts = [Prompt(row, base.encoded, None) for row in rows]
+    engine = ScriptedEngine(backend, model, [CALL, ANSWER])
+    groups, metrics = workflow.rollout(config, prompts, engine, _scorer, backend, seed=0, first_group=5)
+    (plain, _), (agent, _) = groups
+    assert (plain.prompt.sample.id, plain.group, plain.segments, plain.tool_calls) == ("plain", 5, [], [])
+    assert (agent.prompt.sample.id, agent.group) == ("agent", 6)
+    assert [s.trained for s in agent.segments] == [True, False, True] and len(agent.tool_calls) == 1
+    assert metrics["workflow/single_turn"] == 1.0 and metrics["workflow/tool_agent"] == 1.0
+    assert metrics["tool/calls/get_frames"] == 2.0 and metrics["tool/turns_per_episode"] == 2.0
+    spec = tool_spec(workflow.workflows["tool_agent"].tools["get_frames"])
+    assert workflow.prompt_tools(rows[1]) == [spec] and workflow.prompt_tools(rows[0]) == []
+
+    same = [Sample(id="a", data_type="video", problem="q", workflow="single_turn")]
+    single = SingleTurn()
+    assert row_workflows(plugins, config, single, same) is single  # no other workflow: the run's own
+    bad = [Sample(id="x", data_type="video", problem="q", origin="d.jsonl:3", workflow="tool_agnet")]
+    with pytest.raises(
+        DataError,
+        match=r"^d.jsonl:3 \(sample 'x'\): workflow: unknown rollout workflow 'tool_agnet'. "
+        r"Did you mean 'tool_agent'\? Registered: single_turn, tool_agent.",
+    ):
+        row_workflows(plugins, config, workflow, bad)
+    with pytest.raises(DataError, match=r"^d.jsonl:4: workflow must be a workflow's name .*got 3"):
+        parse_row(
+            {"problem": "q", "answer": "a", "workflow": 3}, "d.jsonl:4", media_root=Path(), default_id=""
+        )
+
+
+TOOLS_TEMPLATE = (  # a template that renders tools= itself (as Qwen2.5's and Qwen3-VL's do)
+    "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %}{{ t['function']['name'] }};{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+)
+
+
+def test_the_prompt_offers_the_tools_in_the_system_turn(setup: Any) -> None:
+    """A prompt with tools: the tiny Qwen2.5-VL template ignores ``tools=``, so the backend writes Qwen's
+    ``# Tools`` block into the system turn; a template that renders ``tools=`` renders them itself."""
+    backend, _, base = setup
+    agent: Any = make_workflow(load_plugins(), "tool_agent", _config())
+    spec = tool_spec(agent.tools["get_frames"])
+    video = base.require_encoded().prompt.videos[0]
+    encoded = backend.encode(PromptInput("s", "Which colour?", videos=[video], tools=[spec]))
+    text = backend.tokenizer.decode(encoded.prompt_ids)
+    system = (
+        "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions "
+        "to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> "
+        'XML tags:\n<tools>\n{"type": "function", "function": {"name": "get_frames", "description": '
+    )
+    assert text.startswith(system), text[:400]
+    assert text.count("<tools>\n") == 1 and '"required": ["start", "end", "n"]' in text
+    assert (
+        "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+        "<args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\n<|vision_start|>"
+    ) in text
+    plain = backend.encode(PromptInput("s", "Which colour?", videos=[video]))
+    assert encoded.video_grid_thw == plain.video_grid_thw  # the media are the prompt's, after the block
+
+    original = backend.tokenizer.chat_template
+    backend.tokenizer.chat_template = TOOLS_TEMPLATE + original
+    try:
+        ids = backend.encode(PromptInput("s", "Which colour?", videos=[video], tools=[spec])).prompt_ids
+        assert backend.tokenizer.decode(ids).startswith("<|im_start|>system\nTOOLS:get_frames;<|im_end|>")
+    finally:
+        backend.tokenizer.chat_template = original
+
+
 @pytest.mark.slow
 def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> None:
     """The wiring: ``rollout.workflow: tool_agent`` with the hf engine through build_training (the
@@ -217,6 +348,7 @@ def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> 
         *base, f"output_dir={tmp_path / 'run'}", "data.rollout_batch_size=2", "actor.global_batch_size=2",
         "rollout.n=2", "trainer.progress_bar=false", "rollout.workflow=tool_agent",
         "rollout.tools=[get_frames,seek,zoom]", "rollout.max_response_length=24",
+        "data.max_prompt_length=2048",  # the tools' descriptions in the system turn
     ]  # fmt: skip
     with pytest.raises(ConfigError, match="rollout.enable_mix_policy"):
         build_training(load_config(None, overrides), load_plugins())

@@ -174,16 +174,32 @@ def test_tools_register_through_the_hook_and_collide_loudly(videorl_plugins) -> 
         clash.tools.create("get_frames")
 
 
-def test_the_worked_example_of_the_docs_passes_the_contract() -> None:
-    """docs/plugin-authors/tools.md's example tool and its contract check run as written."""
+def test_the_worked_examples_of_the_docs_pass_the_contract() -> None:
+    """docs/plugin-authors/tools.md's example tool and its contract check run as written, and its
+    example reward scores an episode's calls."""
     import re
     from pathlib import Path
 
+    from videorl.rewards import RewardInput
+    from videorl.tools import ToolCallRecord
+
     doc = (Path(__file__).resolve().parents[2] / "docs" / "plugin-authors" / "tools.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
-    assert len(blocks) == 2, "the page shows the tool, then its check"
+    assert len(blocks) == 3, "the page shows the tool, its check, then a reward over the episode"
     namespace: dict[str, object] = {}
-    exec(blocks[0] + blocks[1], namespace)  # the check ends in assert_tool_contract(FrameDifference(), ...)
-    tool = namespace["FrameDifference"]()  # type: ignore[operator]
-    result = run_tool({"frame_difference": tool}, "frame_difference", {"t0": 0.0, "t1": 3.0}, _context())
+    exec(blocks[0] + blocks[1], namespace)  # the check ends in assert_tool_contract(FrameDiff(), ...)
+    tool = namespace["FrameDiff"]()  # type: ignore[operator]
+    result = run_tool({"frame_diff": tool}, "frame_diff", {"t0": 0.0, "t1": 3.0}, _context())
     assert result.text == "Change between 0.00 s and 3.00 s: 6.0"  # frames hold their index: |0 - 6|
+    exec(blocks[2], namespace)
+    reward = namespace["GroundedSearch"]()  # type: ignore[operator]
+    calls = (
+        ToolCallRecord("get_frames", {"start": 5.0, "end": 1.0, "n": 4}, turn=1, invalid=True),
+        ToolCallRecord("get_frames", {"start": 2.0, "end": 4.0, "n": 4}, turn=2, frames=4),
+    )
+    inp = RewardInput("<answer>B</answer>", "multiple choice", "B", extra={"event_time": 3}, tool_calls=calls)
+    assert reward(inp).score == 1.0 and reward(inp).parts == {"accuracy": 1.0, "grounding": 1.0}
+    missed = RewardInput(
+        "<answer>B</answer>", "multiple choice", "B", extra={"event_time": 3}, tool_calls=calls[:1]
+    )
+    assert reward(missed).score == 0.5  # the only window asked for was refused

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
@@ -198,7 +198,13 @@ class PromptEncoder:
         self.max_prompt_length = max_prompt_length
         self.template = template
         self.rewards = rewards
+        #: the tools a sample's prompt offers (its workflow's: ``prompt_tools``); None: none
+        self.prompt_tools: Callable[[Sample], Sequence[Mapping[str, Any]]] | None = None
         self._ahead = Prefetcher(self.prepare)
+
+    def tools(self, sample: Sample) -> list[Mapping[str, Any]]:
+        """The tool specs ``sample``'s prompt offers (the tool_agent workflow's tools; else none)."""
+        return list(self.prompt_tools(sample)) if self.prompt_tools is not None else []
 
     def text(self, sample: Sample) -> str:
 
@@ -246,7 +252,8 @@ class PromptEncoder:
         videos = [self.media.video(path) for path in sample.videos]
         images = [self.media.image(path) for path in sample.images]
         media = MediaInfo.from_metadata(videos[0][1]) if videos else None
-        prompt = PromptInput(sample.id, self.text(sample), videos=videos, images=images)
+        tools = self.tools(sample)
+        prompt = PromptInput(sample.id, self.text(sample), videos=videos, images=images, tools=tools)
         encoded = self.backend.encode(prompt)
         if self.max_prompt_length is not None and len(encoded) > self.max_prompt_length:
             raise DataError(

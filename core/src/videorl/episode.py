@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
+from videorl.tools.calls import ToolCallRecord
 
 if TYPE_CHECKING:
     from videorl.encoding import Prompt
@@ -48,7 +49,8 @@ class Segment:
 class Episode:
     """One response of a group (its :class:`Segment`s), with everything the update and the metrics
     need. ``completion`` is the policy's last turn as the engine returned it (its ``finish_reason``
-    says how the episode ended); without ``segments`` (a single turn) the episode is that completion."""
+    says how the episode ended); without ``segments`` (a single turn) the episode is that completion.
+    ``tool_calls``: the tool calls a multi-turn workflow ran, which rewards read (``RewardInput``)."""
 
     prompt: Prompt
     group: int
@@ -61,6 +63,7 @@ class Episode:
     ref_logprobs: list[float] | None = None  # from reference workers (Ray, split placement)
     version: int = 0  # the policy version (step of its last update) that generated it (Ray)
     segments: list[Segment] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)  # the calls it made, in order
 
     @property
     def turns(self) -> list[Segment]:

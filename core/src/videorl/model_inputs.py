@@ -12,7 +12,7 @@ Torch is imported inside the functions that need it, so importing this module st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,9 @@ class PromptInput:
     ``videos`` hold uint8 ``T×3×H×W`` frame tensors with the :class:`~videorl.media.VideoMetadata`
     that produced them; ``images`` hold uint8 ``3×H×W`` tensors. Heights and widths must already be
     multiples of the backend's factor (the data path resizes them). Media are placed before the text,
-    videos first, as in the Qwen-VL recipes.
+    videos first, as in the Qwen-VL recipes. ``tools``: the tools the prompt offers, as chat templates
+    take them (``tools=`` of ``apply_chat_template``; :func:`videorl.tools.tool_spec`), which the
+    backend renders in the system turn.
     """
 
     sample_id: str
@@ -60,6 +62,7 @@ class PromptInput:
     images: Sequence[torch.Tensor] = ()
     system: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    tools: Sequence[Mapping[str, Any]] = ()
 
     @property
     def data_type(self) -> str:

@@ -104,7 +104,7 @@ def _cached_prompt(sample: Sample, encoder: PromptEncoder) -> PromptInput | None
             return None
         frames = torch.zeros((), dtype=torch.uint8).expand(meta.num_frames, 3, meta.height, meta.width)
         videos.append((frames, meta))
-    return PromptInput(sample.id, encoder.text(sample), videos=videos, images=[])
+    return PromptInput(sample.id, encoder.text(sample), videos=videos, images=[], tools=encoder.tools(sample))
 
 
 def check_cached_prompt_lengths(

@@ -54,9 +54,10 @@ def train_on_ray(
     parts = compose_run(config, plugins, ranks=workers, ranks_name="ray.actor_workers")
     if not isinstance(parts.workflow, SingleTurn):  # the controller generates through the workers
         parts.start.release()
+        name = getattr(parts.workflow, "name", config.rollout.workflow)  # a mixed dataset: a+b
         raise ConfigError(
-            f"rollout.workflow {config.rollout.workflow!r} runs in one process or under torchrun; on Ray "
-            "the controller drives single_turn only so far"
+            f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; "
+            "on Ray the controller drives single_turn only so far"
         )
     begun, backend, val, benchmarks = parts.start, parts.backend, parts.val_samples, parts.benchmarks
     data = [parts.data(config, r, workers, prefetch=False) for r in range(workers)]

@@ -55,6 +55,7 @@ _CONSUMED = frozenset(
         "path",
         "has_offline_trajectory",
         "offline_output",
+        "workflow",
     }
 )
 
@@ -272,6 +273,11 @@ def parse_row(
     if offline is not None and not isinstance(offline, str):
         raise DataError(f"{where}: offline_output must be a string, got {type(offline).__name__}")
     offline_output = offline if (flag or flag is None) and offline else None
+    workflow = row.get("workflow")
+    if workflow is not None and not (isinstance(workflow, str) and workflow.strip()):
+        raise DataError(
+            f"{where}: workflow must be a workflow's name (e.g. tool_agent), got {workflow!r:.60}"
+        )
 
     return Sample(
         id=sample_id,
@@ -285,6 +291,7 @@ def parse_row(
         offline_output=offline_output,
         extra={k: v for k, v in row.items() if k not in _CONSUMED},
         origin=where,
+        workflow=workflow,
     )
 
 

@@ -22,6 +22,8 @@ class Sample:
     as written (a string, possibly wrapped in ``<answer>…</answer>``, or JSON for grounding
     tasks). Media paths are absolute. ``offline_output`` is the offline trajectory for mix-policy
     training, when the row has one. ``origin`` (``file:line``) is where the row came from, for error messages.
+    ``workflow``: the rollout workflow the row asks for (``single_turn``, ``tool_agent``, a plugin's);
+    None: the run's ``rollout.workflow``.
     """
 
     id: str
@@ -35,6 +37,7 @@ class Sample:
     offline_output: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     origin: str = ""
+    workflow: str | None = None
 
     @property
     def has_offline_trajectory(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from videorl.errors import ConfigError
 from videorl.option import Problems, option
 from videorl.registry import normalize_name
 from videorl.rewards.format import FormatRule
+from videorl.tools.calls import ToolCallRecord
 
 #: one route target: a reward name and its weight
 Route = tuple[str, float]
@@ -102,6 +103,16 @@ class RewardConfig:
     options: dict[str, dict[str, Any]] = option(
         factory=dict, help="Reward name -> keyword options of its factory (e.g. {math: {timeout: 5}})."
     )
+    tool_call_cost: float = option(
+        0.0,
+        "Subtracted from an episode's reward per tool call it made (the tool_agent workflow); logged "
+        "as the reward part tool_call_cost. 0: calls are free.",
+    )
+    invalid_call_penalty: float = option(
+        0.0,
+        "Subtracted from an episode's reward per invalid tool call (unreadable, unknown tool, refused "
+        "arguments), on top of tool_call_cost; logged as the reward part invalid_call_penalty.",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []
@@ -121,6 +132,9 @@ class RewardConfig:
             problems.append(("timeout", "must be a positive number of seconds or null"))
         if self.threads < 1:
             problems.append(("threads", "must be >= 1"))
+        for key in ("tool_call_cost", "invalid_call_penalty"):
+            if not (math.isfinite(getattr(self, key)) and getattr(self, key) >= 0):
+                problems.append((key, f"must be a finite number >= 0, got {getattr(self, key)!r}"))
         for problem_type, targets in self.routes.items():
             key = f"routes.{problem_type}"
             if not targets:
@@ -133,6 +147,16 @@ class RewardConfig:
                         (key, f"weight of {name!r} must be a non-negative number, got {weight!r}")
                     )
         return problems
+
+    def episode_parts(self, calls: Sequence[ToolCallRecord]) -> dict[str, float]:
+        """The trajectory components of an episode's reward that this config weights (none by default),
+        each the (negative) amount added to the router's score of the final answer."""
+        out: dict[str, float] = {}
+        if self.tool_call_cost:
+            out["tool_call_cost"] = -self.tool_call_cost * len(calls)
+        if self.invalid_call_penalty:
+            out["invalid_call_penalty"] = -self.invalid_call_penalty * sum(c.invalid for c in calls)
+        return out
 
     def common_options(self) -> dict[str, Any]:
         """The options handed to every reward factory that accepts them: the format rule, and the weights

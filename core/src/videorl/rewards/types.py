@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from videorl.data.loaders import parse_row
 from videorl.data.sample import GROUND_TRUTH_KEYS, Sample
 from videorl.media.info import MediaInfo
-
-if TYPE_CHECKING:
-    pass
+from videorl.tools.calls import ToolCallRecord
 
 _MEDIA_KEYS = ("media", "video_metadata")
 #: fields of a row that are not the sample's own (``videorl reward`` lines carry their responses)
@@ -25,7 +23,9 @@ class RewardInput:
 
     ``ground_truth`` is the sample's answer as stored (a string, possibly wrapped in ``<answer>…</answer>``,
     or already parsed JSON); each reward parses it for its type. ``extra`` holds the sample's remaining
-    fields (e.g. ``tests`` for code).
+    fields (e.g. ``tests`` for code). ``response`` is the final answer (the episode's last turn);
+    ``tool_calls`` are the calls a tool-using episode made before it, in order (empty for a single
+    turn), for a reward that scores the search itself (which windows it asked for, how many calls).
     """
 
     response: str
@@ -38,6 +38,7 @@ class RewardInput:
     sample_id: str = ""
     model_family: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    tool_calls: tuple[ToolCallRecord, ...] = ()
 
     @classmethod
     def from_sample(
@@ -48,6 +49,7 @@ class RewardInput:
         media: MediaInfo | None = None,
         model_family: str | None = None,
         where: str = "sample",
+        tool_calls: Sequence[ToolCallRecord] = (),
     ) -> RewardInput:
         """The input for ``response`` to ``sample``: the one mapping from a sample to what a reward sees.
 
@@ -55,7 +57,8 @@ class RewardInput:
         :func:`videorl.data.loaders.parse_row` (``where`` names it in a ``DataError``), the question and
         the media files optional. ``media`` defaults to the row's ``media`` (``MediaInfo`` fields) or
         ``video_metadata`` (a ``VideoMetadata`` dict). A missing ``problem_type`` or ground truth raises
-        ``KeyError`` naming the field (a row with ``tests`` needs no ground truth).
+        ``KeyError`` naming the field (a row with ``tests`` needs no ground truth). ``tool_calls``: the
+        episode's calls.
         """
         if not isinstance(sample, Sample):
             sample = parse_row(
@@ -81,6 +84,7 @@ class RewardInput:
             sample_id=sample.id,
             model_family=model_family or sample.extra.get("model_family"),
             extra={k: v for k, v in sample.extra.items() if k not in _NOT_EXTRA},
+            tool_calls=tuple(tool_calls),
         )
 
 

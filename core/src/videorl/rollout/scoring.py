@@ -27,15 +27,22 @@ def local_scorer(rewards: RewardRouter, backend: ModelBackend) -> Scorer:
 def score(
     rewards: RewardRouter, trajectories: Sequence[Episode], decode: Callable[[list[int]], str], family: str
 ) -> None:
-    """Route every response to its reward; store the score and its parts on the trajectory."""
+    """Route every response (an episode's last turn, with the tool calls it made) to its reward; store
+    the score plus the trajectory components the reward config weights
+    (:meth:`~videorl.rewards.config.RewardConfig.episode_parts`) and all the parts on the trajectory."""
     inputs = []
     for t in trajectories:
         sample = t.prompt.sample
         response = decode(t.completion.token_ids)
-        inputs.append(RewardInput.from_sample(sample, response, media=t.prompt.media, model_family=family))
+        inputs.append(
+            RewardInput.from_sample(
+                sample, response, media=t.prompt.media, model_family=family, tool_calls=t.tool_calls
+            )
+        )
     for t, out in zip(trajectories, rewards.score(inputs)):
-        t.reward = out.score if out is not None else 0.0
-        t.parts = dict(out.parts) if out is not None else {}
+        components = rewards.config.episode_parts(t.tool_calls)
+        t.reward = (out.score if out is not None else 0.0) + sum(components.values())
+        t.parts = {**(out.parts if out is not None else {}), **components}
 
 
 def accuracy_of(t: Episode) -> float:

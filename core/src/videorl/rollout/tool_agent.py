@@ -27,12 +27,22 @@ from videorl.errors import ConfigError, RegistryError
 from videorl.generation import Completion, SamplingParams
 from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
 from videorl.timing import StageTimer
-from videorl.tools import Tool, ToolContext, ToolResult, check_tool_schema, parse_tool_call, run_tool
+from videorl.tools import (
+    Tool,
+    ToolCallRecord,
+    ToolContext,
+    ToolResult,
+    check_tool_schema,
+    parse_tool_call,
+    run_tool,
+    tool_spec,
+)
 from videorl.tools.video import FrameSource
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
+    from videorl.data import Sample
     from videorl.encoding import Prompt
     from videorl.generation import RolloutEngine
     from videorl.plugins import Plugins
@@ -51,6 +61,7 @@ class _Trajectory:
     ended: str | None = None  # why it ended: answer, length, max_turns, visual_tokens
     turns: int = 0
     visual_tokens: int = 0
+    calls: list[ToolCallRecord] = field(default_factory=list)
 
     @property
     def length(self) -> int:
@@ -92,6 +103,11 @@ class ToolAgent:
             except TypeError as exc:
                 raise ConfigError(f"rollout.tools: {exc}") from None
             self.tools[tool.name] = tool
+
+    def prompt_tools(self, sample: Sample) -> list[dict[str, Any]]:
+        """The tools a prompt offers, as chat templates take them (the backend renders them in the
+        system turn: Qwen's ``<tools>`` block)."""
+        return [tool_spec(tool) for tool in self.tools.values()]
 
     def _context(self, config: TrainConfig, backend: ModelBackend, prompt: Prompt) -> ToolContext:
         encoded = prompt.require_encoded()
@@ -222,6 +238,7 @@ class ToolAgent:
             result = run_tool(self.tools, name, arguments, t.tools)
         counts[f"calls/{name if name in self.tools else '(unknown)'}"] += 1
         counts["invalid_calls"] += result.invalid
+        t.calls.append(ToolCallRecord(name, arguments, t.turns, result.invalid, result.frames))
         return result
 
     @staticmethod
@@ -231,9 +248,8 @@ class ToolAgent:
         ``max_turns`` or ``visual_tokens``."""
         assert t.last is not None and t.ended is not None  # every trajectory runs at least one turn
         reason = "stop" if t.ended == "answer" else t.ended
-        return Episode(
-            t.prompt, group, Completion(t.last.token_ids, t.last.logprobs, reason), segments=t.segments
-        )
+        completion = Completion(t.last.token_ids, t.last.logprobs, reason)
+        return Episode(t.prompt, group, completion, segments=t.segments, tool_calls=t.calls)
 
     @staticmethod
     def _metrics(trajectories: Sequence[_Trajectory], counts: Counter[str]) -> dict[str, float]:

@@ -12,12 +12,13 @@ from videorl.tools.base import (
     run_tool,
     tool_spec,
 )
-from videorl.tools.calls import ToolCall, parse_tool_call
+from videorl.tools.calls import ToolCall, ToolCallRecord, parse_tool_call
 
 __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolCall",
+    "ToolCallRecord",
     "ToolContext",
     "ToolResult",
     "VideoSource",

@@ -28,6 +28,7 @@ from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
 from videorl.rollout.factory import make_rank_engine
+from videorl.rollout.per_row import PerRowWorkflow
 from videorl.rollout.workflow import RolloutWorkflow
 from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager
 from videorl.runs.lock import FolderLock, LockedError
@@ -39,7 +40,7 @@ from videorl.train.local import train
 from videorl.train.loop import RunIO
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from videorl.actor.policy import Actor
     from videorl.algorithms import Algorithm
@@ -308,10 +309,14 @@ def close_io(io: RunIO) -> None:
 
 
 def load_datasets(
-    config: TrainConfig, rewards: RewardRouter, encoder: PromptEncoder
+    config: TrainConfig,
+    rewards: RewardRouter,
+    encoder: PromptEncoder,
+    rows: Callable[[list[Sample]], None] | None = None,
 ) -> tuple[list[Sample], list[Sample]]:
     """The training and validation samples, validated, each with its prompt text (in
-    ``preprocessed_only`` mode every video must be in the cache)."""
+    ``preprocessed_only`` mode every video must be in the cache); ``rows`` sees them all first (the
+    row workflows are resolved there, so the prompt-length check counts the tools they offer)."""
     d = config.data
     samples = load_training_samples(config, rewards, d.train_files)
     if 0 < len(samples) < d.rollout_batch_size:
@@ -328,6 +333,8 @@ def load_datasets(
             len(samples),
         )
     val_samples = load_training_samples(config, rewards, d.val_files) if d.val_files else []
+    if rows is not None:
+        rows(samples + val_samples)
     encoder.check(samples + val_samples)
     if d.source_mode == "preprocessed_only":
         check_cached(samples + val_samples, encoder)
@@ -382,6 +389,28 @@ def make_workflow(plugins: Plugins, name: str, config: TrainConfig | None = None
     return workflow
 
 
+def row_workflows(
+    plugins: Plugins, config: TrainConfig, workflow: RolloutWorkflow, samples: Sequence[Sample]
+) -> RolloutWorkflow:
+    """The run's workflow, or, when rows name other workflows (``"workflow": "tool_agent"``), a
+    :class:`~videorl.rollout.per_row.PerRowWorkflow` over the run's and theirs (each made once, by
+    :func:`make_workflow`). Every row's name is checked against the registry (an unknown one is a
+    ``DataError`` naming the row and the registered workflows, with the closest) and rewritten to
+    the registered spelling."""
+    default = plugins.rollout_workflows.canonical(config.rollout.workflow)
+    workflows: dict[str, RolloutWorkflow] = {default: workflow}
+    for sample in samples:
+        if sample.workflow is None:
+            continue
+        try:
+            sample.workflow = plugins.rollout_workflows.canonical(sample.workflow)
+        except RegistryError as exc:
+            raise DataError(f"{sample.origin} (sample {sample.id!r}): workflow: {exc}") from None
+        if sample.workflow not in workflows:
+            workflows[sample.workflow] = make_workflow(plugins, sample.workflow, config)
+    return workflow if len(workflows) == 1 else PerRowWorkflow(default, workflows)
+
+
 def compose_run(
     config: TrainConfig,
     plugins: Plugins,
@@ -406,7 +435,14 @@ def compose_run(
         backend = make_backend(config, plugins)
         rewards = RewardRouter.from_registry(plugins.rewards, config.rewards)
         encoder = make_encoder(config, backend, plugins)
-        samples, val_samples = load_datasets(config, rewards, encoder)
+        parts: list[RolloutWorkflow] = [workflow]
+
+        def rows(every: list[Sample]) -> None:  # the rows' workflows, and the tools their prompts offer
+            parts[0] = row_workflows(plugins, config, workflow, every)
+            encoder.prompt_tools = getattr(parts[0], "prompt_tools", None)
+
+        samples, val_samples = load_datasets(config, rewards, encoder, rows)
+        workflow = parts[0]
         benchmarks = BenchmarkPasses(config, plugins, backend, resumed_from=start.step)  # rows first
     except BaseException:
         start.release()  # a start that failed: output_dir is free again

@@ -14,7 +14,7 @@ Torch and transformers are imported inside methods: importing this module is che
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -57,6 +57,24 @@ _MARKERS = {
     "vision_start": ("<|vision_start|>", "vision_start_token_id"),
     "vision_end": ("<|vision_end|>", "vision_end_token_id"),
 }
+
+
+#: the system turn Qwen-VL's chat templates write when a conversation has none
+DEFAULT_SYSTEM = "You are a helpful assistant."
+
+
+def tools_block(tools: Sequence[Mapping[str, Any]]) -> str:
+    """What Qwen's chat templates append to the system turn for ``tools=`` (Qwen2.5's and Qwen3's
+    ``# Tools`` section, each tool's spec as one JSON line in ``<tools>``), for templates that ignore
+    ``tools=``: the policy is offered its tools in the format the Qwen models were tuned on."""
+    lines = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+    return (
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+        f"{lines}\n</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
 
 
 class QwenVLBackend:
@@ -242,7 +260,17 @@ class QwenVLBackend:
         if prompt.system is not None:
             messages.append({"role": "system", "content": prompt.system})
         messages.append({"role": "user", "content": content})
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        render = self.tokenizer.apply_chat_template
+        text = render(messages, tokenize=False, add_generation_prompt=True)
+        if prompt.tools:
+            tools = [dict(t) for t in prompt.tools]
+            offered = render(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+            if offered == text:  # a template that ignores tools= (Qwen2-VL's, Qwen2.5-VL's): Qwen's block
+                system = (prompt.system if prompt.system is not None else DEFAULT_SYSTEM) + tools_block(tools)
+                user = messages[-1]
+                offered = render([{"role": "system", "content": system}, user], tokenize=False,
+                                 add_generation_prompt=True)  # fmt: skip
+            text = offered
         ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return ids
 

@@ -1,0 +1,1 @@
+"""Example third-party videorl plugin: the ``frame_diff`` tool."""
