@@ -61,24 +61,54 @@ print(json.dumps(codes))
 """
 
 
+def _lora_args(root: Path) -> list[str]:
+    """``videorl train`` arguments of two steps training LoRA adapters (rank 4, with the KL loss) on
+    four demo training clips, two a step, in order: step 2 sees other videos than step 1."""
+    from videorl import demo
+    from videorl.plugins import load_plugins
+
+    task = root / "lora-task"
+    model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
+    config = task / "train.yaml"
+    config.write_text("rollout:\n  engine: vllm\n")
+    overrides = [
+        *demo.demo_overrides(task, model, train, val, steps=2, seed=1, engine="vllm"),
+        f"output_dir={root / 'lora'}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.save_every=1",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+        "algorithm.use_kl_loss=true",
+        "actor.lora.enabled=true",
+        "actor.lora.rank=4",
+        "optim.lr=0.02",  # large enough that the adapters move visibly in two steps
+        "rollout.engine_options={max_model_len: 1024}",
+        "data.shuffle=false",
+    ]
+    return ["train", str(config), *overrides]
+
+
 @pytest.fixture(scope="module")
 def vllm_runs(tmp_path_factory: pytest.TempPathFactory, vllm_env: dict[str, str]) -> dict[str, Path]:
-    """Two three-step ``videorl train`` runs with the vLLM engine, one subprocess for both: ``memory``
-    (the default in-memory refresh, a checkpoint each step, greedy validation at step 2) and ``folder``
-    (the refresh through the model folder). Asserts both ended with 0, and that neither left its
-    refresh directory in /dev/shm."""
+    """The ``videorl train`` runs with the vLLM engine, one subprocess for all: ``memory`` (three
+    steps, the default in-memory refresh, a checkpoint each step, greedy validation at step 2),
+    ``folder`` (the same through the model folder) and ``lora`` (:func:`_lora_args`). Asserts each
+    ended with 0, and that none left its refresh directory in /dev/shm."""
     from videorl import demo
     from videorl.plugins import load_plugins
 
     root = tmp_path_factory.mktemp("train-vllm")
     task = root / "task"
     prepared = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=2)
-    runs = {"memory": root / "memory", "folder": root / "folder"}
+    runs = {"memory": root / "memory", "folder": root / "folder", "lora": root / "lora"}
     extra = {
         "memory": ["trainer.save_every=1", "trainer.keep_last=0", "trainer.val_every=2"],
         "folder": ["rollout.weight_sync=folder", "trainer.val_every=100"],
     }
-    jobs = [[*_train_args(task, prepared, run, steps=3), *extra[name]] for name, run in runs.items()]
+    jobs = [[*_train_args(task, prepared, runs[name], steps=3), *args] for name, args in extra.items()]
+    jobs.append(_lora_args(root))
     shm = Path("/dev/shm")
     weight_dirs = set(shm.glob("videorl-weights-*"))
     done = subprocess.run(
@@ -89,7 +119,7 @@ def vllm_runs(tmp_path_factory: pytest.TempPathFactory, vllm_env: dict[str, str]
         env={**os.environ, **vllm_env},
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, 0], done.stderr[-4000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, 0, 0], done.stderr[-4000:]
     assert set(shm.glob("videorl-weights-*")) <= weight_dirs  # the refresh directories were removed
     return runs
 
@@ -137,6 +167,20 @@ def test_a_video_seen_again_after_the_folder_refresh_is_encoded_with_the_new_wei
     rows = read_metrics(vllm_runs["folder"] / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/logprob_diff"] < 1e-4 for r in rows), [r["rollout/logprob_diff"] for r in rows]
+
+
+@pytest.mark.slow
+def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(vllm_runs: dict[str, Path]) -> None:
+    """LoRA (tests/test_lora.py): the CPU vLLM build, refreshed after each update with the adapters
+    merged into the base weights: its log-probs stay within 1e-4 of the actor's (adapters apart) after
+    the refresh. Four training clips, two per step: step 2 sees other videos than step 1."""
+    from videorl.runs.history import read_metrics
+
+    rows = read_metrics(vllm_runs["lora"] / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["rollout/logprob_diff"] < 1e-4  # base weights: the adapters start at B = 0
+    assert rows[1]["rollout/logprob_diff"] < 1e-4  # after the refresh with the merged step-1 adapters
+    assert rows[1]["actor/kl"] > 0  # ... which moved the policy away from the base
 
 
 def _offline_answer_logprobs(training: Any) -> Any:
