@@ -552,40 +552,8 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
     (dumps / f"rank{dist.rank}.json").write_text(json.dumps(steps))
 
 
-@pytest.mark.slow
-def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(tmp_path: Path) -> None:
-    """The CPU vLLM build, refreshed after each update with the adapters merged into the base weights:
-    its log-probs stay within 1e-4 of the actor's (adapters apart) after the refresh. Four training
-    clips, two per step: step 2 sees other videos than step 1 (as tests/test_train_vllm.py)."""
-    pytest.importorskip("vllm")
-    from videorl import demo
-    from videorl.plugins import load_plugins
-    from videorl.runs.history import read_metrics
-
-    model, train, val = demo.prepare(tmp_path, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
-    run = tmp_path / "run"
-    overrides = [
-        o for o in _overrides(tmp_path, model, train, val, run) if not o.startswith("rollout.engine=")
-    ] + ["rollout.engine=vllm", "rollout.engine_options={max_model_len: 1024}",
-         "data.shuffle=false"]  # fmt: skip
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    }
-    config = tmp_path / "train.yaml"
-    config.write_text("rollout:\n  engine: vllm\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides],
-        capture_output=True, text=True, timeout=540, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows = read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert rows[0]["rollout/logprob_diff"] < 1e-4  # base weights: the adapters start at B = 0
-    assert rows[1]["rollout/logprob_diff"] < 1e-4  # after the refresh with the merged step-1 adapters
-    assert rows[1]["actor/kl"] > 0  # ... which moved the policy away from the base
+# The vLLM engine refreshed with the merged adapters: tests/test_train_vllm.py (one subprocess for its
+# training runs with vLLM).
 
 
 @pytest.mark.slow

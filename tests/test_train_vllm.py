@@ -19,15 +19,14 @@ import pytest
 pytest.importorskip("vllm")
 
 
-def _train_command(tmp_path: Path, clips: int, steps: int) -> list[str]:
-    """``videorl train`` on ``clips`` demo training clips, two prompts (``rollout.n=4``) per step, with
-    the fp32 vLLM engine in this process (run it with the ``vllm_env`` variables)."""
+def _train_args(task: Path, prepared: tuple[Path, Path, Path], run: Path, steps: int) -> list[str]:
+    """``videorl train`` arguments on the demo task ``demo.prepare`` wrote to ``task`` (``prepared``:
+    its model, training and validation data), two prompts (``rollout.n=4``) per step, with the fp32
+    vLLM engine in this process (run it with the ``vllm_env`` variables), writing to ``run``."""
     from videorl import demo
-    from videorl.plugins import load_plugins
 
-    task = tmp_path / "task"
-    model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=clips, val=2)
-    config = tmp_path / "train.yaml"
+    model, train, val = prepared
+    config = task / "train.yaml"
     config.write_text("rollout:\n  engine: vllm\nmodel:\n  dtype: float32\n")
     overrides = [
         o
@@ -35,19 +34,99 @@ def _train_command(tmp_path: Path, clips: int, steps: int) -> list[str]:
         if not o.startswith(("rollout.engine=", "model.dtype="))
     ]
     overrides += [
-        f"output_dir={tmp_path / 'run'}",
+        f"output_dir={run}",
         "data.rollout_batch_size=2",
         "actor.global_batch_size=2",
         "rollout.n=4",
         "trainer.progress_bar=false",
         "rollout.engine_options={max_model_len: 1024}",
     ]
-    return [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides]
+    return ["train", str(config), *overrides]
+
+
+# ``python -c _TRAIN_RUNS ARGS_JSON``: ``videorl train ARGS`` for each ARGS in turn, in this one process
+# (the imports are paid once); prints each run's exit code, as JSON, on its last line.
+_TRAIN_RUNS = """
+import json, sys
+
+from videorl.cli import main
+
+codes = []
+for args in json.loads(sys.argv[1]):
+    try:
+        main(args)
+    except SystemExit as exc:
+        codes.append(exc.code or 0)
+print(json.dumps(codes))
+"""
+
+
+def _lora_args(root: Path) -> list[str]:
+    """``videorl train`` arguments of two steps training LoRA adapters (rank 4, with the KL loss) on
+    four demo training clips, two a step, in order: step 2 sees other videos than step 1."""
+    from videorl import demo
+    from videorl.plugins import load_plugins
+
+    task = root / "lora-task"
+    model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
+    config = task / "train.yaml"
+    config.write_text("rollout:\n  engine: vllm\n")
+    overrides = [
+        *demo.demo_overrides(task, model, train, val, steps=2, seed=1, engine="vllm"),
+        f"output_dir={root / 'lora'}",
+        "data.rollout_batch_size=2",
+        "actor.global_batch_size=2",
+        "rollout.n=4",
+        "trainer.save_every=1",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false",
+        "algorithm.use_kl_loss=true",
+        "actor.lora.enabled=true",
+        "actor.lora.rank=4",
+        "optim.lr=0.02",  # large enough that the adapters move visibly in two steps
+        "rollout.engine_options={max_model_len: 1024}",
+        "data.shuffle=false",
+    ]
+    return ["train", str(config), *overrides]
+
+
+@pytest.fixture(scope="module")
+def vllm_runs(tmp_path_factory: pytest.TempPathFactory, vllm_env: dict[str, str]) -> dict[str, Path]:
+    """The ``videorl train`` runs with the vLLM engine, one subprocess for all: ``memory`` (three
+    steps, the default in-memory refresh, a checkpoint each step, greedy validation at step 2),
+    ``folder`` (the same through the model folder) and ``lora`` (:func:`_lora_args`). Asserts each
+    ended with 0, and that none left its refresh directory in /dev/shm."""
+    from videorl import demo
+    from videorl.plugins import load_plugins
+
+    root = tmp_path_factory.mktemp("train-vllm")
+    task = root / "task"
+    prepared = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=2)
+    runs = {"memory": root / "memory", "folder": root / "folder", "lora": root / "lora"}
+    extra = {
+        "memory": ["trainer.save_every=1", "trainer.keep_last=0", "trainer.val_every=2"],
+        "folder": ["rollout.weight_sync=folder", "trainer.val_every=100"],
+    }
+    jobs = [[*_train_args(task, prepared, runs[name], steps=3), *args] for name, args in extra.items()]
+    jobs.append(_lora_args(root))
+    shm = Path("/dev/shm")
+    weight_dirs = set(shm.glob("videorl-weights-*"))
+    done = subprocess.run(
+        [sys.executable, "-c", _TRAIN_RUNS, json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **vllm_env},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, 0, 0], done.stderr[-4000:]
+    assert set(shm.glob("videorl-weights-*")) <= weight_dirs  # the refresh directories were removed
+    return runs
 
 
 @pytest.mark.slow
 def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(
-    tmp_path: Path, vllm_env: dict[str, str]
+    vllm_runs: dict[str, Path], tmp_path: Path
 ) -> None:
     """Three steps with the default in-memory refresh. Two training clips, two prompts a step: every
     step repeats the videos of the step before, which the engine re-encodes after each refresh (vLLM's
@@ -59,17 +138,7 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(
     from videorl.runs.history import read_metrics
     from videorl.train.compose import build_training
 
-    command = _train_command(tmp_path, clips=2, steps=3)
-    run = tmp_path / "run"
-    command += ["trainer.save_every=1", "trainer.keep_last=0", "trainer.val_every=2"]
-    shm = Path("/dev/shm")
-    weight_dirs = set(shm.glob("videorl-weights-*"))
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=540, env={**os.environ, **vllm_env}
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert set(shm.glob("videorl-weights-*")) <= weight_dirs  # the refresh directory was removed
-
+    run = vllm_runs["memory"]
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[0]["rollout/logprob_diff"] < 1e-4  # vLLM fp32 and the actor before any update
@@ -90,21 +159,28 @@ def test_vllm_engine_trains_and_its_logprobs_match_the_actor_after_the_refresh(
 
 @pytest.mark.slow
 def test_a_video_seen_again_after_the_folder_refresh_is_encoded_with_the_new_weights(
-    tmp_path: Path, vllm_env: dict[str, str]
+    vllm_runs: dict[str, Path],
 ) -> None:
-    """As the test above, through the model folder (the in-memory refresh is the test above's: one
-    vLLM training job for both its checks and this one's)."""
+    """As the test above, through the model folder (the run shares the test above's subprocess)."""
     from videorl.runs.history import read_metrics
 
-    command = _train_command(tmp_path, clips=2, steps=3)
-    command += ["rollout.weight_sync=folder", "trainer.val_every=100"]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=540, env={**os.environ, **vllm_env}
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    rows = read_metrics(vllm_runs["folder"] / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/logprob_diff"] < 1e-4 for r in rows), [r["rollout/logprob_diff"] for r in rows]
+
+
+@pytest.mark.slow
+def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(vllm_runs: dict[str, Path]) -> None:
+    """LoRA (tests/test_lora.py): the CPU vLLM build, refreshed after each update with the adapters
+    merged into the base weights: its log-probs stay within 1e-4 of the actor's (adapters apart) after
+    the refresh. Four training clips, two per step: step 2 sees other videos than step 1."""
+    from videorl.runs.history import read_metrics
+
+    rows = read_metrics(vllm_runs["lora"] / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["rollout/logprob_diff"] < 1e-4  # base weights: the adapters start at B = 0
+    assert rows[1]["rollout/logprob_diff"] < 1e-4  # after the refresh with the merged step-1 adapters
+    assert rows[1]["actor/kl"] > 0  # ... which moved the policy away from the base
 
 
 def _offline_answer_logprobs(training: Any) -> Any:

@@ -260,8 +260,10 @@ def init_distributed(sp_size: int = 1) -> Parallel:
 
 
 def close_distributed() -> None:
-    """Leave the process group (when one was joined)."""
+    """Leave the process group :func:`init_distributed` joined (``WORLD_SIZE`` > 1). At world size 1
+    a process group is another library's (vLLM's in-process engine makes one): destroying it under
+    vLLM made the next engine started in the process fail ("not initialized in the world group map")."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
