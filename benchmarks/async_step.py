@@ -19,10 +19,11 @@ the time: two single-threaded matrix-multiply processes at once against one (2.0
 1.0: one, and then overlapping rollout and update cannot shorten a step, only its idle time).
 
 Usage: ``python benchmarks/async_step.py [--steps 8] [--rounds 2] [--prompts 4] [--n 4]
-[--response-length 48] [--workdir DIR]``. With ``--learning STEPS`` it instead trains the demo with its
-own settings synchronously and at staleness 1 and writes both held-out accuracy curves to
-``learning.png`` (the issue's learning criterion: staleness 1 reaches 0.9 within the synchronous
-run's steps).
+[--response-length 48] [--modes sync,staleness_1,staleness_2] [--probe-matmuls 1500] [--workdir DIR]``
+(``--modes`` and ``--probe-matmuls``: fewer runs and a shorter ``parallelism`` probe, for a quick
+check). With ``--learning STEPS`` it instead trains the demo with its own settings synchronously and
+at staleness 1 and writes both held-out accuracy curves to ``learning.png`` (the issue's learning
+criterion: staleness 1 reaches 0.9 within the synchronous run's steps).
 """
 
 from __future__ import annotations
@@ -96,22 +97,20 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 PROBE = (
-    "import time, torch; torch.set_num_threads(1); a = torch.randn(256, 256); t = time.perf_counter()\n"
-    "for _ in range(1500): a @ a\n"
+    "import sys, time, torch; torch.set_num_threads(1); a = torch.randn(256, 256); t = time.perf_counter()\n"
+    "for _ in range(int(sys.argv[1])): a @ a\n"
     "print(time.perf_counter() - t)"
 )
 
 
-def parallelism() -> float:
-    """How much faster two single-threaded processes get through two units of work at once than one
-    after the other, on this machine now: 2.0 with two free cores, 1.0 when only one is free (then
-    no overlap of rollout and update can speed a step up)."""
+def parallelism(matmuls: int) -> float:
+    """How much faster two single-threaded processes get through two units of work (``matmuls``
+    256 x 256 products each) at once than one after the other, on this machine now: 2.0 with two
+    free cores, 1.0 when only one is free (then no overlap of rollout and update can speed a step up)."""
 
     def probe(count: int) -> float:
-        procs = [
-            subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE, text=True)
-            for _ in range(count)
-        ]
+        command = [sys.executable, "-c", PROBE, str(matmuls)]
+        procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(count)]
         return max(float(p.communicate()[0]) for p in procs)
 
     return round(2 * probe(1) / probe(2), 2)
@@ -179,6 +178,7 @@ def main() -> None:
     parser.add_argument(
         "--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES)
     )
+    parser.add_argument("--probe-matmuls", type=int, default=1500, help="the work of parallelism()")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument(
         "--learning",
@@ -196,13 +196,13 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="videorl-async-"))
     config, overrides = prepare(workdir, args.prompts, args.n, args.steps, args.response_length)
     results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
-    probes = [parallelism()]
+    probes = [parallelism(args.probe_matmuls)]
     for r in range(args.rounds):
         for mode in modes:
             out = workdir / f"{mode}-{r}"
             shutil.rmtree(out, ignore_errors=True)
             results[mode].append(summarise(run_mode(config, overrides, out, MODES[mode])))
-        probes.append(parallelism())
+        probes.append(parallelism(args.probe_matmuls))
     report: dict[str, Any] = {
         "steps": args.steps,
         "rounds": args.rounds,

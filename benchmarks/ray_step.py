@@ -16,8 +16,9 @@ wall time of the whole command (start-up included), the bytes per sample that cr
 controller and the workers, and the ratios to torchrun. Every launcher must log the same
 ``actor/loss`` at every step (the Ray path's promise), which the script checks.
 
-Usage: ``python benchmarks/ray_step.py [--steps 6] [--rounds 2] [--prompts 4] [--n 4] [--workdir DIR]``
-(defaults: about 4 minutes of wall time on 2 cores).
+Usage: ``python benchmarks/ray_step.py [--steps 6] [--rounds 2] [--prompts 4] [--n 4]
+[--launchers torchrun,ray_colocated,ray_split] [--workdir DIR]`` (defaults: about 4 minutes of wall
+time on 2 cores; ``--launchers``: a subset, torchrun always among them, for a quick check).
 """
 
 from __future__ import annotations
@@ -104,18 +105,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step (2 per rank)")
     parser.add_argument("--n", type=int, default=4, help="responses per prompt")
+    parser.add_argument(
+        "--launchers", default=",".join(LAUNCHERS), help="comma-separated subset, torchrun among them"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
+    launchers = [name.strip() for name in args.launchers.split(",")]
+    if "torchrun" not in launchers or not set(launchers) <= set(LAUNCHERS):
+        parser.error(f"--launchers: a subset of {','.join(LAUNCHERS)} with torchrun (the reference)")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="videorl-ray-bench-"))
     config, overrides = prepare(workdir, args.prompts, args.n, args.steps)
     overrides.append(f"trainer.max_steps={args.steps}")
 
-    stage_times: dict[str, dict[str, list[float]]] = {k: defaultdict(list) for k in LAUNCHERS}
+    stage_times: dict[str, dict[str, list[float]]] = {k: defaultdict(list) for k in launchers}
     walls: dict[str, list[float]] = defaultdict(list)
-    extra: dict[str, dict[str, list[float]]] = {k: defaultdict(list) for k in LAUNCHERS}
+    extra: dict[str, dict[str, list[float]]] = {k: defaultdict(list) for k in launchers}
     losses: dict[str, list[float]] = {}
     for _ in range(args.rounds):
-        for name in LAUNCHERS:
+        for name in launchers:
             result = run_once(name, config, overrides, workdir / name)
             walls[name].append(result["wall"])
             rows = result["rows"]
@@ -146,7 +153,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "max_loss_difference_to_torchrun": same,
     }
-    for name in LAUNCHERS:
+    for name in launchers:
         medians = {stage: statistics.median(values) for stage, values in stage_times[name].items()}
         entry: dict[str, Any] = {
             "seconds": {k: round(v, 4) for k, v in medians.items()},

@@ -22,19 +22,22 @@ SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.nam
 #: per script: the arguments of a tiny run (everything else at its default)
 TINY: dict[str, str] = {
     "algorithms.py": "--steps 1 --presets grpo --train-clips 4 --val-clips 2",
-    "async_step.py": "--steps 2 --rounds 1 --prompts 1 --n 2 --response-length 4",  # step 1 is warm-up
-    "benchmark_workers.py": "--videos 2 --steps 1 --every 1",
+    # step 1 is warm-up; one asynchronous mode runs as the others do
+    "async_step.py": "--steps 2 --rounds 1 --prompts 1 --n 2 --response-length 4 --modes sync,staleness_1 "
+    "--probe-matmuls 10",
+    "benchmark_workers.py": "--videos 1 --steps 1 --every 1",
     "checkpoint.py": "--mb 1 --repeats 1",
     "data_path.py": "--repeats 1 --hd-seconds 1 --build-clips 2 --build-seconds 1 --build-rounds 1",
     "eval_pipeline.py": "--videos 2 --workers 1 --batch-size 2 --repeats 1",
     "hf_rollout.py": "--n 2 --prompts 1 --frames 2 --tokens 2 --repeats 1",
     "host_memory.py": "--steps 1 --prompts 1 --frames 2 --size 56",
-    "in_loop_eval.py": "--videos 2 --steps 1 --repeats 1",
+    "in_loop_eval.py": "--videos 1 --steps 1 --repeats 1",
     "lora.py": "",  # one step of the tiny demo model; the 8B part is arithmetic on the meta device
     "overhead.py": "--steps 1 --warmup 0 --threads 1",
     "packed_update.py": "--rows 2 --max-frames 2 --response 4 --width 64 --layers 1 --rounds 1",
     "prefetch.py": "--steps 2 --prompts 1 --seconds 1 --io-delay 0.01 --update 0.01",
-    "ray_step.py": "--steps 2 --rounds 1 --prompts 2 --n 2",  # step 1 is warm-up
+    # step 1 is warm-up; one Ray placement runs as the other does
+    "ray_step.py": "--steps 2 --rounds 1 --prompts 2 --n 2 --launchers torchrun,ray_split",
     "rewards.py": "--rows 20 --repeats 1 --code-rows 2",
     "train_step.py": "--prompts 1 --n 2 --response 4 --warmup 0 --rounds 1 --size 64x64 --seconds 2 "
     "--frames 4 --max-pixels 1024 --threads 1",

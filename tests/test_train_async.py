@@ -288,17 +288,27 @@ def _wait_for_checkpoint(proc: subprocess.Popen[str], run: Path, step: int) -> N
 @pytest.fixture(scope="module")
 def ray_here(task: tuple[Path, list[str]]) -> Iterator[None]:
     """One local Ray runtime in this process for the module's in-process runs: ``train_on_ray`` joins a
-    runtime already started here (and leaves it running) instead of starting and stopping its own."""
+    runtime already started here (and leaves it running) instead of starting and stopping its own.
+
+    ``start_ray`` sets Ray's variables in ``os.environ`` (``RAY_AUTH_MODE``, a 180 s GCS wait), which
+    every later subprocess of the session would inherit: a join refused in another module then retried
+    its connection for 180 s. They are restored afterwards."""
     import ray
 
     from videorl.cluster.runtime import cpus_needed, start_ray
 
+    saved = dict(os.environ)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before Ray starts: its workers inherit it
     config = load_config(None, task[1])
-    started = start_ray(config.ray, None, cpus_needed(config))
-    yield
-    if started:
-        ray.shutdown()
+    started = False
+    try:
+        started = start_ray(config.ray, None, cpus_needed(config))  # a failed start shuts itself down
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _train_here(overrides: list[str], driver: Any = None) -> None:
@@ -394,7 +404,7 @@ def test_killed_while_ahead_then_resumed_consumes_every_sample_exactly_once(
     task: tuple[Path, list[str]],
 ) -> None:
     out, overrides = task
-    run, steps = out / "killed", 8
+    run, steps = out / "killed", 6  # 4 steps per pass over the 12 rows: the resumed run starts the second
     command = [
         sys.executable,
         "-m",
