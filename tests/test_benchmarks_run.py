@@ -21,6 +21,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.nam
 
 #: per script: the arguments of a tiny run (everything else at its default)
 TINY: dict[str, str] = {
+    "agent_step.py": "--prompts 1 --n 2 --frames 4 --tokens 2 --rounds 1 --calls 5",
     "algorithms.py": "--steps 1 --presets grpo --train-clips 4 --val-clips 2",
     # step 1 is warm-up; one asynchronous mode runs as the others do
     "async_step.py": "--steps 2 --rounds 1 --prompts 1 --n 2 --response-length 4 --modes sync,staleness_1 "

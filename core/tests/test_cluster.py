@@ -4,6 +4,7 @@ for, the controller's byte counting and failure messages (the runs themselves: t
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -613,6 +614,7 @@ def test_a_local_runtime_that_fails_to_start_is_shut_down_and_a_late_gcs_is_retr
     def init(**options: Any) -> None:
         calls.append("init")
         assert options["address"] == "local"
+        assert os.environ["RAY_gcs_server_port_wait_time_s"] == "180"  # noqa: SIM112 (Ray spells it so)
         if pending:
             raise RuntimeError(pending.pop(0))
 
@@ -628,3 +630,5 @@ def test_a_local_runtime_that_fails_to_start_is_shut_down_and_a_late_gcs_is_retr
     else:
         assert start_ray(config.ray, None, 1) is True
     assert calls == ["init", "shutdown"] * min(len(errors), inits) + ["init"] * (inits - len(errors) > 0)
+    # for the start only: Ray also reads it as a count of connection retries, inherited by children
+    assert "RAY_gcs_server_port_wait_time_s" not in os.environ

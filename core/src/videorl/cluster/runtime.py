@@ -125,10 +125,7 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
 
     if ray.is_initialized():
         return False
-    # Ray waits 30 s for its GCS to report a port; on a loaded machine (a shared login node, a CI
-    # host running other jobs) the first start can take longer. A user's own setting wins.
-    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "180")
-    options: dict[str, Any] = dict(
+    _init_local(
         address="local",  # a new runtime, even where `ray start` left a cluster (Ray would join that one)
         num_cpus=max(os.cpu_count() or 1, int(cpus_needed + 0.999)),
         include_dashboard=cfg.dashboard,
@@ -138,17 +135,6 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
         logging_level=logging.WARNING,
         _node_ip_address="127.0.0.1",
     )
-    for attempt in (1, 2):
-        try:
-            ray.init(**options)
-            break
-        except RuntimeError as exc:
-            # A half-started node (its GCS never wrote its port) stays registered in this process and
-            # breaks every later start here: shut it down, and start once more.
-            ray.shutdown()
-            if attempt == 2 or "Timed out waiting for file" not in str(exc):
-                raise
-            log.warning("Ray's local runtime did not start (%s); starting it once more", exc)
     if os.environ.get("RAY_AUTH_MODE", "disabled") != cfg.auth:
         ray.shutdown()
         raise ConfigError(
@@ -156,6 +142,37 @@ def start_ray(cfg: RayConfig, address: str | None, cpus_needed: float) -> bool:
             f"RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}"
         )
     return True
+
+
+def _init_local(**options: Any) -> None:
+    """``ray.init(**options)`` for a new local runtime, started once more if its GCS never reported
+    its port; a failed start is shut down (its half-started node, left registered in this process,
+    would break every later start here).
+
+    Ray waits 30 s for that port; on a loaded machine (a shared login node, a CI host running other
+    jobs) a first start can take longer, so the wait is 180 s unless the user set
+    ``RAY_gcs_server_port_wait_time_s`` — for this start only: Ray also reads the variable as the
+    number of one-second retries of a connection, and processes started from here inherit it.
+    """
+    import ray
+
+    name = "RAY_gcs_server_port_wait_time_s"
+    ours = name not in os.environ
+    if ours:
+        os.environ[name] = "180"
+    try:
+        for attempt in (1, 2):
+            try:
+                ray.init(**options)
+                return
+            except RuntimeError as exc:
+                ray.shutdown()
+                if attempt == 2 or "Timed out waiting for file" not in str(exc):
+                    raise
+                log.warning("Ray's local runtime did not start (%s); starting it once more", exc)
+    finally:
+        if ours:
+            os.environ.pop(name, None)
 
 
 def auth_token_source() -> str | None:
