@@ -28,6 +28,7 @@ from videorl.episode import Episode
 from videorl.model_inputs import response_stats
 from videorl.packing import pack_for_backend
 from videorl.parallel import Parallel
+from videorl.shared_vision import vision_once
 from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
@@ -68,7 +69,10 @@ def forward_responses(
     results keep the padded ``B×R`` layout either way."""
     param = next(model.parameters())
     # a tool reply's media ride in the response, where the engine saw them (Episode.response_input)
-    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_input() for t in batch])
+    encoded, responses = [t.prompt.require_encoded() for t in batch], [t.response_input() for t in batch]
+    inputs = backend.collate(encoded, responses)
+    # a prompt's pixels once, its tower run once for all of its rows (videorl.shared_vision)
+    inputs, tower_once = vision_once(backend, model, inputs, encoded, responses)
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     ulysses = sequence_parallel_of(model)
     packed = pack_for_backend(backend, inputs) if padding_free or ulysses else None
@@ -86,6 +90,7 @@ def forward_responses(
     # (actor/head.py): no [tokens, vocab] logits
     sharded = ulysses.sharding(packed, kwargs) if ulysses is not None else nullcontext()
     with (
+        tower_once,
         sharded,
         head_outside(model, compute_dtype, mixed) as head,
         torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed),

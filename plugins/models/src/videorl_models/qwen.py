@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -548,6 +549,13 @@ class QwenVLBackend:
         from videorl_models.vision_sync import QwenVisionSync
 
         return QwenVisionSync(model, backend=self)
+
+    def vision_once(self, model: Any, inputs: ModelInputs) -> AbstractContextManager[None]:
+        """The forwards of ``model`` within run the tower once on the distinct items of ``inputs``
+        (shared: :attr:`ModelInputs.shared_items`), each row getting its items' embeddings."""
+        from videorl_models.vision_sync import vision_once
+
+        return vision_once(model, self, inputs.shared_items)
 
 
 def _uint8(patches: torch.Tensor, sample_id: str) -> torch.Tensor:
