@@ -17,22 +17,25 @@ A backend without the hook keeps the per-row path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
 from videorl.model_inputs import EncodedPrompt, ModelInputs
 
-__all__ = ["SHARED_PIXELS", "share_prompt_visual", "vision_once"]
+__all__ = ["SHARED_PIXELS", "same_pixels", "share_prompt_visual", "vision_once"]
 
 #: the pixel fields of :class:`ModelInputs` that may be shared, each with the grid whose rows count
 #: its items (transformers' layout: a field's patches are its items' patches back to back)
 SHARED_PIXELS = {"pixel_values": "image_grid_thw", "pixel_values_videos": "video_grid_thw"}
 
 
-def _key(encoded: EncodedPrompt) -> tuple[tuple[str, int], ...]:
-    """What makes two prompts' pixels the same: the same tensor objects (alive for the whole call)."""
+def same_pixels(encoded: EncodedPrompt) -> Hashable:
+    """What makes two prompts' pixels the same: the same tensor objects (alive while they are
+    compared); a prompt without pixels is only itself."""
+    if not encoded.visual:
+        return ("prompt", id(encoded))
     return tuple(sorted((k, id(v)) for k, v in encoded.visual.items()))
 
 
@@ -49,7 +52,7 @@ def share_prompt_visual(
     ``shared_items[field][i]``."""
     import torch
 
-    keys = [_key(e) for e in encoded]
+    keys = [same_pixels(e) for e in encoded]
     if len(set(keys)) == len(keys):
         return inputs
     parts: list[tuple[Sequence[int] | EncodedPrompt, Any]] = []
