@@ -63,7 +63,7 @@ def run(model: Any, backend: Any, batch: list[Episode], padding_free: bool) -> d
     return out
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_tower_once_per_prompt_equals_per_row(
     model_type: str,

@@ -150,6 +150,8 @@ class QwenVisionSync:
                     f"vision sync: {len(items)} shared {modality} items for {grid.shape[0]} grids"
                 )
             parts.append((modality, pixels, grid[[firsts[d] for d in range(len(firsts))]], items))
+        if not parts:  # no pixels in this forward: nothing to encode
+            return {}
         grids = torch.cat([p[2] for p in parts])
         counts = grids.prod(-1).tolist()
         pixels = torch.cat([p[1].to(self.visual.dtype) for p in parts])
