@@ -42,6 +42,7 @@ TINY: dict[str, str] = {
     "rewards.py": "--rows 20 --repeats 1 --code-rows 2",
     "train_step.py": "--prompts 1 --n 2 --response 4 --warmup 0 --rounds 1 --size 64x64 --seconds 2 "
     "--frames 4 --max-pixels 1024 --threads 1",
+    "vision_once.py": "--n 2 --prompts 1 --frames 2 --response 4 --width 64 --layers 1 --repeats 1",
     "update_memory.py": "--frames 2 --rows 1 --response 4",
     "weight_refresh.py": "--widths 64 --repeats 1 --modes inproc",
 }

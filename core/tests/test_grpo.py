@@ -475,3 +475,15 @@ def built(cfg: Any) -> Any:
     from videorl.plugins import load_plugins
 
     return algorithms.build(cfg.algorithm, load_plugins())
+
+
+def test_a_prompts_responses_share_a_micro_batch_where_the_budget_allows() -> None:
+    """Two prompts of three responses each (5 tokens a row), mixed: a budget of 16 holds a whole
+    group (the tower then runs once per prompt); at 10 a group is cut once, never scattered."""
+    a, b = trajectory("a", [1, 2, 3], [4, 5], 0.0), trajectory("b", [7], [8, 9, 10, 2], 0.0)
+    rows = [copy.copy(t) for t in (a, a, b, b, a, b)]  # episodes of a group share their Prompt
+    whole = micro_batches(rows, 16, Parallel())
+    assert [[t.prompt.sample.id for t in m] for m in whole] == [["a"] * 3, ["b"] * 3]
+    cut = micro_batches(rows, 10, Parallel())
+    assert [[t.prompt.sample.id for t in m] for m in cut] == [["a", "a"], ["a", "b"], ["b", "b"]]
+    assert sorted(id(t) for m in cut for t in m) == sorted(id(t) for t in rows)

@@ -44,7 +44,7 @@ LAYERS: list[set[str]] = [
     # the data path: frames and their cache, dataset rows, prompt templates, answer reading
     {"media", "data", "prompts", "answers"},
     # what a model sees and an engine returns
-    {"model_inputs", "alignment", "packing", "generation"},
+    {"model_inputs", "alignment", "packing", "generation", "shared_vision"},
     # model families
     {"backend"},
     # rewards, the config schema, encoded prompts, episodes

@@ -144,6 +144,12 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # Optional: ``pack_inputs(inputs: ModelInputs) -> PackedInputs`` puts a teacher-forced batch in one
     # padding-free row (``actor.padding_free``, :mod:`videorl.packing`); ``packing_unsupported`` (a
     # reason, or None) declines it. Without ``pack_inputs`` the micro-batches are padded.
+    # Optional: ``vision_once(model, inputs: ModelInputs) -> ContextManager`` runs the vision tower once per
+    # distinct prompt of a teacher-forced micro-batch (a prompt's n responses are n rows): ``inputs`` holds
+    # each distinct prompt's ``pixel_values``/``pixel_values_videos`` once and ``inputs.shared_items`` maps
+    # every item (row of its grid; the grids stay per row, for the positions) to the distinct item it uses
+    # (:mod:`videorl.shared_vision`); within the context, the forwards of ``model`` feed each distinct item's
+    # embeddings to all of its rows. Without it every row's pixels go through the tower.
     # Optional: ``sequence_parallel_text_model(model) -> module`` names the decoder stack whose keyword
     # ``inputs_embeds`` and ``position_ids`` sequence parallelism slices (``actor.sequence_parallel_size``,
     # :mod:`videorl.actor.ulysses`); ``sequence_parallel_unsupported`` (a reason, or None) declines it.

@@ -171,6 +171,9 @@ class ModelInputs:
     ``pixel_norm``: the visual tensors still uint8 patches (:class:`PixelNorm`), normalised by :meth:`to`.
     ``lengths``: each row's ``(prompt, response)`` token counts, known on the host when the batch is
     built (:func:`collate_encoded`), so that a device batch is never read back to learn them.
+    ``shared_items`` (:func:`videorl.shared_vision.share_prompt_visual`): a pixel field that holds each
+    distinct prompt's patches once, mapped to the distinct item each item of the batch uses (one entry
+    per row of its grid, in order); empty when every row's pixels are its own.
     """
 
     sample_ids: list[str]
@@ -187,6 +190,7 @@ class ModelInputs:
     response_mask: torch.Tensor | None = None
     pixel_norm: dict[str, PixelNorm] = field(default_factory=dict)
     lengths: tuple[tuple[int, int], ...] = ()
+    shared_items: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     _MODEL_FIELDS = (
         "input_ids",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,7 @@ from videorl.episode import Episode
 from videorl.model_inputs import response_stats
 from videorl.packing import pack_for_backend
 from videorl.parallel import Parallel
+from videorl.shared_vision import same_pixels, vision_once
 from videorl.timing import StageTimer
 
 if TYPE_CHECKING:
@@ -38,14 +39,43 @@ if TYPE_CHECKING:
 
 
 def micro_batches(trajectories: Sequence[Episode], budget: int, dist: Parallel) -> list[list[Episode]]:
-    """Pack by token budget; every rank runs as many micro-batches as the rank that needs the most."""
+    """Pack by token budget, a prompt's responses together where the budget allows (the vision tower
+    then runs once for all of them: :mod:`videorl.shared_vision`); every rank runs as many
+    micro-batches as the rank that needs the most."""
     lengths = [len(t.prompt.require_encoded()) + len(t.response_ids) for t in trajectories]
-    count = len(algo.pack_by_token_budget(lengths, budget))
+    units = _prompt_units(trajectories, lengths, budget)
+    sizes = [sum(lengths[i] for i in u) for u in units]
+    count = len(algo.pack_by_token_budget(sizes, budget))
     count = int(dist.all_reduce(torch.tensor(count), op="max"))
+    while len(units) < count and any(len(u) > 1 for u in units):  # another rank needs more: split here
+        largest = max(range(len(units)), key=lambda k: (len(units[k]), -k))
+        unit = units.pop(largest)
+        units[largest:largest] = [unit[: len(unit) // 2], unit[len(unit) // 2 :]]
+        sizes = [sum(lengths[i] for i in u) for u in units]
     return [
-        [trajectories[i] for i in b]
-        for b in algo.pack_by_token_budget(lengths, budget, min_micro_batches=count)
+        [trajectories[i] for u in b for i in units[u]]
+        for b in algo.pack_by_token_budget(sizes, budget, min_micro_batches=count)
     ]
+
+
+def _prompt_units(trajectories: Sequence[Episode], lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """The indices of each prompt's responses (prompts with the same pixels are one:
+    :func:`~videorl.shared_vision.same_pixels`), in order of first appearance, cut where a run would
+    outgrow ``budget``: what packing keeps together."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, t in enumerate(trajectories):
+        groups.setdefault(same_pixels(t.prompt.require_encoded()), []).append(i)
+    units: list[list[int]] = []
+    for members in groups.values():
+        units.append([])
+        load = 0
+        for i in members:
+            if units[-1] and load + lengths[i] > budget:
+                units.append([])
+                load = 0
+            units[-1].append(i)
+            load += lengths[i]
+    return units
 
 
 def forward_responses(
@@ -68,7 +98,10 @@ def forward_responses(
     results keep the padded ``B×R`` layout either way."""
     param = next(model.parameters())
     # a tool reply's media ride in the response, where the engine saw them (Episode.response_input)
-    inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_input() for t in batch])
+    encoded, responses = [t.prompt.require_encoded() for t in batch], [t.response_input() for t in batch]
+    inputs = backend.collate(encoded, responses)
+    # a prompt's pixels once, its tower run once for all of its rows (videorl.shared_vision)
+    inputs, tower_once = vision_once(backend, model, inputs, encoded, responses)
     inputs = inputs.to(device=param.device, dtype=param.dtype)
     ulysses = sequence_parallel_of(model)
     packed = pack_for_backend(backend, inputs) if padding_free or ulysses else None
@@ -86,6 +119,7 @@ def forward_responses(
     # (actor/head.py): no [tokens, vocab] logits
     sharded = ulysses.sharding(packed, kwargs) if ulysses is not None else nullcontext()
     with (
+        tower_once,
         sharded,
         head_outside(model, compute_dtype, mixed) as head,
         torch.autocast(param.device.type, dtype=compute_dtype, enabled=mixed),

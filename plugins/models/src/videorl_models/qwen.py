@@ -43,6 +43,8 @@ from videorl.api import (
 )
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     import torch
 
     from videorl.api import PromptInput, VideoMetadata
@@ -576,6 +578,12 @@ class QwenVLBackend:
         from videorl_models.vision_sync import QwenVisionSync
 
         return QwenVisionSync(model, backend=self)
+
+    def vision_once(self, model: Any, inputs: ModelInputs) -> AbstractContextManager[None]:
+        """Forwards within run the tower once per distinct item (:attr:`ModelInputs.shared_items`)."""
+        from videorl_models.vision_sync import vision_once
+
+        return vision_once(model, self, inputs.shared_items)
 
 
 def _uint8(patches: torch.Tensor, sample_id: str) -> torch.Tensor:

@@ -5,7 +5,10 @@ a Qwen-VL model make the vision tower run exactly once per forward whatever the 
 
 - before the inner model runs, the batch is checked (placeholders vs grids vs ``mm_token_type_ids``),
   and when it holds images *and* videos they go through the tower in one call (split back into the
-  model's ``mm_encoder_outputs``), instead of two calls a video-only rank would not make;
+  model's ``mm_encoder_outputs``), instead of two calls a video-only rank would not make; within
+  :meth:`QwenVisionSync.sharing` (the backend's ``vision_once``: a prompt's pixels once for its
+  several rows, :mod:`videorl.shared_vision`) that call encodes the distinct items only and each
+  item of the batch gets its distinct item's embeddings;
 - when the batch has no pixels at all, a zero-weighted dummy forward (16 zero patches, grid 1×4×4)
   runs just before the language model — the point where the real features are consumed — and
   ``0 · mean`` of its outputs (the DeepStack outputs too, for Qwen3-VL) is added to the input
@@ -14,16 +17,26 @@ a Qwen-VL model make the vision tower run exactly once per forward whatever the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
+from weakref import WeakKeyDictionary
 
 from videorl.api import ModelInputs
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["QwenVisionSync"]
+__all__ = ["QwenVisionSync", "vision_once"]
 
 _DUMMY_GRID = (1, 4, 4)
+#: (modality, pixel field, grid field), in the order the tower takes them
+_MODALITIES = (
+    ("image", "pixel_values", "image_grid_thw"),
+    ("video", "pixel_values_videos", "video_grid_thw"),
+)
+#: the hooks installed on each inner model (``vision_once`` finds them there)
+_INSTALLED: WeakKeyDictionary[Any, QwenVisionSync] = WeakKeyDictionary()
 
 
 class _Backend(Protocol):
@@ -49,6 +62,9 @@ class QwenVisionSync:
         self.dummy = True
         self.dummy_calls = 0
         self._visual_ran = False
+        self._shared: dict[str, tuple[int, ...]] = {}
+        self._inner = inner
+        _INSTALLED[inner] = self
         self._handles = [
             inner.register_forward_pre_hook(self._before_model, with_kwargs=True),
             self.visual.register_forward_hook(self._after_visual),
@@ -59,6 +75,18 @@ class QwenVisionSync:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if _INSTALLED.get(self._inner) is self:
+            del _INSTALLED[self._inner]
+
+    @contextmanager
+    def sharing(self, items: dict[str, tuple[int, ...]]) -> Iterator[None]:
+        """Within: each forward's pixels are the distinct items of ``items``
+        (:attr:`ModelInputs.shared_items`), encoded once and handed to every item that uses them."""
+        self._shared = items
+        try:
+            yield
+        finally:
+            self._shared = {}
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -70,14 +98,9 @@ class QwenVisionSync:
         images, videos = kwargs.get("pixel_values"), kwargs.get("pixel_values_videos")
         if (images is not None or videos is not None) and kwargs.get("input_ids") is not None:
             self._check(kwargs)
-        if images is not None and videos is not None:
+        if self._shared or (images is not None and videos is not None):
             kwargs = dict(kwargs)
-            kwargs["mm_encoder_outputs"] = self._joint_features(
-                kwargs.pop("pixel_values"),
-                kwargs["image_grid_thw"],
-                kwargs.pop("pixel_values_videos"),
-                kwargs["video_grid_thw"],
-            )
+            kwargs["mm_encoder_outputs"] = self._features(kwargs, self._shared)
         return args, kwargs
 
     def _before_language_model(
@@ -106,28 +129,48 @@ class QwenVisionSync:
         )
         self.backend.check_inputs(inputs)
 
-    def _joint_features(
-        self, images: torch.Tensor, image_grid: torch.Tensor, videos: torch.Tensor, video_grid: torch.Tensor
-    ) -> dict[str, Any]:
+    def _features(self, kwargs: dict[str, Any], shared: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+        """The model's ``mm_encoder_outputs`` from one tower call on the distinct items of both
+        modalities (their pixels popped from ``kwargs``): item ``i`` of a modality gets the embeddings
+        of distinct item ``shared[field][i]`` (every item its own where ``shared`` lacks the field)."""
         import torch
 
-        dtype = self.visual.dtype
-        out = self.visual(
-            torch.cat([images.to(dtype), videos.to(dtype)]), grid_thw=torch.cat([image_grid, video_grid])
-        )
-        merge = self.backend.merge_size**2
-        sizes = (torch.cat([image_grid, video_grid]).prod(-1) // merge).tolist()
-        n_images = image_grid.shape[0]
+        parts = []  # (modality, distinct pixels, distinct grids, the distinct item of each item)
+        for modality, field, grid_key in _MODALITIES:
+            pixels = kwargs.pop(field, None)
+            if pixels is None:
+                continue
+            grid = kwargs[grid_key]
+            items = shared.get(field) or tuple(range(grid.shape[0]))
+            firsts: dict[int, int] = {}
+            for i, d in enumerate(items):
+                firsts.setdefault(d, i)
+            if len(items) != grid.shape[0] or sorted(firsts) != list(range(len(firsts))):
+                raise ValueError(
+                    f"vision sync: {len(items)} shared {modality} items for {grid.shape[0]} grids"
+                )
+            parts.append((modality, pixels, grid[[firsts[d] for d in range(len(firsts))]], items))
+        if not parts:  # no pixels in this forward: nothing to encode
+            return {}
+        grids = torch.cat([p[2] for p in parts])
+        counts = grids.prod(-1).tolist()
+        pixels = torch.cat([p[1].to(self.visual.dtype) for p in parts])
+        if sum(counts) != pixels.shape[0]:
+            raise ValueError(f"vision sync: {pixels.shape[0]} patches for grids of {sum(counts)}")
+        out = self.visual(pixels, grid_thw=grids)
+        sizes = [c // self.backend.merge_size**2 for c in counts]
         pooled = torch.split(out.pooler_output, sizes)
         deepstack = [torch.split(f, sizes) for f in getattr(out, "deepstack_features", None) or []]
-
-        def part(sl: slice) -> Any:
-            fields: dict[str, Any] = {"pooler_output": pooled[sl]}
+        result: dict[str, Any] = {}
+        offset = 0
+        for modality, _, grid, items in parts:
+            pick = [offset + d for d in items]  # an embedding used by several rows: autograd sums them
+            fields: dict[str, Any] = {"pooler_output": tuple(pooled[i] for i in pick)}
             if deepstack:
-                fields["deepstack_features"] = [f[sl] for f in deepstack]
-            return type(out)(**fields)
-
-        return {"image": part(slice(0, n_images)), "video": part(slice(n_images, None))}
+                fields["deepstack_features"] = [tuple(f[i] for i in pick) for f in deepstack]
+            result[modality] = type(out)(**fields)
+            offset += grid.shape[0]
+        return result
 
     def _dummy_term(self) -> torch.Tensor:
         """``0 · mean`` of a vision forward on zero patches (and of its DeepStack outputs)."""
@@ -145,3 +188,19 @@ class QwenVisionSync:
             term = term + feature.float().mean()
         self.dummy_calls += 1
         return term * 0.0
+
+
+@contextmanager
+def vision_once(model: Any, backend: _Backend, items: dict[str, tuple[int, ...]]) -> Iterator[None]:
+    """The tower once per distinct item (``items``: :attr:`ModelInputs.shared_items`) in the forwards
+    of ``model`` within, through its installed hooks (or hooks installed for the while, no dummy)."""
+    installed = _INSTALLED.get(getattr(model, "model", model))
+    sync = installed or QwenVisionSync(model, backend=backend)
+    if installed is None:
+        sync.dummy = False
+    try:
+        with sync.sharing(items):
+            yield
+    finally:
+        if installed is None:
+            sync.remove()
