@@ -207,8 +207,7 @@ class QwenVLBackend:
     def sequence_parallel_text_model(self, model: Any) -> Any:
         """The decoder stack sequence parallelism shards (``actor.sequence_parallel_size``): it takes
         the merged ``inputs_embeds`` and the packed row's ``4 × 1 × N`` positions by keyword."""
-        inner = getattr(model, "model", model)
-        return inner.language_model
+        return getattr(model, "model", model).language_model
 
     def pack_inputs(self, inputs: ModelInputs) -> PackedInputs:
         """The teacher-forced batch ``inputs`` in one row (``actor.padding_free``): each sequence's 3-D
@@ -587,8 +586,7 @@ class QwenVLBackend:
 
 
 def _uint8(patches: torch.Tensor, sample_id: str) -> torch.Tensor:
-    """Patches the processor cut from uint8 frames without rescaling, as uint8 (a processor that
-    returns them as floats holds the same integers)."""
+    """Patches cut from uint8 frames without rescaling, as uint8 (float patches hold the same integers)."""
     import torch
 
     if patches.dtype == torch.uint8:
