@@ -148,7 +148,12 @@ class StagedEngine:
 
 
 class RecordingBackend:
-    """The actor's backend, remembering the prompts and responses of the last batch it collated."""
+    """The actor's backend, remembering the prompts and responses of the last batch it collated.
+
+    It runs the vision tower per row (no ``vision_once`` hook): the staged reference re-encodes every
+    row's prompt as EasyR1 does, and both modes then compute the same thing, as the ratio needs."""
+
+    vision_once = None
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
