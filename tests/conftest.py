@@ -30,6 +30,35 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
 
 @pytest.fixture(scope="session")
+def lora_overrides() -> Callable[..., list[str]]:
+    """``lora_overrides(task, model, train, val, run, *extra, engine="hf")``: the ``videorl train``
+    overrides of the LoRA runs (tests/test_lora.py, and its vLLM run in tests/test_train_vllm.py): two
+    steps of rank-4 adapters with the KL loss on the demo task, two clips a step, a checkpoint each."""
+    from videorl import demo
+
+    def overrides(
+        task: Path, model: Path, train: Path, val: Path, run: Path, *extra: str, engine: str = "hf"
+    ) -> list[str]:
+        return [
+            *demo.demo_overrides(task, model, train, val, steps=2, seed=1, engine=engine),
+            f"output_dir={run}",
+            "data.rollout_batch_size=2",
+            "actor.global_batch_size=2",
+            "rollout.n=4",
+            "trainer.save_every=1",
+            "trainer.val_every=0",
+            "trainer.progress_bar=false",
+            "algorithm.use_kl_loss=true",
+            "actor.lora.enabled=true",
+            "actor.lora.rank=4",
+            "optim.lr=0.02",  # large enough that the adapters move visibly in two steps
+            *extra,
+        ]
+
+    return overrides
+
+
+@pytest.fixture(scope="session")
 def vllm_env() -> dict[str, str]:
     """What a subprocess that runs vLLM's CPU build adds to ``os.environ`` (read at the subprocess's
     start: each test has a home of its own): the engine in that one process

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +21,6 @@ import pytest
 pytest.importorskip("peft")
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def _overrides(task: Path, model: Path, train: Path, val: Path, run: Path, *extra: str) -> list[str]:
-    from videorl import demo
-
-    return [
-        *demo.demo_overrides(task, model, train, val, steps=2, seed=1, engine="hf"),
-        f"output_dir={run}",
-        "data.rollout_batch_size=2",
-        "actor.global_batch_size=2",
-        "rollout.n=4",
-        "trainer.save_every=1",
-        "trainer.val_every=0",
-        "trainer.progress_bar=false",
-        "algorithm.use_kl_loss=true",
-        "actor.lora.enabled=true",
-        "actor.lora.rank=4",
-        "optim.lr=0.02",  # large enough that the adapters move visibly in two steps
-        *extra,
-    ]
 
 
 def _cli(*args: str) -> Any:
@@ -62,12 +43,12 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def run(task: dict[str, Path]) -> Path:
+def run(lora_overrides: Callable[..., list[str]], task: dict[str, Path]) -> Path:
     """``videorl train`` (the CLI) with LoRA, two steps, a checkpoint after each."""
     run = task["task"] / "run"
     config = task["task"] / "train.yaml"
     config.write_text("actor:\n  lora:\n    enabled: true\n")
-    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], run)
+    overrides = lora_overrides(task["task"], task["model"], task["train"], task["val"], run)
     result = _cli("train", str(config), *overrides)
     assert result.exit_code == 0, result.output
     return run
@@ -119,13 +100,13 @@ def _linear_shapes(model_dir: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_only_the_language_models_adapters_train_and_the_optimizer_holds_only_them(
-    task: dict[str, Path], tmp_path: Path
+    lora_overrides: Callable[..., list[str]], task: dict[str, Path], tmp_path: Path
 ) -> None:
     from videorl.config import load_config
     from videorl.plugins import load_plugins
     from videorl.train.compose import build_training
 
-    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], tmp_path / "run")
+    overrides = lora_overrides(task["task"], task["model"], task["train"], task["val"], tmp_path / "run")
     actor = build_training(load_config(None, overrides), load_plugins()).actor
     assert actor.lora is not None and actor.reference is None  # the KL is on, yet no reference copy
     trainable = {n: p for n, p in actor.model.named_parameters() if p.requires_grad}
@@ -143,14 +124,14 @@ def test_only_the_language_models_adapters_train_and_the_optimizer_holds_only_th
 
 
 def test_the_vision_tower_can_be_adapted_and_bad_settings_are_refused(
-    task: dict[str, Path], tmp_path: Path
+    lora_overrides: Callable[..., list[str]], task: dict[str, Path], tmp_path: Path
 ) -> None:
     from videorl.config import load_config
     from videorl.errors import ConfigError
     from videorl.plugins import load_plugins
     from videorl.train.compose import build_training
 
-    base = _overrides(task["task"], task["model"], task["train"], task["val"], tmp_path / "run")
+    base = lora_overrides(task["task"], task["model"], task["train"], task["val"], tmp_path / "run")
     actor = build_training(
         load_config(None, [*base, "actor.lora.vision_tower=adapted"]), load_plugins()
     ).actor
@@ -237,7 +218,9 @@ def test_the_reference_is_the_base_model_exactly(run: Path, tmp_path: Path) -> N
     assert all(p.requires_grad for p in training.actor.lora.parameters())
 
 
-def test_resume_auto_continues_bit_for_bit(run: Path, task: dict[str, Path], tmp_path: Path) -> None:
+def test_resume_auto_continues_bit_for_bit(
+    lora_overrides: Callable[..., list[str]], run: Path, task: dict[str, Path], tmp_path: Path
+) -> None:
     import shutil
 
     import torch
@@ -249,7 +232,7 @@ def test_resume_auto_continues_bit_for_bit(run: Path, task: dict[str, Path], tmp
     shutil.rmtree(again / "checkpoints" / "step_000002")
     (again / "checkpoints" / "latest").write_text("step_000001\n")
     config = task["task"] / "train.yaml"
-    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], again)
+    overrides = lora_overrides(task["task"], task["model"], task["train"], task["val"], again)
     result = _cli("train", str(config), *overrides, "--resume", "auto")
     assert result.exit_code == 0, result.output
     first = CheckpointManager(run / "checkpoints").load(run / "checkpoints" / "step_000002")
@@ -379,13 +362,15 @@ def test_exports_of_a_bfloat16_run_are_bfloat16(run: Path, tmp_path: Path) -> No
     assert all(torch.equal(t, want[k].to(torch.bfloat16)) for k, t in saved.items())
 
 
-def test_export_adapter_of_a_full_fine_tuning_run_is_refused(task: dict[str, Path], tmp_path: Path) -> None:
+def test_export_adapter_of_a_full_fine_tuning_run_is_refused(
+    lora_overrides: Callable[..., list[str]], task: dict[str, Path], tmp_path: Path
+) -> None:
     from videorl.config import load_config
     from videorl.plugins import load_plugins
     from videorl.train.compose import build_training
 
     full = tmp_path / "full"
-    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], full)
+    overrides = lora_overrides(task["task"], task["model"], task["train"], task["val"], full)
     overrides += ["actor.lora.enabled=false", "trainer.max_steps=1", "algorithm.use_kl_loss=false"]
     build_training(load_config(None, overrides), load_plugins()).run()
     result = _cli("export", str(full), str(tmp_path / "out"), "--adapter")
@@ -481,7 +466,7 @@ def test_the_config_snippet_of_the_docs_loads(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_fsdp_ranks_train_the_adapters_and_their_engines_get_the_merged_weights(
-    task: dict[str, Path], tmp_path: Path
+    lora_overrides: Callable[..., list[str]], task: dict[str, Path], tmp_path: Path
 ) -> None:
     """torchrun, two CPU ranks (gloo): the adapters shard with their layers (injected before sharding),
     the reference forward runs on the same sharded module, each rank's HF engine copy is refreshed with
@@ -493,7 +478,9 @@ def test_two_fsdp_ranks_train_the_adapters_and_their_engines_get_the_merged_weig
 
     run, dumps = tmp_path / "run", tmp_path / "dumps"
     dumps.mkdir()
-    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], run, "data.val_files=[]")
+    overrides = lora_overrides(
+        task["task"], task["model"], task["train"], task["val"], run, "data.val_files=[]"
+    )
     done = _torchrun(dumps, overrides)
     assert done.returncode == 0, done.stderr[-4000:]
     steps = [json.loads((dumps / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -557,7 +544,9 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_ray_workers_train_the_adapters(task: dict[str, Path], tmp_path: Path) -> None:
+def test_ray_workers_train_the_adapters(
+    lora_overrides: Callable[..., list[str]], task: dict[str, Path], tmp_path: Path
+) -> None:
     """``videorl train --ray`` (two colocated CPU actor workers): the workers build the actor through the
     same ``make_actor``, so they train adapters, take the reference with the adapters off and write
     adapter-only checkpoints."""
@@ -568,7 +557,7 @@ def test_ray_workers_train_the_adapters(task: dict[str, Path], tmp_path: Path) -
     run = tmp_path / "run"
     config = tmp_path / "train.yaml"
     config.write_text("ray:\n  actor_workers: 2\n")
-    overrides = _overrides(task["task"], task["model"], task["train"], task["val"], run)
+    overrides = lora_overrides(task["task"], task["model"], task["train"], task["val"], run)
     done = subprocess.run(
         [sys.executable, "-m", "videorl.cli", "train", str(config), *overrides, "--ray"],
         capture_output=True, text=True, timeout=540, env={**os.environ, "OMP_NUM_THREADS": "1"},

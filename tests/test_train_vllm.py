@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,9 @@ print(json.dumps(codes))
 """
 
 
-def _lora_args(root: Path) -> list[str]:
-    """``videorl train`` arguments of two steps training LoRA adapters (rank 4, with the KL loss) on
-    four demo training clips, two a step, in order: step 2 sees other videos than step 1."""
+def _lora_args(root: Path, lora_overrides: Callable[..., list[str]]) -> list[str]:
+    """``videorl train`` arguments of tests/test_lora.py's LoRA run with the vLLM engine, on four demo
+    training clips taken in order: step 2 sees other videos than step 1."""
     from videorl import demo
     from videorl.plugins import load_plugins
 
@@ -71,27 +72,19 @@ def _lora_args(root: Path) -> list[str]:
     model, train, val = demo.prepare(task, load_plugins(), family="qwen2_5_vl", seed=0, train=4, val=2)
     config = task / "train.yaml"
     config.write_text("rollout:\n  engine: vllm\n")
-    overrides = [
-        *demo.demo_overrides(task, model, train, val, steps=2, seed=1, engine="vllm"),
-        f"output_dir={root / 'lora'}",
-        "data.rollout_batch_size=2",
-        "actor.global_batch_size=2",
-        "rollout.n=4",
-        "trainer.save_every=1",
-        "trainer.val_every=0",
-        "trainer.progress_bar=false",
-        "algorithm.use_kl_loss=true",
-        "actor.lora.enabled=true",
-        "actor.lora.rank=4",
-        "optim.lr=0.02",  # large enough that the adapters move visibly in two steps
-        "rollout.engine_options={max_model_len: 1024}",
-        "data.shuffle=false",
-    ]
+    overrides = lora_overrides(
+        task, model, train, val, root / "lora",
+        "rollout.engine_options={max_model_len: 1024}", "data.shuffle=false", engine="vllm",
+    )  # fmt: skip
     return ["train", str(config), *overrides]
 
 
 @pytest.fixture(scope="module")
-def vllm_runs(tmp_path_factory: pytest.TempPathFactory, vllm_env: dict[str, str]) -> dict[str, Path]:
+def vllm_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+    vllm_env: dict[str, str],
+    lora_overrides: Callable[..., list[str]],
+) -> dict[str, Path]:
     """The ``videorl train`` runs with the vLLM engine, one subprocess for all: ``memory`` (three
     steps, the default in-memory refresh, a checkpoint each step, greedy validation at step 2),
     ``folder`` (the same through the model folder) and ``lora`` (:func:`_lora_args`). Asserts each
@@ -108,7 +101,7 @@ def vllm_runs(tmp_path_factory: pytest.TempPathFactory, vllm_env: dict[str, str]
         "folder": ["rollout.weight_sync=folder", "trainer.val_every=100"],
     }
     jobs = [[*_train_args(task, prepared, runs[name], steps=3), *args] for name, args in extra.items()]
-    jobs.append(_lora_args(root))
+    jobs.append(_lora_args(root, lora_overrides))
     shm = Path("/dev/shm")
     weight_dirs = set(shm.glob("videorl-weights-*"))
     done = subprocess.run(
