@@ -3,6 +3,7 @@ tool calls from generated text, and registration through the hook."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import ClassVar
 
@@ -118,6 +119,44 @@ def test_a_tool_that_raises_on_hostile_input_fails_the_contract() -> None:
 
     with pytest.raises(AssertionError, match="raised ZeroDivisionError"):
         assert_tool_contract(Fragile(), _context(), [{"x": 1}])  # type: ignore[arg-type]
+
+
+class Fixed:
+    """A tool without arguments whose every call returns ``result``."""
+
+    name, description = "fixed", "shows what it was given"
+    parameters: ClassVar = {"type": "object", "properties": {}}
+
+    def __init__(self, result: ToolResult) -> None:
+        self.result = result
+
+    def call(self, arguments, context):  # type: ignore[no-untyped-def]
+        return self.result
+
+
+def _segment(times: tuple[float, ...]) -> ToolResult:
+    frames, meta = _source().segment(0.0, 7.5, len(times))
+    return ToolResult("", videos=[(frames, dataclasses.replace(meta, timestamps=times))])
+
+
+@pytest.mark.parametrize(
+    ("result", "says"),
+    [
+        (_segment((100.0, 100.5)), r"a frame at 100.5 s lies past the video's end \(8.05 s\)"),
+        (_segment((3.0, 1.0)), r"frame times must not decrease, got \[3.0, 1.0\]"),
+        (_segment((math.nan, 1.0)), "frame times must be finite seconds >= 0"),
+        (_segment((0.0,) * 10), r"10 frames returned, more than context.max_frames \(8\)"),
+        (
+            ToolResult("", images=[torch.zeros(3, 168, 112, dtype=torch.uint8)]),
+            "over context.zoom_max_pixels",
+        ),
+        (ToolResult("x" * 5000), "5000 characters of text"),
+    ],
+    ids=["late", "backwards", "nan", "many", "huge", "verbose"],
+)
+def test_a_tool_returning_false_times_or_too_much_fails_the_contract(result: ToolResult, says: str) -> None:
+    with pytest.raises(AssertionError, match=says):
+        assert_tool_contract(Fixed(result), _context(), [{}])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

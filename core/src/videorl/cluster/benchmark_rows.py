@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.cluster import wire
+from videorl.errors import ConfigError
 from videorl.rollout import SamplingParams
 from videorl.rollout.placement import GroupedEngine
 from videorl.train.benchmarks import (
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from videorl.benchmark import BenchmarkRow
     from videorl.cluster.controller import Controller
     from videorl.config import TrainConfig
+    from videorl.eval.agent import AgentRollout
     from videorl.eval.inputs import RowInputs
     from videorl.eval.pipeline import EvalTask
     from videorl.eval.scoring import BenchmarkResult
@@ -69,7 +71,15 @@ def rows_runner(generate_rows: GenerateRows, chunk: int = CHUNK_ROWS) -> RowRunn
     from videorl.eval.predictions import append_prediction, read_predictions
     from videorl.eval.results import predictions_path
 
-    def run(task: EvalTask, inputs: RowInputs, run_dir: Path, sampling: SamplingParams) -> BenchmarkResult:
+    def run(
+        task: EvalTask, inputs: RowInputs, run_dir: Path, sampling: SamplingParams, agent: AgentRollout | None
+    ) -> BenchmarkResult:
+        if agent is not None:
+            raise ConfigError(
+                f"trainer.benchmarks: {task.name}: workflow {agent.name} is answered in one process or "
+                "with torchrun; on Ray the rollout workers answer single-turn rows only (set its workflow "
+                "to null there)"
+            )
         path = predictions_path(run_dir, task.name)
         done = {i for i, p in read_predictions(path).items() if not p.failed} if path.exists() else set()
         pending = [row for row in task.rows if row.id not in done]

@@ -52,6 +52,13 @@ def _summary_text(name: str, summary: dict[str, Any]) -> str:
         lines += [
             f"    {value}: {100 * score:.2f}%{ci(f'{kind}: {value}')}" for value, score in values.items()
         ]
+    tools = summary.get("tools")
+    if tools:  # answered through a workflow with tools (--workflow tool_agent)
+        calls = ", ".join(f"{name} {n}" for name, n in tools["calls"].items()) or "none"
+        lines.append(
+            f"  tools: {tools['turns_per_sample']:.2f} turns per sample; calls: {calls}; "
+            f"{tools['invalid_calls']} invalid; {tools['frames']} frames fetched"
+        )
     if intervals:
         head = summary["intervals"]
         lines.append(
@@ -339,6 +346,15 @@ def _key_help(key: str, text: str = "") -> str:
     "--out", "run_dir", type=click.Path(path_type=Path, file_okay=False), help=_key_help("output_dir")
 )
 @click.option("--engine", metavar="NAME", help=_key_help("engine.name"))
+@click.option("--workflow", metavar="NAME", help=_key_help("rollout.workflow"))
+@click.option(
+    "--tool",
+    "tools",
+    multiple=True,
+    metavar="NAME",
+    help=_key_help("rollout.tools", "A tool the workflow offers (repeatable), e.g. --tool get_frames."),
+)
+@click.option("--max-turns", type=click.IntRange(min=1), help=_key_help("rollout.max_turns"))
 @click.option(
     "--cache-dir", type=click.Path(path_type=Path, file_okay=False), help=_key_help("data.cache_dir")
 )
@@ -397,6 +413,7 @@ def run_command(plugins: Plugins, args: tuple[str, ...], print_config: bool, **f
     Examples:
       videorl eval run --model MODEL --benchmark mvbench --data-root DATA --out RUN
       videorl eval run eval.yaml sampling.max_tokens=2048 --out RUN2
+      videorl eval run ... --workflow tool_agent --tool get_frames --max-turns 3
     """
     from videorl.config import dump_config
     from videorl.eval.compose import build_evaluation

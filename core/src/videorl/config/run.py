@@ -22,6 +22,11 @@ class BenchmarkConfig:
     max_tokens: int = option(1024, "Most tokens per response.")
     temperature: float = option(0.0, "Sampling temperature; 0: greedy.")
     thinking: bool | None = option(None, "The thinking prompt variant; null: data.thinking.")
+    workflow: str | None = option(
+        None,
+        "Answer each row through this registered rollout workflow (tool_agent: with the run's "
+        "rollout.tools and budgets, max_tokens the whole episode's); null: one response per row.",
+    )
 
     def _problems(self) -> Problems:
         problems: Problems = []

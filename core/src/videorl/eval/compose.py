@@ -2,7 +2,9 @@
 
 As :mod:`videorl.train.compose` does for training, this is where evaluation looks components up by
 name: the benchmarks, the model backend (from the checkpoint's ``model_type``), the rollout engine
-(through training's :func:`~videorl.rollout.factory.make_engine`) and the loggers. Everything that can
+(through training's :func:`~videorl.rollout.factory.make_engine`), the workflow and its tools
+(``rollout.workflow``, through training's :func:`~videorl.rollout.factory.make_workflow`) and the
+loggers. Everything that can
 fail on the data is checked before the run directory is touched: every benchmark's rows are loaded
 first, and ``results.json`` refuses a resume with other settings before the model loads.
 """
@@ -28,6 +30,7 @@ from videorl.runs.trackers import open_eval_loggers, summary_figures
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
+    from videorl.eval.agent import AgentRollout
     from videorl.eval.config import EvalConfig
     from videorl.eval.inputs import RowInputs
     from videorl.eval.pipeline import EvalTask, RunReport
@@ -48,6 +51,7 @@ class Evaluation:
     inputs: RowInputs
     sampling: SamplingParams
     settings: dict[str, Any]
+    agent: AgentRollout | None = None  # rows answered through a workflow (rollout.workflow)
 
     def run(self, plugins: Plugins) -> RunReport:
         """Start the engine (and the loggers), evaluate every benchmark, close them."""
@@ -65,7 +69,7 @@ class Evaluation:
             wait = {} if p.batch_wait is None else {"batch_wait": p.batch_wait}
             evaluator = Evaluator(
                 self.inputs, engine, self.sampling, workers=p.workers, batch_size=p.batch_size,
-                queue_size=p.queue_size, **wait,
+                queue_size=p.queue_size, agent=self.agent, **wait,
             )  # fmt: skip
             begin_run(self.run_dir, {**self.settings, "pipeline": evaluator.describe()})
             report = evaluator.run(self.tasks, self.run_dir, progress=not c.quiet)
@@ -134,11 +138,13 @@ def make_eval_engine(
 ) -> RolloutEngine:
     """The engine, built as training builds its own (:func:`videorl.rollout.factory.make_engine`): the
     registered ``engine.name``, or the variant of it that takes prompts one by one (``submit``) where it
-    declares one (vLLM's ``AsyncLLM``, registered as ``vllm-async``)."""
+    declares one (vLLM's ``AsyncLLM``, registered as ``vllm-async``) and no workflow generates turn by
+    turn (``rollout.workflow``: batched ``generate``)."""
     from videorl.rollout.factory import make_engine
 
     e, identity = config.engine, engine_identity(config, plugins)
-    name = capabilities_of(plugins.rollout_engines.get(identity["name"])).async_variant or identity["name"]
+    variant = capabilities_of(plugins.rollout_engines.get(identity["name"])).async_variant
+    name = variant if variant and config.rollout.workflow is None else identity["name"]
     return make_engine(
         plugins, name, backend, model_path=str(model), dtype=identity["dtype"], seed=config.sampling.seed,
         device=identity.get("device"), max_model_len=max_model_len(config),
@@ -184,6 +190,21 @@ def _model_dir(model: Path, run_dir: Path, echo: Callable[[str], None], backends
     return target
 
 
+def make_eval_agent(config: EvalConfig, plugins: Plugins, sampling: SamplingParams) -> AgentRollout | None:
+    """The workflow ``rollout.workflow`` answers rows with (None: one response per row), made as
+    training makes it; an unknown workflow or tool is a :class:`ConfigError` naming the closest."""
+    from videorl.eval.agent import agent_base, make_agent
+
+    r = config.rollout
+    if r.workflow is None:
+        return None
+    base = agent_base(
+        r.workflow, r.tools, max_turns=r.max_turns, max_frames_per_call=r.max_frames_per_call,
+        max_visual_tokens=r.max_visual_tokens,
+    )  # fmt: skip
+    return make_agent(plugins, r.workflow, base, sampling, key="rollout.workflow (--workflow)")
+
+
 def build_evaluation(
     config: EvalConfig, plugins: Plugins, *, echo: Callable[[str], None] = print
 ) -> Evaluation:
@@ -197,6 +218,9 @@ def build_evaluation(
     from videorl.media import MediaCache
 
     engine = engine_identity(config, plugins)  # an unknown engine stops the run before anything loads
+    s = config.sampling
+    sampling = SamplingParams(n=1, temperature=s.temperature, max_tokens=s.max_tokens, seed=s.seed)
+    agent = make_eval_agent(config, plugins, sampling)  # an unknown workflow or tool, too
     run_dir = Path(config.output_dir)
     data_root = Path(config.data_root) if config.data_root else None
     tasks = [load_task(plugins.benchmarks, name, root, limit=config.limit)
@@ -209,8 +233,6 @@ def build_evaluation(
     video, image = visual_params(backend, config.data.visual_budget(backend.budget))
     cache_dir = config.data.cache_dir or run_dir / "frame-cache"
     cache = MediaCache(cache_dir, strict_params=False, threads=1)  # one decoder thread per loader
-    s = config.sampling
-    sampling = SamplingParams(n=1, temperature=s.temperature, max_tokens=s.max_tokens, seed=s.seed)
     inputs = RowInputs(backend, cache, video, image, thinking=config.data.thinking)
     p = config.pipeline
     settings = run_settings(
@@ -218,5 +240,7 @@ def build_evaluation(
         tasks=tasks, limit=config.limit,
         pipeline={"workers": p.workers, "batch_size": p.batch_size, "queue_size": p.queue_size},
     )  # fmt: skip
+    if agent is not None:
+        settings["workflow"] = agent.settings()
     begin_run(run_dir, settings)  # refuses to resume a run made with other settings, before loading the model
-    return Evaluation(config, run_dir, tasks, model, inputs, sampling, settings)
+    return Evaluation(config, run_dir, tasks, model, inputs, sampling, settings, agent)

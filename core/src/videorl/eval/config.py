@@ -117,6 +117,38 @@ class EvalEngineConfig:
 
 
 @dataclass
+class EvalRolloutConfig:
+    """How a row is answered: one response (no workflow) or a registered rollout workflow, with
+    training's ``rollout.*`` keys of the same names and meanings."""
+
+    workflow: str | None = option(
+        None,
+        "Answer each row through this registered rollout workflow (tool_agent: turns that call "
+        "rollout.tools; the final answer is scored) with the hf engine; null: one response per row.",
+    )
+    tools: list[str] = option(
+        factory=list,
+        help="Tools the tool_agent workflow offers (registered tools; built in: get_frames, seek, zoom).",
+    )
+    max_turns: int = option(4, "tool_agent: most policy turns per row (a call in the last is not run).")
+    max_frames_per_call: int = option(16, "tool_agent: most frames one tool call may return.")
+    max_visual_tokens: int | None = option(
+        None, "tool_agent: most visual tokens the tool replies of a row may add; null: no limit."
+    )
+
+    def _problems(self) -> Problems:
+        problems: Problems = []
+        for key in ("max_turns", "max_frames_per_call"):
+            if getattr(self, key) < 1:
+                problems.append((key, "must be >= 1"))
+        if self.max_visual_tokens is not None and self.max_visual_tokens < 1:
+            problems.append(("max_visual_tokens", "must be >= 1 (or null: no limit)"))
+        if self.tools and self.workflow is None:
+            problems.append(("tools", "are offered by a workflow: set rollout.workflow (e.g. tool_agent)"))
+        return problems
+
+
+@dataclass
 class EvalPipelineConfig:
     workers: int = option(2, "Loader threads (cached frames, prompt, encoding).")
     batch_size: int = option(8, "Most prompts per HF generate call.")
@@ -163,6 +195,9 @@ class EvalConfig:
     )
     sampling: EvalSamplingConfig = option(factory=EvalSamplingConfig, help="Sampling.")
     engine: EvalEngineConfig = option(factory=EvalEngineConfig, help="The rollout engine.")
+    rollout: EvalRolloutConfig = option(
+        factory=EvalRolloutConfig, help="One response per row, or a workflow with tools (tool_agent)."
+    )
     pipeline: EvalPipelineConfig = option(factory=EvalPipelineConfig, help="The evaluator's concurrency.")
     quiet: bool = option(False, "No progress bar.")
     loggers: list[str] = option(
@@ -194,6 +229,9 @@ FLAG_KEYS = {
     "data_root": "data_root",
     "run_dir": "output_dir",
     "engine": "engine.name",
+    "workflow": "rollout.workflow",
+    "tools": "rollout.tools",
+    "max_turns": "rollout.max_turns",
     "cache_dir": "data.cache_dir",
     "fps": "data.video_fps",
     "max_frames": "data.video_max_frames",

@@ -15,6 +15,9 @@
   batch of 2 costs about twice a batch of 1, one of 8 little more, and the engine's spare time goes to
   the loaders; the wait ends as soon as the batch is full or the loaders are done).
 - Scoring runs in the calling thread, which also drives the progress bar.
+- With a workflow (``agent``: :class:`~videorl.eval.agent.AgentRollout`, ``--workflow tool_agent``)
+  each prompt offers its tools and each batch goes through the workflow's turns on the engine
+  (batched ``generate``, whatever the engine); the record adds the row's calls and turns.
 
 Resumable by sample id: rows whose prediction is already in the file (with a response) are skipped;
 failed rows are run again (a later record of an id wins). A row that fails (missing video, unreadable
@@ -43,6 +46,7 @@ from videorl.eval.scoring import BenchmarkResult, score_predictions, score_row
 
 if TYPE_CHECKING:
     from videorl.benchmark import Benchmark, BenchmarkRow
+    from videorl.eval.agent import AgentRollout
     from videorl.eval.inputs import RowInputs
     from videorl.generation import Completion, SamplingParams
     from videorl.model_inputs import EncodedPrompt
@@ -131,6 +135,7 @@ class _Item:
     completion: Completion | None = None
     error: str | None = None
     stage: str | None = None
+    extras: dict[str, Any] | None = None  # a workflow's record of the row (calls, turns)
 
     @property
     def sample_id(self) -> str:
@@ -147,7 +152,7 @@ class Evaluator:
 
     ``inputs`` builds each row's prompt and media, ``engine`` is a rollout engine (``generate``, and
     optionally ``submit(prompt, params) -> Future``), ``sampling`` the sampling parameters (``n``
-    must be 1: one response per question).
+    must be 1: one response per question); ``agent``: answer through that workflow's turns instead.
     """
 
     def __init__(
@@ -160,6 +165,7 @@ class Evaluator:
         batch_size: int = 8,
         queue_size: int | None = None,
         batch_wait: float = BATCH_WAIT_S,
+        agent: AgentRollout | None = None,
     ) -> None:
         if sampling.n != 1:
             raise ConfigError(f"evaluation samples one response per question; got n={sampling.n}")
@@ -174,20 +180,27 @@ class Evaluator:
         self.workers = workers
         self.batch_size = batch_size
         self.batch_wait = batch_wait
+        self.agent = agent
         self.queue_size = max(queue_size or 2 * batch_size + workers, batch_size)  # a full batch must fit
         self.tokenizer = inputs.backend.processor.tokenizer
 
     def describe(self) -> dict[str, Any]:
         """The pipeline's concurrency and engine details (recorded, informative)."""
         describe = getattr(self.engine, "describe", None)
+        mode = "submit" if self.submits else "batched generate"
         return {
             "workers": self.workers,
             "batch_size": self.batch_size,
             "queue_size": self.queue_size,
             "batch_wait_s": self.batch_wait,
-            "engine_mode": "submit" if hasattr(self.engine, "submit") else "batched generate",
+            "engine_mode": mode if self.agent is None else f"workflow {self.agent.name}, {mode}",
             **({"engine": describe()} if callable(describe) else {}),
         }
+
+    @property
+    def submits(self) -> bool:
+        """Prompts go one by one to the engine's ``submit``: an engine with one, without a workflow."""
+        return self.agent is None and hasattr(self.engine, "submit")
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -265,8 +278,9 @@ class Evaluator:
     def _record(self, item: _Item) -> dict[str, Any]:
         """The predictions-file record of a finished item, scored by the adapter."""
         return prediction_record(
-            item.task.benchmark, item.row, item.completion, self.tokenizer, error=item.error, stage=item.stage
-        )
+            item.task.benchmark, item.row, item.completion, self.tokenizer,
+            error=item.error, stage=item.stage, extras=item.extras,
+        )  # fmt: skip
 
 
 def prediction_record(
@@ -277,8 +291,10 @@ def prediction_record(
     *,
     error: str | None = None,
     stage: str | None = None,
+    extras: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The predictions-file record of one row: its decoded response scored by the adapter, or (no
+    """The predictions-file record of one row: its decoded response scored by the adapter, with
+    ``extras`` (a workflow's calls and turns, :func:`videorl.eval.agent.episode_record`), or (no
     ``completion``) the ``error`` of the ``stage`` where it failed."""
     if completion is None:
         return {"id": row.id, "error": error or "no response", "stage": stage}
@@ -294,6 +310,7 @@ def prediction_record(
     }
     if result.failed is not None:
         record["scoring_error"] = result.failed
+    record.update(extras or {})
     try:
         json.dumps(result.prediction, allow_nan=False)
     except (TypeError, ValueError):  # an adapter returned something JSON cannot hold: keep its text
@@ -381,6 +398,8 @@ class _Run:
         start = time.perf_counter()
         try:
             prompt = self.ev.inputs.prompt(item.task.benchmark, item.row, item.sample_id)
+            if self.ev.agent is not None:
+                prompt = self.ev.agent.offer(prompt)
         except Exception as exc:  # a missing or unreadable file fails this sample only
             item.error, item.stage = _reason(exc), "load"
             return
@@ -400,7 +419,7 @@ class _Run:
 
     def generate(self) -> None:
         try:
-            if hasattr(self.ev.engine, "submit"):
+            if self.ev.submits:
                 self._submit_all()
             else:
                 self._batches()
@@ -449,7 +468,7 @@ class _Run:
     def _generate(self, batch: list[_Item]) -> None:
         start = time.perf_counter()
         try:
-            groups = self.ev.engine.generate([i.encoded for i in batch], self.ev.sampling)
+            answers = self._answers([i.encoded for i in batch])
         except Exception as exc:
             self.times.engine_s += time.perf_counter() - start
             if len(batch) == 1:
@@ -466,9 +485,16 @@ class _Run:
         self.times.engine_s += time.perf_counter() - start
         self.times.engine_calls += 1
         self.times.samples_generated += len(batch)
-        for item, group in zip(batch, groups, strict=True):
-            item.completion, item.encoded = group[0], None
+        for item, (completion, extras) in zip(batch, answers, strict=True):
+            item.completion, item.extras, item.encoded = completion, extras, None
             self.done.put(item)
+
+    def _answers(self, prompts: list[Any]) -> list[tuple[Completion, dict[str, Any] | None]]:
+        """Each prompt's response (a workflow's: its episode's last turn, with its record)."""
+        ev = self.ev
+        if ev.agent is not None:
+            return list(ev.agent.generate(ev.engine, ev.inputs.backend, prompts))
+        return [(group[0], None) for group in ev.engine.generate(prompts, ev.sampling)]
 
     def _submit_all(self) -> None:
         slots = threading.Semaphore(self.ev.queue_size)

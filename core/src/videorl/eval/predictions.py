@@ -2,7 +2,10 @@
 
 A record holds at least ``id`` and either ``response`` (the model's text) or ``error`` (why the
 sample failed: missing video, engine error, ...). Further fields (``prediction``, ``score``,
-``num_output_tokens``, ``judge_score``, ...) are kept. When an id appears twice, the last record wins
+``num_output_tokens``, ``judge_score``, ...) are kept. A row answered through a workflow
+(``--workflow tool_agent``) also has ``turns``, ``end`` (why its episode ended) and ``tool_calls``
+(each call's ``name``, ``arguments``, ``turn``, ``valid``, ``reason`` when refused, ``frames``
+fetched), which :func:`tool_summary` sums up. When an id appears twice, the last record wins
 (a resumed run re-runs a failed sample and appends it again). A final line cut short by a kill (no
 trailing newline, not valid JSON) is ignored: its sample simply was not completed.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,7 @@ def _parse(record: Any, where: str) -> Prediction:
             f"{where}: record {sample_id!r} has neither 'response' nor 'error'; write the model's text "
             "as 'response', or the reason the sample failed as 'error'"
         )
+    _check_tool_fields(record, where, sample_id)
     judge = record.get("judge_score")
     if judge is not None and (
         isinstance(judge, bool)
@@ -60,6 +66,58 @@ def _parse(record: Any, where: str) -> Prediction:
     ):
         raise DataError(f"{where}: 'judge_score' of {sample_id!r} must be a number in [0, 1]")
     return Prediction(str(sample_id), response, error, None if judge is None else float(judge), record)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_tool_fields(record: dict[str, Any], where: str, sample_id: Any) -> None:
+    """The fields of a row answered through a workflow, where present, are what :func:`tool_summary`
+    reads: ``turns`` a count, ``tool_calls`` a list of calls with a name, a validity and frames."""
+    if "turns" in record and not _count(record["turns"]):
+        raise DataError(f"{where}: 'turns' of {sample_id!r} must be a whole number >= 0")
+    calls = record.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict)
+        and isinstance(c.get("name"), str)
+        and isinstance(c.get("valid"), bool)
+        and _count(c.get("frames", 0))
+        for c in calls
+    ):
+        raise DataError(
+            f"{where}: 'tool_calls' of {sample_id!r} must be a list of objects, each with a string 'name', "
+            "a boolean 'valid' and a whole number 'frames'"
+        )
+
+
+def tool_summary(predictions: Iterable[Prediction]) -> dict[str, Any] | None:
+    """What the rows answered through a workflow did (None when none was): ``samples``,
+    ``turns_per_sample``, ``calls_per_sample``, ``calls`` per tool, ``invalid_calls``, ``frames``
+    fetched and ``ends`` (episodes per ending: answer, length, max_turns, visual_tokens)."""
+    answered = [p.record for p in predictions if not p.failed and "turns" in p.record]
+    if not answered:
+        return None
+    calls: Counter[str] = Counter()
+    invalid = frames = 0
+    for record in answered:
+        for call in record.get("tool_calls") or ():
+            calls[call["name"]] += 1
+            invalid += not call["valid"]
+            frames += call.get("frames", 0)
+    ends = Counter(r["end"] for r in answered if isinstance(r.get("end"), str))
+    n = len(answered)
+    return {
+        "samples": n,
+        "turns_per_sample": round(sum(r["turns"] for r in answered) / n, 4),
+        "calls_per_sample": round(sum(calls.values()) / n, 4),
+        "calls": dict(sorted(calls.items())),
+        "invalid_calls": invalid,
+        "frames": frames,
+        "ends": dict(sorted(ends.items())),
+    }
 
 
 def read_predictions(path: Path | str) -> dict[str, Prediction]:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from videorl.benchmark import Benchmark, BenchmarkRow
-from videorl.eval.predictions import Prediction
+from videorl.eval.predictions import Prediction, tool_summary
 
 MISSING = "missing prediction"
 
@@ -108,7 +108,12 @@ def summarize(
 def score_predictions(
     benchmark: Benchmark, rows: Sequence[BenchmarkRow], predictions: Mapping[str, Prediction]
 ) -> BenchmarkResult:
-    """Score saved predictions (by id) against every row of a benchmark."""
+    """Score saved predictions (by id) against every row of a benchmark; rows answered through a
+    workflow add the summary's ``tools`` (:func:`~videorl.eval.predictions.tool_summary`)."""
     results = [score_row(benchmark, row, predictions.get(row.id)) for row in rows]
     known = {row.id for row in rows}
-    return summarize(benchmark, rows, results, [i for i in predictions if i not in known])
+    result = summarize(benchmark, rows, results, [i for i in predictions if i not in known])
+    tools = tool_summary(predictions[row.id] for row in rows if row.id in predictions)
+    if tools is not None:
+        result.summary["tools"] = tools
+    return result

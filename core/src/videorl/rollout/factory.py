@@ -1,5 +1,5 @@
-"""Rollout engines made by name from the registry, and the engine of one training rank (its placement,
-tensor-parallel groups). What an engine can do is what it declares
+"""Rollout engines and workflows made by name from the registry, and the engine of one training rank (its
+placement, tensor-parallel groups). What an engine can do is what it declares
 (:class:`~videorl.generation.EngineCapabilities`), never its name."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from videorl.devices import local_device
-from videorl.errors import ConfigError
+from videorl.errors import ConfigError, RegistryError
 from videorl.generation import DEFAULT_BUCKET_MB, EngineSpec, capabilities_of
 from videorl.rollout.placement import GroupedEngine, engine_placement
 from videorl.rollout.vllm_common import weights_dtype
+from videorl.rollout.workflow import RolloutWorkflow
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -71,6 +72,28 @@ def make_engine(
     )
     engine: RolloutEngine = factory.from_spec(backend, spec, dict(options or {}))
     return engine
+
+
+def make_workflow(
+    plugins: Plugins, name: str, config: TrainConfig | None = None, *, key: str = "rollout.workflow"
+) -> RolloutWorkflow:
+    """The rollout workflow ``name`` from the registry, made once; a workflow with ``setup(config,
+    plugins)`` looks up its own components by name there (``tool_agent``: its tools), the one place a
+    run's names are resolved. Training, ``videorl eval run --workflow`` and ``trainer.benchmarks``
+    all make theirs here; ``key`` names the setting in errors (an unknown name: the closest ones)."""
+    try:
+        workflow = plugins.rollout_workflows.create(name)
+    except RegistryError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if not isinstance(workflow, RolloutWorkflow):
+        raise ConfigError(
+            f"{key} {name!r} made a {type(workflow).__name__}, which has no rollout(...) method "
+            "(see videorl.api.RolloutWorkflow)"
+        )
+    setup = getattr(workflow, "setup", None)
+    if config is not None and callable(setup):
+        setup(config, plugins)
+    return workflow
 
 
 def make_rank_engine(

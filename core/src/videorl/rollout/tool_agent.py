@@ -238,7 +238,8 @@ class ToolAgent:
             result = run_tool(self.tools, name, arguments, t.tools)
         counts[f"calls/{name if name in self.tools else '(unknown)'}"] += 1
         counts["invalid_calls"] += result.invalid
-        t.calls.append(ToolCallRecord(name, arguments, t.turns, result.invalid, result.frames))
+        reason = result.text if result.invalid else None
+        t.calls.append(ToolCallRecord(name, arguments, t.turns, result.invalid, result.frames, reason))
         return result
 
     @staticmethod

@@ -15,8 +15,10 @@ videorl.testing``). Fixtures:
 
 Contract checks, to call from a plugin's own tests: :func:`assert_reward_contract`,
 :func:`assert_benchmark_contract`, :func:`assert_algorithm_contract`, :func:`assert_backend_contract`
-(:mod:`videorl.testing.backend`), :func:`assert_engine_contract` (:mod:`videorl.testing.engine`) and
-:func:`assert_tool_contract` (:mod:`videorl.testing.tools`).
+(:mod:`videorl.testing.backend`), :func:`assert_engine_contract` (:mod:`videorl.testing.engine`),
+:func:`assert_tool_contract` (:mod:`videorl.testing.tools`) and :func:`assert_workflow_contract`
+(:mod:`videorl.testing.workflows`, with :class:`ScriptedEngine`, a rollout engine whose turns are
+written in advance).
 """
 
 from __future__ import annotations
@@ -51,17 +53,21 @@ from videorl.rewards.types import RewardInput, RewardOutput
 from videorl.testing.backend import assert_backend_contract
 from videorl.testing.engine import assert_engine_contract
 from videorl.testing.tools import assert_tool_contract
+from videorl.testing.workflows import ScriptedEngine, assert_workflow_contract, tool_agent
 
 __all__ = [
     "CliResult",
     "FakeEntryPoint",
+    "ScriptedEngine",
     "assert_algorithm_contract",
     "assert_backend_contract",
     "assert_benchmark_contract",
     "assert_engine_contract",
     "assert_reward_contract",
     "assert_tool_contract",
+    "assert_workflow_contract",
     "call_reward",
+    "tool_agent",
     "write_test_video",
 ]
 

@@ -33,13 +33,15 @@ class ToolCallRecord:
     """One call an episode made, as a reward reads it (``RewardInput.tool_calls``): the tool's ``name``
     and ``arguments`` as the policy wrote them (empty when the call could not be read), the policy
     ``turn`` (from 1) that wrote it, whether it was refused (``invalid``: an unreadable call, an
-    unknown tool, arguments the schema or the tool refused) and the ``frames`` the tool returned."""
+    unknown tool, arguments the schema or the tool refused), why (``reason``: the observation that
+    said so; None for a valid call) and the ``frames`` the tool returned."""
 
     name: str
     arguments: dict[str, Any]
     turn: int
     invalid: bool = False
     frames: int = 0
+    reason: str | None = None
 
 
 def _refuse_constant(name: str) -> Any:

@@ -22,7 +22,9 @@ so ``videorl eval compare RUN/benchmarks/step_000010/NAME RUN/benchmarks/step_00
 steps, or a step with a separate ``videorl eval run``. The summary becomes the metrics
 ``bench/NAME/overall``, ``bench/NAME/<metric>`` (the adapter's further official figures),
 ``bench/NAME/<category kind>/<value>`` and ``bench/NAME/failed`` (rows that scored 0 for a failure),
-with ``time/benchmarks``, the pass's wall time (the loop's timing of :class:`BenchmarkEvaluation`).
+``bench/NAME/tool/*`` for an entry answered through a ``workflow`` (turns per row, calls per tool,
+invalid calls, frames fetched), with ``time/benchmarks``, the pass's wall time (the loop's timing of
+:class:`BenchmarkEvaluation`).
 
 Resume: a pass whose ``results.json`` already holds a benchmark's summary (for the same rows) is not run
 again, its metrics are read back (a resumed run logs the steps it repeats anew); a pass interrupted
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.config.run import BenchmarkConfig
+    from videorl.eval.agent import AgentRollout
     from videorl.eval.inputs import RowInputs
     from videorl.eval.pipeline import EvalTask
     from videorl.eval.scoring import BenchmarkResult
@@ -77,9 +80,12 @@ _SHOW_FAILED = 5  # failed rows named in a log line
 
 log = logging.getLogger("videorl.train.benchmarks")
 
-RowRunner = Callable[["EvalTask", "RowInputs", Path, "SamplingParams"], "BenchmarkResult"]
-"""``runner(task, inputs, run_dir, sampling)``: answer the rows of ``task`` not yet predicted in
-``run_dir`` (``inputs`` builds their prompts), then score the benchmark into ``run_dir``."""
+RowRunner = Callable[
+    ["EvalTask", "RowInputs", Path, "SamplingParams", "AgentRollout | None"], "BenchmarkResult"
+]
+"""``runner(task, inputs, run_dir, sampling, agent)``: answer the rows of ``task`` not yet predicted in
+``run_dir`` (``inputs`` builds their prompts; ``agent``: through that workflow, the entry's
+``workflow``), then score the benchmark into ``run_dir``."""
 
 
 def pass_dir(output_dir: Path | str, step: int, name: str) -> Path:
@@ -99,6 +105,13 @@ def summary_metrics(name: str, summary: Mapping[str, Any], step: int) -> dict[st
         for value, score in values.items():
             out[f"{prefix}/{kind}/{str(value).replace('/', '_')}"] = float(score)
     out[f"{prefix}/failed"] = float(summary.get("n_failed", 0))
+    tools = summary.get("tools")
+    if tools:  # rows answered through a workflow: turns per row, calls per tool, invalid calls
+        out[f"{prefix}/tool/turns_per_sample"] = float(tools["turns_per_sample"])
+        out[f"{prefix}/tool/invalid_calls"] = float(tools["invalid_calls"])
+        out[f"{prefix}/tool/frames"] = float(tools["frames"])
+        for tool, count in tools["calls"].items():
+            out[f"{prefix}/tool/calls/{tool}"] = float(count)
     return out
 
 
@@ -143,6 +156,16 @@ def benchmark_cache(config: TrainConfig) -> MediaCache:
     return MediaCache(root, strict_params=False, threads=1)  # one decoder thread per loader, as eval
 
 
+def benchmark_agent(config: TrainConfig, plugins: Plugins, spec: BenchmarkConfig) -> AgentRollout:
+    """The workflow a ``trainer.benchmarks`` entry answers its rows with (its ``workflow``), made as the
+    run's own is, with the run's ``rollout.tools`` and budgets and the entry's sampling."""
+    from videorl.eval.agent import make_agent
+
+    assert spec.workflow is not None
+    key = f"trainer.benchmarks: {spec.name}: workflow"
+    return make_agent(plugins, spec.workflow, config, sampling_of(spec), key=key)
+
+
 def row_inputs(config: TrainConfig, backend: ModelBackend, cache: MediaCache, thinking: bool) -> RowInputs:
     """The evaluator's inputs at the run's visual budget (what ``videorl eval run`` builds from the same
     ``data.*`` keys)."""
@@ -179,6 +202,11 @@ class BenchmarkPasses:
         self.cache = benchmark_cache(config)
         self._inputs: dict[bool, RowInputs] = {}
         self.benchmarks = [_Benchmark(spec) for spec in config.trainer.benchmarks]
+        self.agents = {
+            spec.name: benchmark_agent(config, plugins, spec)
+            for spec in config.trainer.benchmarks
+            if spec.workflow is not None
+        }  # an unknown workflow or tool stops the run before training starts
         for bench in self.benchmarks:
             self._load(bench)
 
@@ -376,9 +404,12 @@ class BenchmarkPasses:
                     "options": dict(c.rollout.engine_options)},
             requirements=self.requirements, tasks=[task], limit=spec.limit,
         )  # fmt: skip
+        agent = self.agents.get(spec.name)
+        if agent is not None:
+            settings["workflow"] = agent.settings()
         settings["training"] = dict(training) if training is not None else self.policy(step)
         begin_run(run_dir, settings)  # a pass resumed with other settings is refused, naming them
-        return runner(task, inputs, run_dir, sampling).summary
+        return runner(task, inputs, run_dir, sampling, agent).summary
 
 
 @dataclass
@@ -425,8 +456,10 @@ def evaluator_runner(engine: Any, *, workers: int = 2, batch_size: int = 8) -> R
     default concurrency."""
     from videorl.eval.pipeline import Evaluator
 
-    def run(task: EvalTask, inputs: RowInputs, run_dir: Path, sampling: SamplingParams) -> BenchmarkResult:
-        evaluator = Evaluator(inputs, engine, sampling, workers=workers, batch_size=batch_size)
+    def run(
+        task: EvalTask, inputs: RowInputs, run_dir: Path, sampling: SamplingParams, agent: AgentRollout | None
+    ) -> BenchmarkResult:
+        evaluator = Evaluator(inputs, engine, sampling, workers=workers, batch_size=batch_size, agent=agent)
         return evaluator.run([task], run_dir).results[task.name]
 
     return run

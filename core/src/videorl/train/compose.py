@@ -27,7 +27,7 @@ from videorl.parallel import Parallel, gather_objects
 from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
 from videorl.rewards.router import RewardRouter
-from videorl.rollout.factory import make_rank_engine
+from videorl.rollout.factory import make_rank_engine, make_workflow
 from videorl.rollout.per_row import PerRowWorkflow
 from videorl.rollout.workflow import RolloutWorkflow
 from videorl.runs.checkpoint import CHECKPOINT_DIR, CheckpointManager
@@ -368,25 +368,6 @@ class RunParts:
             self.samples, seed=config.seed, shuffle=d.shuffle, rank=rank, world_size=size,
             prefetcher=self.encoder if prefetch else None,
         )  # fmt: skip
-
-
-def make_workflow(plugins: Plugins, name: str, config: TrainConfig | None = None) -> RolloutWorkflow:
-    """The rollout workflow ``name`` (``rollout.workflow``) from the registry, made once; a workflow
-    with ``setup(config, plugins)`` looks up its own components by name there (``tool_agent``: its
-    tools), the one place a run's names are resolved."""
-    try:
-        workflow = plugins.rollout_workflows.create(name)
-    except RegistryError as exc:
-        raise ConfigError(f"rollout.workflow: {exc}") from None
-    if not isinstance(workflow, RolloutWorkflow):
-        raise ConfigError(
-            f"rollout.workflow {name!r} made a {type(workflow).__name__}, which has no rollout(...) method "
-            "(see videorl.api.RolloutWorkflow)"
-        )
-    setup = getattr(workflow, "setup", None)
-    if config is not None and callable(setup):
-        setup(config, plugins)
-    return workflow
 
 
 def row_workflows(
