@@ -47,7 +47,7 @@ RESULTS_FILE = "results.json"
 PREDICTIONS_FILE = "predictions.jsonl"
 SCORES_FILE = "scores.jsonl"
 #: settings that must match for a run directory to be resumed (the others are informative)
-IDENTITY_KEYS = ("model", "engine", "video", "image", "clip", "prompt", "sampling")
+IDENTITY_KEYS = ("model", "engine", "video", "image", "clip", "prompt", "sampling", "workflow")
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
