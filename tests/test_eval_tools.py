@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from videorl.backend import backend_for_model
-from videorl.config import load_config
+from videorl.config import TrainConfig, load_config
 from videorl.errors import ConfigError
 from videorl.eval import read_predictions, read_results
 from videorl.media.synthetic import textured_frames, write_video
@@ -211,3 +212,20 @@ def test_a_trainer_benchmark_with_a_workflow_logs_tool_metrics(
         ConfigError, match="trainer.benchmarks: mvbench: workflow: unknown rollout workflow 'agent'"
     ):
         BenchmarkPasses(wrong, plugins, backend)
+
+
+def test_ray_refuses_a_benchmark_workflow_before_it_starts() -> None:
+    from videorl.cluster.launch import _refuse_local_only
+    from videorl.rollout.single_turn import SingleTurn
+
+    released: list[bool] = []
+    parts: Any = SimpleNamespace(
+        workflow=SingleTurn(),
+        benchmarks=SimpleNamespace(agents={"mvbench": object()}),
+        start=SimpleNamespace(release=lambda: released.append(True)),
+    )
+    with pytest.raises(
+        ConfigError, match="trainer.benchmarks: mvbench: a workflow answers rows in one process"
+    ):
+        _refuse_local_only(TrainConfig(), parts)
+    assert released == [True]  # output_dir is free again

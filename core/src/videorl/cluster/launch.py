@@ -23,7 +23,27 @@ from videorl.rollout.single_turn import SingleTurn
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.plugins import Plugins
+    from videorl.train.compose import RunParts
     from videorl.train.loop import OnStep, PeriodicEvaluation
+
+
+def _refuse_local_only(config: TrainConfig, parts: RunParts) -> None:
+    """Refuse, before Ray starts, what runs in one process or under torchrun only: a workflow other
+    than single_turn (the controller generates through the workers), a benchmark's workflow."""
+    if not isinstance(parts.workflow, SingleTurn):
+        parts.start.release()
+        name = getattr(parts.workflow, "name", config.rollout.workflow)  # a mixed dataset: a+b
+        raise ConfigError(
+            f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; "
+            "on Ray the controller drives single_turn only so far"
+        )
+    if parts.benchmarks.agents:  # the rollout workers answer a pass's rows in one turn
+        parts.start.release()
+        raise ConfigError(
+            f"trainer.benchmarks: {', '.join(sorted(parts.benchmarks.agents))}: a workflow answers rows in "
+            "one process or under torchrun; on Ray the rollout workers answer single-turn rows only so far "
+            "(workflow: null)"
+        )
 
 
 def train_on_ray(
@@ -52,13 +72,7 @@ def train_on_ray(
     config = absolute_paths(config)
     workers = config.ray.actor_workers
     parts = compose_run(config, plugins, ranks=workers, ranks_name="ray.actor_workers")
-    if not isinstance(parts.workflow, SingleTurn):  # the controller generates through the workers
-        parts.start.release()
-        name = getattr(parts.workflow, "name", config.rollout.workflow)  # a mixed dataset: a+b
-        raise ConfigError(
-            f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; "
-            "on Ray the controller drives single_turn only so far"
-        )
+    _refuse_local_only(config, parts)
     begun, backend, val, benchmarks = parts.start, parts.backend, parts.val_samples, parts.benchmarks
     data = [parts.data(config, r, workers, prefetch=False) for r in range(workers)]
     if begun.resume_from is not None:

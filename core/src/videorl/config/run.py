@@ -81,7 +81,7 @@ class TrainerConfig:
         "scores "
         "them, into output_dir/benchmarks/ and the bench/* metrics: a list of {name, data_root, every, "
         "limit, "
-        "ids, max_tokens, temperature, thinking} (docs/training.md, Benchmarks during training).",
+        "ids, max_tokens, temperature, thinking, workflow} (docs/training.md, Benchmarks during training).",
     )
     benchmarks_strict: bool = option(
         False,
