@@ -1,6 +1,7 @@
 """A third-party tool (contrib/videorl-tool-frame-diff) as a stranger uses it: built into a wheel,
 installed into a throwaway folder (the ``install_plugin`` fixture), checked with
-``videorl.testing.assert_tool_contract`` from the installed copy, and trained with through the CLI for a
+``videorl.testing.assert_tool_contract`` and, inside the tool_agent workflow, ``assert_workflow_contract``
+from the installed copy, and trained with through the CLI for a
 step of ``rollout.workflow=tool_agent`` with ``rollout.tools=[get_frames,frame_diff]`` over a dataset
 whose rows mix the agent and single-turn workflows."""
 
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 import torch
 
+from videorl.backend import backend_for_model
 from videorl.media import VideoMetadata
-from videorl.testing import assert_tool_contract
+from videorl.testing import assert_tool_contract, assert_workflow_contract, tool_agent
 from videorl.tools import ToolContext
 from videorl.tools.video import FrameSource
 
@@ -44,6 +46,11 @@ def test_a_pip_installed_tool_passes_its_contract_and_trains_through_the_cli(
     assert tool.call({"t0": 0.0, "t1": 3.0}, context).text == "Change between 0.00 s and 3.00 s: 200.0"
 
     model, train, val = demo.prepare(tmp_path, load_plugins(), family="qwen2_5_vl", seed=0, train=2, val=1)
+    workflow, config = tool_agent(tool)
+    call = '<tool_call>{"name": "frame_diff", "arguments": {"t0": 0.0, "t1": 3.0}}</tool_call>'
+    assert_workflow_contract(
+        workflow, config, backend_for_model(model, load_plugins().model_backends), call=call
+    )
     rows = [json.loads(line) for line in train.read_text().splitlines()]
     for row in rows[1::2]:
         row["workflow"] = "single_turn"  # the others take the run's tool_agent
