@@ -19,7 +19,7 @@ import pytest
 
 from videorl.backend import backend_for_model
 from videorl.config import TrainConfig, load_config
-from videorl.errors import ConfigError
+from videorl.errors import ConfigError, VideorlError
 from videorl.eval import read_predictions, read_results
 from videorl.media.synthetic import textured_frames, write_video
 from videorl.plugins import load_plugins
@@ -204,6 +204,12 @@ def test_a_trainer_benchmark_with_a_workflow_logs_tool_metrics(
     assert metrics["bench/mvbench/tool/calls/get_frames"] == 2.0
     assert metrics["bench/mvbench/tool/invalid_calls"] == 1.0 and metrics["bench/mvbench/tool/frames"] == 2.0
     _check_predictions(run / "benchmarks" / "step_000001" / "mvbench" / "mvbench" / "predictions.jsonl")
+    again = ScriptedEngine(backend, SCRIPT)  # a resumed run repeating the step reads the pass back
+    assert BenchmarkPasses(config, plugins, backend).run(1, evaluator_runner(again)) == metrics
+    assert not again.asked
+    config.rollout.max_turns = 2  # other workflow settings: not read back, and refused by name
+    with pytest.raises(VideorlError, match="workflow.max_turns: 4 in the run, 2 now"):
+        BenchmarkPasses(config, plugins, backend).run(1, evaluator_runner(again))
     wrong = load_config(None, [
         f"output_dir={run}", f"model.path={model}", "data.train_files=[unused.jsonl]",
         f"trainer.benchmarks=[{{name: mvbench, data_root: {mvbench}, workflow: agent}}]",

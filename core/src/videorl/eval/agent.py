@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from videorl.plugins import Plugins
     from videorl.rollout.workflow import RolloutWorkflow
 
-__all__ = ["AgentRollout", "episode_record", "eval_rollout_config", "make_agent"]
+__all__ = ["AGENT_KEYS", "AgentRollout", "agent_base", "episode_record", "eval_rollout_config", "make_agent"]
 
 #: the rollout keys that say how an agent row is answered (recorded in the run's settings)
 AGENT_KEYS = ("tools", "max_turns", "max_frames_per_call", "max_visual_tokens")

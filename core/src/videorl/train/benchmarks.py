@@ -279,9 +279,7 @@ class BenchmarkPasses:
         bench = next(b for b in self.benchmarks if b.spec.name == name)
         if bench.task is None:
             return None
-        return self._finished(
-            pass_dir(self.config.output_dir, step, bench.task.name), bench.task, sampling_of(bench.spec)
-        )
+        return self._finished(pass_dir(self.config.output_dir, step, bench.task.name), bench.task, bench.spec)
 
     def evaluation(self, runner: RowRunner) -> BenchmarkEvaluation:
         """These passes as the loop's periodic evaluation (:class:`videorl.train.loop.PeriodicEvaluation`)."""
@@ -299,7 +297,7 @@ class BenchmarkPasses:
         run_dir = pass_dir(self.config.output_dir, step, bench.task.name)
         if training is None:
             self._set_aside_other_weights(step, run_dir)
-        done = self._finished(run_dir, bench.task, sampling_of(bench.spec))
+        done = self._finished(run_dir, bench.task, bench.spec)
         if done is not None:
             return summary_metrics(name, done, step)
         try:
@@ -368,9 +366,10 @@ class BenchmarkPasses:
             step, run_dir, recorded.get("resumed_from"), recorded.get("continues_from"), resumed_from, aside,
         )  # fmt: skip
 
-    def _finished(self, run_dir: Path, task: EvalTask, sampling: SamplingParams) -> Mapping[str, Any] | None:
-        """The summary an earlier run recorded for this pass (all of ``task``'s rows, this sampling), if
-        any; with other settings the pass is evaluated, and ``begin_run`` names what differs."""
+    def _finished(self, run_dir: Path, task: EvalTask, spec: BenchmarkConfig) -> Mapping[str, Any] | None:
+        """The summary an earlier run recorded for this pass (all of ``task``'s rows, ``spec``'s sampling
+        and workflow), if any; with other settings the pass is evaluated, and ``begin_run`` names what
+        differs."""
         from dataclasses import asdict
 
         from videorl.eval.results import RESULTS_FILE, read_results
@@ -379,7 +378,9 @@ class BenchmarkPasses:
             return None
         results = read_results(run_dir)
         summary = results["benchmarks"].get(task.name)
-        same = results["settings"].get("sampling") == asdict(sampling)
+        agent, settings = self.agents.get(spec.name), results["settings"]
+        workflow = agent.settings() if agent is not None else None
+        same = settings.get("sampling") == asdict(sampling_of(spec)) and settings.get("workflow") == workflow
         if summary is None or summary.get("n") != len(task.rows) or not same:
             return None
         result: Mapping[str, Any] = summary
