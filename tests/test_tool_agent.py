@@ -241,7 +241,7 @@ def test_the_reward_reads_the_episodes_calls_and_the_config_weights_calls(setup:
             invalid=True,
             frames=0,
             reason="Error: end (1 s) must come after start (6 s)",
-        ),  # fmt: skip
+        ),
         ToolCallRecord("get_frames", {"start": 2, "end": 4, "n": 4}, turn=2, invalid=False, frames=4),
     ]
     # 0.5·1 + 0.5·1 for answer and grounding, − 2 calls × 0.1, − 1 invalid × 0.25
