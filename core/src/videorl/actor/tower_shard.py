@@ -1,15 +1,16 @@
 """The vision tower sharded by temporal patches over a sequence-parallel group (its generic part).
 
 Under sequence parallelism (:mod:`videorl.actor.ulysses`) the ``k`` ranks of a group run the same
-packed micro-batch. A family whose tower attends only within a temporal patch (Qwen2-VL, Qwen2.5-VL:
-each frame pair is its own attention segment, their windows lie within it, and the vision positions
-depend on height and width only) can cut a video of grid ``(t, h, w)`` into items ``(t1, h, w)``,
-``(t2, h, w)`` and get the same embeddings. Its backend's ``sequence_parallel_vision(model, shard)``
-hook then runs the tower, on each rank, only on the temporal patches :meth:`TowerShard.assign` gives
-it (an image is one temporal patch, never cut), and :meth:`TowerShard.gather` hands every rank the
-embeddings of all of them, so the model merges the whole row's visual tokens as before and Ulysses
-slices the rank's part. The tower's activations shrink by ``k``; its output (the visual features) is
-whole on every rank, as the merged input embeddings already were.
+packed micro-batch. A family whose tower attends only within a temporal patch (Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL: each frame pair is its own attention segment, Qwen2.5-VL's windows lie within it, and the
+vision positions depend on height and width only) can cut a video of grid ``(t, h, w)`` into items
+``(t1, h, w)``, ``(t2, h, w)`` and get the same embeddings. Its backend's
+``sequence_parallel_vision(model, shard)`` hook then runs the tower, on each rank, only on the
+temporal patches :meth:`TowerShard.assign` gives it (an image is one temporal patch, never cut), and
+:meth:`TowerShard.gather` hands every rank the embeddings of all of them, so the model merges the
+whole row's visual tokens as before and Ulysses slices the rank's part. The tower's activations
+shrink by ``k``; its output (the visual features) is whole on every rank, as the merged input
+embeddings already were.
 
 Assignment: the units (temporal patches) are ordered by where their first token lies in the packed
 row and cut into ``k`` contiguous runs of about equal patch counts (each unit to the run its middle

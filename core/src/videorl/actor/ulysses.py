@@ -213,6 +213,20 @@ def _pad_slice(x: torch.Tensor, dim: int, plan: ShardPlan) -> torch.Tensor:
     return torch.nn.functional.pad(x, pad).narrow(dim, plan.start, plan.local)
 
 
+def _slice_deepstack(kwargs: dict[str, Any], plan: ShardPlan) -> None:
+    """This rank's part of transformers' DeepStack arguments (Qwen3-VL), which the decoder stack adds
+    to the hidden states at the visual positions after its first layers: ``visual_pos_masks``
+    (``1 × total``) sliced as the tokens are, and of each ``deepstack_visual_embeds`` feature map (a
+    row per visual token of the row, in order) the rows of the visual tokens in this rank's part."""
+    masks, features = kwargs.get("visual_pos_masks"), kwargs.get("deepstack_visual_embeds")
+    if masks is None or features is None:
+        return
+    local = _pad_slice(masks.to(torch.uint8), -1, plan).bool()
+    before, inside = int(masks[..., : plan.start].sum()), int(local.sum())
+    kwargs["visual_pos_masks"] = local
+    kwargs["deepstack_visual_embeds"] = [f[before : before + inside] for f in features]
+
+
 class SequenceParallel:
     """Ulysses installed on a model: the decoder stack's hooks and the group they run over.
 
@@ -270,6 +284,7 @@ class SequenceParallel:
             )
         kwargs["inputs_embeds"] = _pad_slice(embeds, 1, plan)
         kwargs["position_ids"] = _pad_slice(positions, -1, plan)
+        _slice_deepstack(kwargs, plan)
         kwargs[PLAN_KWARG] = plan
         return args, kwargs
 

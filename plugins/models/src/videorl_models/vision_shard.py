@@ -1,12 +1,14 @@
 """The Qwen-VL vision tower sharded by temporal patches over a sequence-parallel group.
 
-Qwen2-VL's and Qwen2.5-VL's towers attend within one temporal patch (``cu_seqlens`` repeat
-``h·w`` per ``t`` of ``grid_thw``; Qwen2.5-VL's windows are cut per ``t``) and their vision positions
-depend on ``h`` and ``w`` only (transformers' ``vision_utils``): a video of grid ``(t, h, w)`` encodes
+Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's towers attend within one temporal patch (``cu_seqlens``
+repeat ``h·w`` per ``t`` of ``grid_thw``; Qwen2.5-VL's windows are cut per ``t``) and their vision
+positions (Qwen3-VL's interpolated embeddings too) depend on ``h`` and ``w`` only (transformers'
+``vision_utils``): a video of grid ``(t, h, w)`` encodes
 as the items ``(t1, h, w)``, ``(t2, h, w)`` do, its patches being ``t``-major. Each rank encodes the
 temporal patches the shard assigns it (an image is one patch), as runs of consecutive patches of an
 item; the shard's all-gather (:class:`videorl.actor.tower_shard.TowerShard`) gives every rank all the
-embeddings, which are put back in the tower's order (item by item). A rank assigned nothing still
+embeddings (Qwen3-VL's DeepStack features beside them), which are put back in the tower's order
+(item by item). A rank assigned nothing still
 runs the tower, on zero patches with a zero weight, so that FSDP gathers the same parameters on every
 rank.
 """
