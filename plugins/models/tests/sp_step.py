@@ -1,7 +1,7 @@
 """Sequence parallelism (Ulysses) on gloo ranks against one process: log-probs and every gradient.
 
 Run by ``test_sequence_parallel.py`` as ``python sp_step.py MODEL_DIR OUT_DIR K [--no-exchange]
-[--tower-control]``. ``K`` ranks form one sequence-parallel group and run the same packed
+[--tower-checks]``. ``K`` ranks form one sequence-parallel group and run the same packed
 micro-batch (a text prompt, a long video prompt, a video-plus-image prompt, a two-video prompt), each
 its ``1/K`` of the row and its share of the vision tower's temporal patches; the loss is the masked
 sum of log-probs and entropies divided by ``K`` (as the update scales it), the gradients are summed
@@ -9,9 +9,11 @@ over the group; the sharded model recomputes its layers in the backward (gradien
 Rank 0 also runs the micro-batch without sequence parallelism and writes both results to
 ``OUT_DIR`` (``sp.safetensors``, ``single.safetensors``) with ``rank0.json``: where the row was cut,
 which tokens lie there; every rank writes how many patches its vision tower encoded.
-``--no-exchange`` skips the all-to-all (the control that must fail); ``--tower-control`` then runs
-the sharded micro-batch again without the all-gather of the tower's embeddings (each rank keeps its
-own, zeros elsewhere: the other control) and writes ``sp_no_tower_exchange.safetensors``.
+``--no-exchange`` skips the all-to-all (the control that must fail). ``--tower-checks`` then runs a
+micro-batch of one image prompt (one temporal patch: one rank encodes it, the others run the
+tower's zero-weighted dummy), sharded and in one process (``sp_lone``, ``single_lone``), and the
+first micro-batch again without the all-gather of the tower's embeddings (each rank keeps its own,
+zeros elsewhere: the other control, ``sp_no_tower_exchange``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ ENTROPY_COEF = 0.1
 
 def episodes(backend: Any) -> list[Any]:
     """The micro-batch: text, a 16-frame video (8 temporal patches of 16 visual tokens), a video and an
-    image, two videos (fixed random responses). The cut between two ranks lies inside a temporal
-    patch of the long video."""
+    image, two videos (fixed random responses); then the lone image prompt. The cut between two
+    ranks lies inside a temporal patch of the long video."""
     import torch
 
     from videorl.data import Sample
@@ -54,11 +56,12 @@ def episodes(backend: Any) -> list[Any]:
         PromptInput("long", "What happens in the video?", videos=[video(16, 4, 1)]),
         PromptInput("both", "Does the image appear in the video?", videos=[video(4, 2, 2)], images=[image]),
         PromptInput("two", "Which video is longer?", videos=[video(2, 2, 3), video(4, 2, 4)]),
+        PromptInput("lone", "What is in the image?", images=[image]),
     ]
     forbidden = backend.forbidden_token_ids()
     allowed = torch.tensor([i for i in range(len(backend.tokenizer)) if i not in forbidden])
     out = []
-    for n, prompt in zip((4, 7, 3, 2), prompts):
+    for n, prompt in zip((4, 7, 3, 2, 3), prompts):
         response = allowed[torch.randint(0, len(allowed), (n,), generator=gen)].tolist()
         sample = Sample(id=prompt.sample_id, data_type=prompt.data_type, problem="q", problem_type="x")
         completion = Completion(response, [-1.0] * n, "stop")
@@ -139,7 +142,7 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, fl
         if "--no-exchange" in flags:  # the control: each rank attends over its own tokens only
             ulysses._AllToAll.apply = staticmethod(lambda x, group: x)  # type: ignore[method-assign]
         backend = backend_for_model(model_dir, load_plugins().model_backends)
-        batch = episodes(backend)
+        *batch, lone = episodes(backend)
         model = backend.load_model().train()
         # recomputed in the backward: the shard plan must reach the attention again
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -150,12 +153,20 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, fl
         if rank == 0:
             save_file(sharded, str(out / "sp.safetensors"))
             whole = backend.load_model().train()
-            result["single_tower_patches"] = count_patches(whole)
+            whole_patches = count_patches(whole)
             single = run(whole, backend, batch, 1)
+            result["single_tower_patches"] = list(whole_patches)
             save_file(single, str(out / "single.safetensors"))
             result["cuts"], result["video_run"] = cut_tokens(backend, batch, size)
             result["video_id"] = backend.token_ids["video"]
-        if "--tower-control" in flags:  # each rank has the tower rows it encoded only
+        if "--tower-checks" in flags:
+            before = len(patches)
+            lone_sharded = run(model, backend, [lone], size)
+            result["lone_tower_patches"] = patches[before:]
+            if rank == 0:
+                save_file(lone_sharded, str(out / "sp_lone.safetensors"))
+                save_file(run(whole, backend, [lone], 1), str(out / "single_lone.safetensors"))
+            # the control: each rank has the tower rows it encoded only
             tower_shard._GatherRows.apply = staticmethod(_local_only)  # type: ignore[method-assign]
             control = run(model, backend, batch, size)
             if rank == 0:

@@ -45,12 +45,12 @@ def _run(model_dir: Path, out: Path, size: int, *flags: str) -> list[dict[str, A
     return ranks
 
 
-def _differences(out: Path, sharded: str = "sp") -> tuple[float, float, int]:
+def _differences(out: Path, sharded: str = "sp", single: str = "single") -> tuple[float, float, int]:
     """The largest log-prob/entropy difference, the largest relative gradient difference, and how
-    many parameters have a gradient (of the ``sharded`` run's results against one process's)."""
+    many parameters have a gradient (of the ``sharded`` run's results against ``single``'s)."""
     from safetensors.torch import load_file
 
-    got, want = load_file(str(out / f"{sharded}.safetensors")), load_file(str(out / "single.safetensors"))
+    got, want = load_file(str(out / f"{sharded}.safetensors")), load_file(str(out / f"{single}.safetensors"))
     assert got.keys() == want.keys()
     stats = max((got[k] - want[k]).abs().max().item() for k in ("logp", "entropy"))
     worst, trained = 0.0, 0
@@ -69,7 +69,7 @@ def _differences(out: Path, sharded: str = "sp") -> tuple[float, float, int]:
 def test_two_ranks_give_the_one_process_log_probs_and_gradients(
     model_type: str, tiny_dir: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    ranks = _run(tiny_dir(model_type), tmp_path / "run", 2, "--tower-control")
+    ranks = _run(tiny_dir(model_type), tmp_path / "run", 2, "--tower-checks")
     report = ranks[0]
     video = report["video_id"]
     assert report["cuts"] == [[video, video]]  # the ranks' cut lies inside the video,
@@ -82,6 +82,11 @@ def test_two_ranks_give_the_one_process_log_probs_and_gradients(
     # patches in row order, the cut where half the patches (300) lies: 5 x 64 | 3 x 64 + 5 x 16 + 8
     assert sum(report["single_tower_patches"]) == 600
     assert [r["tower_patches"] for r in ranks] == [[320], [280]]
+    # a lone image is one temporal patch (8 patches): rank 1 encodes it (its middle, 4 of 8, is the
+    # half), rank 0 runs the zero-weighted dummy (16 zero patches); the results are one process's
+    assert [r["lone_tower_patches"] for r in ranks] == [[16], [8]]
+    stats, grads, trained = _differences(tmp_path / "run", "sp_lone", "single_lone")
+    assert stats < 1e-5 and grads < 1e-5 and trained > 50, (stats, grads, trained)
     # the control: without the tower's all-gather each rank lacks the other's embeddings
     stats, grads, _ = _differences(tmp_path / "run", "sp_no_tower_exchange")
     assert stats > 1e-3 and grads > 1e-3, (stats, grads)
