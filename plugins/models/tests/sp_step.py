@@ -12,7 +12,8 @@ which tokens lie there; every rank writes how many patches its vision tower enco
 ``--no-exchange`` skips the all-to-all (the control that must fail). ``--tower-checks`` then runs a
 micro-batch of one image prompt (one temporal patch: one rank encodes it, the others run the
 tower's zero-weighted dummy), sharded and in one process (``sp_lone``, ``single_lone``), and the
-first micro-batch again without the all-gather of the tower's embeddings (each rank keeps its own,
+first micro-batch again with the whole tower on every rank (a backend without the sharding hook,
+``sp_whole_tower``) and without the all-gather of the tower's embeddings (each rank keeps its own,
 zeros elsewhere: the other control, ``sp_no_tower_exchange``).
 """
 
@@ -166,6 +167,15 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, fl
             if rank == 0:
                 save_file(lone_sharded, str(out / "sp_lone.safetensors"))
                 save_file(run(whole, backend, [lone], 1), str(out / "single_lone.safetensors"))
+            installed = ulysses.sequence_parallel_of(model)
+            assert installed is not None
+            hook, installed.vision = installed.vision, None  # as a backend without the hook
+            before = len(patches)
+            whole_tower = run(model, backend, batch, size)
+            result["whole_tower_patches"] = patches[before:]
+            if rank == 0:
+                save_file(whole_tower, str(out / "sp_whole_tower.safetensors"))
+            installed.vision = hook
             # the control: each rank has the tower rows it encoded only
             tower_shard._GatherRows.apply = staticmethod(_local_only)  # type: ignore[method-assign]
             control = run(model, backend, batch, size)

@@ -87,6 +87,10 @@ def test_two_ranks_give_the_one_process_log_probs_and_gradients(
     assert [r["lone_tower_patches"] for r in ranks] == [[16], [8]]
     stats, grads, trained = _differences(tmp_path / "run", "sp_lone", "single_lone")
     assert stats < 1e-5 and grads < 1e-5 and trained > 50, (stats, grads, trained)
+    # a backend without the sharding hook: the whole tower on every rank, the same results
+    assert [sum(r["whole_tower_patches"]) for r in ranks] == [600, 600]
+    stats, grads, _ = _differences(tmp_path / "run", "sp_whole_tower")
+    assert stats < 1e-5 and grads < 1e-5, (stats, grads)
     # the control: without the tower's all-gather each rank lacks the other's embeddings
     stats, grads, _ = _differences(tmp_path / "run", "sp_no_tower_exchange")
     assert stats > 1e-3 and grads > 1e-3, (stats, grads)
@@ -115,6 +119,17 @@ def test_a_temporal_patch_is_keyed_by_its_first_token_where_first_used() -> None
     assert unit_keys(rows, grids, [0, 1, 0], 2) == {0: [50, 54], 1: [200]}
     with pytest.raises(ValueError, match="placeholders"):
         unit_keys(rows[:-1], grids, [0, 1, 0], 2)
+
+
+def test_which_backends_shard_the_tower() -> None:
+    from videorl.backend import shards_vision_tower
+    from videorl_models.qwen2_5_vl import Qwen2_5VLBackend
+    from videorl_models.qwen3_5 import Qwen3_5Backend
+    from videorl_models.qwen3_vl import Qwen3VLBackend
+
+    assert shards_vision_tower(Qwen2_5VLBackend) and shards_vision_tower(Qwen3VLBackend)
+    assert not shards_vision_tower(Qwen3_5Backend)  # it declines sequence parallelism
+    assert not shards_vision_tower(object())  # no hook: the whole tower on every rank
 
 
 def test_a_size_that_does_not_divide_the_heads_names_those_that_do() -> None:
