@@ -44,7 +44,7 @@ def _plan(model: Path, placement: Placement, *overrides: str, config_file: Path 
         [f"model.path={model}", *([] if config_file else ["data.train_files=[unused.jsonl]"]), *overrides],
     )
     backend = make_backend(config, load_plugins())
-    shape = ModelShape.of(backend.load_model(device=torch.device("meta")))
+    shape = ModelShape.of(backend.load_model(device=torch.device("meta")), backend)
     return shape, plan(
         config, shape, placement, sequence_tokens(config, backend, config.data.visual_budget(backend.budget))
     )
@@ -235,11 +235,13 @@ def test_placements_that_cannot_be(gpus: int, nodes: int) -> None:
         Placement(gpus, 80, nodes)
 
 
-def _long_video(tmp_path: Path, sp: int) -> tuple[ModelShape, Any]:
+def _long_video(tmp_path: Path, sp: int, shards_tower: bool = True) -> tuple[ModelShape, Any]:
     """Long-RL's budget on Qwen2.5-VL-7B, 8 GPUs of 141 GB, sequence parallel ``sp``: one video of
     3,600 frames at 60 visual tokens each (120 per temporal group of 2 frames: 94,080 pixels, 120
     tokens of 28 x 28 pixels), the question, a 1,024-token response; the tower trainable,
-    gradient checkpointing on."""
+    gradient checkpointing on. ``shards_tower=False``: as a family whose tower is not sharded."""
+    from dataclasses import replace
+
     from videorl.train.compose import make_backend
 
     config = load_config(
@@ -254,7 +256,9 @@ def _long_video(tmp_path: Path, sp: int) -> tuple[ModelShape, Any]:
             f"actor.sequence_parallel_size={sp}",
         ],
     )
-    shape = ModelShape.of(make_backend(config, load_plugins()).load_model(device=torch.device("meta")))
+    backend = make_backend(config, load_plugins())
+    shape = ModelShape.of(backend.load_model(device=torch.device("meta")), backend)
+    shape = replace(shape, shards_tower=shape.shards_tower and shards_tower)
     visual = 3_600 * 60  # 216,000
     prompt = visual + 2 + 200  # vision start/end, the question
     seq = {
@@ -272,54 +276,70 @@ def _long_video(tmp_path: Path, sp: int) -> tuple[ModelShape, Any]:
 def test_long_video_at_sequence_parallel_8_on_qwen2_5_vl_7b(tmp_path: Path) -> None:
     shape, result = _long_video(tmp_path, 8)
     assert (shape.heads, shape.vision_intermediate) == (28, 3_420)
+    assert shape.shards_tower  # Qwen2.5-VL's backend shards the tower by temporal patches
     P = 8_292_166_656
     root = 2 * 152_064 * 3_584
     layer = 2 * 3_584**2 + 2 * 3_584 * 512 + 3 * 3_584 * 18_944
     vision_unit = 2 * 14 * 14 * 3 * 1_280 + 5_120**2 + 5_120 * 3_584
     tokens = -(-217_226 // 8)  # 27,154 tokens of the sequence per rank through the decoder layers
-    patches = 4 * 216_000  # 864,000: the whole video's patches on every rank (the tower is not sharded)
+    patches = 4 * 216_000 // 8  # 108,000: the rank's share of the video's 864,000 patches
     hand = {
         "states": 16 * P / 8 / GB,  # 16.58
         "gathered_weights": 2 * (root + 2 * layer + vision_unit) / GB,  # 3.20
         "unsharded_gradients": 6 * (root + layer) / GB,  # 7.94
         "text_checkpoints": 28 * tokens * 3_584 * 2 / GB,  # 5.45: 1/8 of the sequence's
-        # the vision block's working set over every patch (27.30) outweighs a decoder layer's over
-        # the rank's tokens, 27,154 * (5 * 3,584 + 2 * 512 + 3 * 18,944) * 2 = 4.12
-        "recomputed_layer": patches * (7 * 1_280 + 2 * 3_420) * 2 / GB,
-        "vision_checkpoints": 32 * patches * 1_280 * 2 / GB,  # 70.78
-        "visual_features": 216_000 * 3_584 * 2 / GB,  # 1.55
+        # a decoder layer's working set over the rank's tokens (4.12) outweighs the vision block's
+        # over the rank's patches, 108,000 * (7 * 1,280 + 2 * 3,420) * 2 = 3.41
+        "recomputed_layer": tokens * (5 * 3_584 + 2 * 512 + 3 * 18_944) * 2 / GB,
+        "vision_checkpoints": 32 * patches * 1_280 * 2 / GB,  # 8.85: 1/8 of the video's 70.78
+        "visual_features": 216_000 * 3_584 * 2 / GB,  # 1.55: all-gathered, whole on every rank
         "logits": (2 * 1_025 * 152_064 * 2 + 4 * 1_024 * 152_064 * 4) / GB,  # 3.11
-        # + 4 overhead + 2 the sleeping engine: 141.91 > 141
-        "total": 141.91,
+        # + 4 overhead + 2 the sleeping engine
+        "total": 56.80,
     }
     off = {k: (result.update[k], round(v, 3)) for k, v in hand.items() if abs(result.update[k] - v) > 0.01}
     assert not off, off  # each figure to its rounding
     assert not result.fits
     # k = 8 does not divide Qwen2.5-VL-7B's 28 heads: Ulysses cannot split them; 1, 2 or 4 can
     assert any("sequence_parallel_size=8: must divide" in f and "[1, 2, 4]" in f for f in result.findings)
+    assert not any("not sharded by frames" in f for f in result.findings)
     # The longest video that fits: each frame adds 60 tokens (28 * 3,584 * 2 / 8 B each in the text
-    # checkpoints, 7,168 B each in the visual features) and 240 patches (32 * 1,280 * 2 B each in the
-    # vision checkpoints, 31,600 B each in the vision block): 29.2 MB a frame; 0.91 GB too many
-    # is 31 frames, so 3,568 frames (a multiple of 2) fit
-    per_frame = 60 * (28 * 3_584 * 2 / 8 + 3_584 * 2) + 240 * (32 * 1_280 * 2 + 31_600)
-    want = 3_600 - 2 * math.ceil((hand["total"] - 141) * GB / per_frame / 2)
-    assert result.longest["frames"] == want == 3_568, (result.longest, want)
-    update = next(f for f in result.findings if f.startswith("update phase"))
-    assert f"data.video_max_frames <= {result.longest['frames']}" in update
-    assert "not sharded by frames" in update  # the tower's 99.6 GB is per rank whatever k
+    # checkpoints, 7,168 B each in the visual features, 151,424 / 8 B each in the decoder layer's
+    # working set) and 240 / 8 patches per rank (32 * 1,280 * 2 B each in the vision checkpoints):
+    # 5.53 MB a frame; 141 - 56.80 GB leaves room for 15,228 more frames (a multiple of 2). The
+    # engine's KV cache (0.7 * 141 - 16.58 - 6 GB at 57,344 B a token: 1.33 M tokens) holds its
+    # 1.13 M-token sequence.
+    per_frame = 60 * (28 * 3_584 * 2 / 8 + 3_584 * 2 + 151_424 / 8) + 240 / 8 * (32 * 1_280 * 2)
+    total = sum(v for k, v in hand.items() if k != "total") + 6
+    want = 3_600 + 2 * math.floor((141 - total) * GB / per_frame / 2)
+    assert result.longest["frames"] == want == 18_828, (result.longest, want)
+    assert result.longest["sequence"] * 57_344 <= (0.7 * 141 - 2 * P / GB - 6) * GB
     # host: each of the 8 ranks holds its data group's 256 prompts (one group of 8: the first rank's
     # rollout, received), and the first also the next batch (prefetch): 9 x 256 prompts of uint8
     # frames (3,600 x 3 x 94,080) and uint8 patches (864,000 x 3 x 2 x 14 x 14), 2.03 GB each
-    per_prompt = 3_600 * 3 * 94_080 + patches * 3 * 2 * 14 * 14
+    per_prompt = 3_600 * 3 * 94_080 + 4 * 216_000 * 3 * 2 * 14 * 14
     assert abs(result.host_per_node["prompts"] - 9 * 256 * per_prompt / GB) < 0.01
 
 
-def test_long_video_at_sequence_parallel_4_names_what_would_fit(tmp_path: Path) -> None:
+def test_long_video_at_sequence_parallel_4_fits_with_the_tower_sharded(tmp_path: Path) -> None:
     _, result = _long_video(tmp_path, 4)
-    # k = 4 is valid; the text checkpoints double to 10.90 GB (54,307 tokens per rank): 147.36 GB
+    # k = 4 is valid; the text checkpoints double to 10.90 GB (54,307 tokens per rank), the vision
+    # checkpoints to 17.69 GB (216,000 patches per rank), the decoder layer's working set to 8.23
+    # GB: 75.22 GB, which fits 141 GB
     assert abs(result.update["text_checkpoints"] - 28 * 54_307 * 3_584 * 2 / GB) < 0.01
-    assert abs(result.update["total"] - 147.36) < 0.5 and not result.fits
-    assert not any("must divide" in f for f in result.findings)
+    assert abs(result.update["vision_checkpoints"] - 32 * 216_000 * 1_280 * 2 / GB) < 0.01
+    assert abs(result.update["total"] - 75.22) < 0.05 and result.fits and not result.findings
+    # per frame 60 * (28 * 3,584 * 2 / 4 + 7,168 + 151,424 / 4) + 60 * 81,920 = 10.63 MB: 6,190 more
+    assert result.longest["frames"] == 9_790
+
+
+def test_long_video_without_a_sharded_tower_names_the_tower(tmp_path: Path) -> None:
+    """A family whose backend does not shard the tower: its 864,000 patches on every rank."""
+    _, result = _long_video(tmp_path, 4, shards_tower=False)
+    # the vision checkpoints 70.78 GB and the block's working set 27.30 GB instead of 17.69 and the
+    # text layer's 8.23: 75.22 + 53.09 + 19.07 = 147.36 GB
+    assert abs(result.update["vision_checkpoints"] - 32 * 864_000 * 1_280 * 2 / GB) < 0.01
+    assert abs(result.update["total"] - 147.36) < 0.05 and not result.fits
     update = next(f for f in result.findings if f.startswith("update phase"))
     assert "actor.sequence_parallel_size=" not in update  # no valid size fits: the tower is the excess
-    assert "data.video_max_frames <= " in update and result.longest["frames"] < 3_568
+    assert "not sharded by frames" in update and result.longest["frames"] < 3_600

@@ -153,6 +153,12 @@ class ModelBackend(Protocol, metaclass=_StaticProtocolMeta):
     # Optional: ``sequence_parallel_text_model(model) -> module`` names the decoder stack whose keyword
     # ``inputs_embeds`` and ``position_ids`` sequence parallelism slices (``actor.sequence_parallel_size``,
     # :mod:`videorl.actor.ulysses`); ``sequence_parallel_unsupported`` (a reason, or None) declines it.
+    # Optional: ``sequence_parallel_vision(model, shard) -> ContextManager``: within, a sequence-parallel
+    # forward of ``model`` runs the vision tower on this rank's share of the temporal patches only
+    # (``shard``: :class:`videorl.actor.tower_shard.TowerShard`, whose ``assign`` gives each patch its
+    # rank and whose ``gather`` all-gathers the embeddings with their gradient); for a tower that
+    # attends within one temporal patch. Without it the whole tower runs on every rank of the group
+    # (:func:`shards_vision_tower`).
     # Optional: ``checkpoint_layout(state: dict[str, Tensor]) -> dict[str, Tensor]`` gives the policy's
     # weights (transformers' names and layout) in the names and layout of the family's Hub checkpoints,
     # which vLLM's loaders expect; a vLLM engine's weight refresh goes through it
@@ -185,6 +191,13 @@ def missing_backend_members(backend: object) -> list[str]:
         except AttributeError:
             missing.append(name)
     return missing
+
+
+def shards_vision_tower(backend: object) -> bool:
+    """Whether sequence parallelism shards ``backend``'s vision tower by temporal patches: it has
+    ``sequence_parallel_vision`` and does not decline sequence parallelism."""
+    declined = getattr(backend, "sequence_parallel_unsupported", None)
+    return getattr(backend, "sequence_parallel_vision", None) is not None and not declined
 
 
 def hub_checkpoint_layout(backend: object, state: dict[str, Any]) -> dict[str, Any]:

@@ -1,13 +1,20 @@
 """Sequence parallelism (Ulysses) on gloo ranks against one process: log-probs and every gradient.
 
-Run by ``test_sequence_parallel.py`` as ``python sp_step.py MODEL_DIR OUT_DIR K [--no-exchange]``.
-``K`` ranks form one sequence-parallel group and run the same packed micro-batch (a text prompt, a
-long video prompt, a video-plus-image prompt), each its ``1/K`` of the row; the loss is the masked
+Run by ``test_sequence_parallel.py`` as ``python sp_step.py MODEL_DIR OUT_DIR K [--no-exchange]
+[--tower-checks]``. ``K`` ranks form one sequence-parallel group and run the same packed
+micro-batch (a text prompt, a long video prompt, a video-plus-image prompt, a two-video prompt), each
+its ``1/K`` of the row and its share of the vision tower's temporal patches; the loss is the masked
 sum of log-probs and entropies divided by ``K`` (as the update scales it), the gradients are summed
 over the group; the sharded model recomputes its layers in the backward (gradient checkpointing).
 Rank 0 also runs the micro-batch without sequence parallelism and writes both results to
 ``OUT_DIR`` (``sp.safetensors``, ``single.safetensors``) with ``rank0.json``: where the row was cut,
-which tokens lie there. ``--no-exchange`` skips the all-to-all (the control that must fail).
+which tokens lie there; every rank writes how many patches its vision tower encoded.
+``--no-exchange`` skips the all-to-all (the control that must fail). ``--tower-checks`` then runs a
+micro-batch of one image prompt (one temporal patch: one rank encodes it, the others run the
+tower's zero-weighted dummy), sharded and in one process (``sp_lone``, ``single_lone``), and the
+first micro-batch again with the whole tower on every rank (a backend without the sharding hook,
+``sp_whole_tower``) and without the all-gather of the tower's embeddings (each rank keeps its own,
+zeros elsewhere: the other control, ``sp_no_tower_exchange``).
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ ENTROPY_COEF = 0.1
 
 
 def episodes(backend: Any) -> list[Any]:
-    """The micro-batch: text, a 16-frame video (128 visual tokens), a video and an image (fixed random
-    responses). The row is 262 tokens; the cut between two ranks (131) lies inside the long video."""
+    """The micro-batch: text, a 16-frame video (8 temporal patches of 16 visual tokens), a video and an
+    image, two videos (fixed random responses); then the lone image prompt. The cut between two
+    ranks lies inside a temporal patch of the long video."""
     import torch
 
     from videorl.data import Sample
@@ -48,11 +56,13 @@ def episodes(backend: Any) -> list[Any]:
         PromptInput("text", "How many objects are there? Answer with a number"),
         PromptInput("long", "What happens in the video?", videos=[video(16, 4, 1)]),
         PromptInput("both", "Does the image appear in the video?", videos=[video(4, 2, 2)], images=[image]),
+        PromptInput("two", "Which video is longer?", videos=[video(2, 2, 3), video(4, 2, 4)]),
+        PromptInput("lone", "What is in the image?", images=[image]),
     ]
     forbidden = backend.forbidden_token_ids()
     allowed = torch.tensor([i for i in range(len(backend.tokenizer)) if i not in forbidden])
     out = []
-    for n, prompt in zip((4, 7, 3), prompts):
+    for n, prompt in zip((4, 7, 3, 2, 3), prompts):
         response = allowed[torch.randint(0, len(allowed), (n,), generator=gen)].tolist()
         sample = Sample(id=prompt.sample_id, data_type=prompt.data_type, problem="q", problem_type="x")
         completion = Completion(response, [-1.0] * n, "stop")
@@ -79,17 +89,37 @@ def run(model: Any, backend: Any, batch: list[Any], size: int) -> dict[str, Any]
     return out
 
 
-def cut_tokens(backend: Any, batch: list[Any], size: int) -> list[list[int]]:
-    """The packed row's tokens on either side of each cut between ranks."""
+def cut_tokens(backend: Any, batch: list[Any], size: int) -> tuple[list[list[int]], list[int]]:
+    """The packed row's tokens on either side of each cut between ranks, and how many video tokens
+    run up to each cut."""
     from videorl.packing import pack_for_backend
 
     inputs = backend.collate([t.prompt.require_encoded() for t in batch], [t.response_ids for t in batch])
     ids = pack_for_backend(backend, inputs).input_ids[0].tolist()
     local = -(-len(ids) // size)
-    return [ids[r * local - 1 : r * local + 1] for r in range(1, size)]
+    cuts = [r * local for r in range(1, size)]
+    video = backend.token_ids["video"]
+    runs = [next(n for n in range(cut + 1) if n == cut or ids[cut - 1 - n] != video) for cut in cuts]
+    return [ids[c - 1 : c + 1] for c in cuts], runs
 
 
-def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, exchange: bool) -> None:
+def count_patches(model: Any) -> list[int]:
+    """The patches each call of ``model``'s vision tower encodes (appended as it runs)."""
+    calls: list[int] = []
+    model.model.visual.register_forward_pre_hook(lambda m, args: calls.append(int(args[0].shape[0])))
+    return calls
+
+
+def _local_only(local: Any, group: Any, counts: list[int], rank: int) -> Any:
+    """The control's all-gather: this rank's rows where they belong, zeros for the others'."""
+    import torch
+
+    start = sum(counts[:rank])
+    zeros = local.new_zeros(sum(counts) - counts[rank], local.shape[-1])
+    return torch.cat([zeros[:start], local, zeros[start:]])
+
+
+def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, flags: list[str]) -> None:
     import torch
     import torch.distributed as dist
 
@@ -99,7 +129,7 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, ex
     try:
         from safetensors.torch import save_file
 
-        from videorl.actor import ulysses
+        from videorl.actor import tower_shard, ulysses
         from videorl.api import backend_for_model
         from videorl.plugins import load_plugins
 
@@ -110,22 +140,47 @@ def _rank(rank: int, size: int, init_file: str, model_dir: str, out_dir: str, ex
             world_size=size,
             timeout=timedelta(seconds=60),
         )
-        if not exchange:  # the control: each rank attends over its own tokens only, as if exchanged
+        if "--no-exchange" in flags:  # the control: each rank attends over its own tokens only
             ulysses._AllToAll.apply = staticmethod(lambda x, group: x)  # type: ignore[method-assign]
         backend = backend_for_model(model_dir, load_plugins().model_backends)
-        batch = episodes(backend)
+        *batch, lone = episodes(backend)
         model = backend.load_model().train()
         # recomputed in the backward: the shard plan must reach the attention again
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         ulysses.install_sequence_parallel(model, backend, dist.group.WORLD, size, rank)
+        patches = count_patches(model)
         sharded = run(model, backend, batch, size)
+        result["tower_patches"] = list(patches)  # before the control runs
         if rank == 0:
             save_file(sharded, str(out / "sp.safetensors"))
-            single = run(backend.load_model().train(), backend, batch, 1)
+            whole = backend.load_model().train()
+            whole_patches = count_patches(whole)
+            single = run(whole, backend, batch, 1)
+            result["single_tower_patches"] = list(whole_patches)
             save_file(single, str(out / "single.safetensors"))
-            video = backend.token_ids["video"]
-            result["cuts"] = cut_tokens(backend, batch, size)
-            result["video_id"] = video
+            result["cuts"], result["video_run"] = cut_tokens(backend, batch, size)
+            result["video_id"] = backend.token_ids["video"]
+        if "--tower-checks" in flags:
+            before = len(patches)
+            lone_sharded = run(model, backend, [lone], size)
+            result["lone_tower_patches"] = patches[before:]
+            if rank == 0:
+                save_file(lone_sharded, str(out / "sp_lone.safetensors"))
+                save_file(run(whole, backend, [lone], 1), str(out / "single_lone.safetensors"))
+            installed = ulysses.sequence_parallel_of(model)
+            assert installed is not None
+            hook, installed.vision = installed.vision, None  # as a backend without the hook
+            before = len(patches)
+            whole_tower = run(model, backend, batch, size)
+            result["whole_tower_patches"] = patches[before:]
+            if rank == 0:
+                save_file(whole_tower, str(out / "sp_whole_tower.safetensors"))
+            installed.vision = hook
+            # the control: each rank has the tower rows it encoded only
+            tower_shard._GatherRows.apply = staticmethod(_local_only)  # type: ignore[method-assign]
+            control = run(model, backend, batch, size)
+            if rank == 0:
+                save_file(control, str(out / "sp_no_tower_exchange.safetensors"))
         result.update(ok=True)
         dist.barrier()
     except Exception as exc:
@@ -140,9 +195,8 @@ def main(argv: list[str]) -> None:
     import torch.multiprocessing as mp
 
     model_dir, out_dir, size = argv[0], argv[1], int(argv[2])
-    exchange = "--no-exchange" not in argv
     init_file = str(Path(out_dir) / "pg-init")
-    mp.spawn(_rank, args=(size, init_file, model_dir, out_dir, exchange), nprocs=size, join=True)
+    mp.spawn(_rank, args=(size, init_file, model_dir, out_dir, argv[3:]), nprocs=size, join=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ them, repeated to one per query head otherwise.
 
 Positions are the packed row's (each family's M-RoPE, built once for the whole row by its
 ``pack_inputs``) and each rank takes its slice, as it takes its slice of the input embeddings. The
-vision tower runs whole on every rank of the group (the embeddings are sliced after the merge):
-correct, gradients included, but its activations do not shrink (a tower sharded by frames is left).
+vision tower runs sharded by temporal patches when the backend has ``sequence_parallel_vision``
+(:mod:`videorl.actor.tower_shard`: each rank encodes about ``1/k`` of the patches, the embeddings
+are all-gathered); without it, whole on every rank of the group (the embeddings are sliced after the
+merge): correct, gradients included, but its activations do not shrink.
 
 After the decoder stack the hidden states of the response positions (the only ones the LM head
 needs) are summed over the group, each rank contributing those it holds, so every rank computes
@@ -24,19 +26,22 @@ times): together the step equals the one at ``k = 1`` on the same global batch.
 
 A backend opts in with ``sequence_parallel_text_model(model)`` (the decoder stack whose
 ``inputs_embeds`` and ``position_ids`` are sliced) or declines with ``sequence_parallel_unsupported``
-(the reason).
+(the reason); ``sequence_parallel_vision(model, shard)`` (a context manager around each sharded
+forward) shards its tower.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as tdist
 
+from videorl.actor.tower_shard import TowerShard
+from videorl.backend import shards_vision_tower
 from videorl.errors import ConfigError
 from videorl.packed_attention import PACKED_SDPA
 
@@ -208,13 +213,36 @@ def _pad_slice(x: torch.Tensor, dim: int, plan: ShardPlan) -> torch.Tensor:
     return torch.nn.functional.pad(x, pad).narrow(dim, plan.start, plan.local)
 
 
+def _slice_deepstack(kwargs: dict[str, Any], plan: ShardPlan) -> None:
+    """This rank's part of transformers' DeepStack arguments (Qwen3-VL), which the decoder stack adds
+    to the hidden states at the visual positions after its first layers: ``visual_pos_masks``
+    (``1 × total``) sliced as the tokens are, and of each ``deepstack_visual_embeds`` feature map (a
+    row per visual token of the row, in order) the rows of the visual tokens in this rank's part."""
+    masks, features = kwargs.get("visual_pos_masks"), kwargs.get("deepstack_visual_embeds")
+    if masks is None or features is None:
+        return
+    local = _pad_slice(masks.to(torch.uint8), -1, plan).bool()
+    before, inside = int(masks[..., : plan.start].sum()), int(local.sum())
+    kwargs["visual_pos_masks"] = local
+    kwargs["deepstack_visual_embeds"] = [f[before : before + inside] for f in features]
+
+
 class SequenceParallel:
     """Ulysses installed on a model: the decoder stack's hooks and the group they run over.
 
-    Outside :meth:`sharding` the model computes as before (the hooks and the attention pass through)."""
+    Outside :meth:`sharding` the model computes as before (the hooks and the attention pass through).
+    ``vision``: the backend's tower sharding, bound to the model (None: the whole tower on each rank)."""
 
-    def __init__(self, text_model: torch.nn.Module, group: Any, size: int, rank: int) -> None:
+    def __init__(
+        self,
+        text_model: torch.nn.Module,
+        group: Any,
+        size: int,
+        rank: int,
+        vision: Callable[[TowerShard], AbstractContextManager[Any]] | None = None,
+    ) -> None:
         self.group, self.size, self.rank = group, size, rank
+        self.vision = vision
         self._plan: ShardPlan | None = None
         text_model.register_forward_pre_hook(self._enter, with_kwargs=True)
         text_model.register_forward_hook(self._leave, with_kwargs=True)
@@ -236,8 +264,10 @@ class SequenceParallel:
         self._plan = ShardPlan(
             self.group, self.size, self.rank, int(counters.shape[-1]), counters, packed.logits_index
         )
+        tower = self.vision(TowerShard(self.group, self.size, self.rank)) if self.vision else nullcontext()
         try:
-            yield
+            with tower:
+                yield
         finally:
             self._plan = None
 
@@ -254,6 +284,7 @@ class SequenceParallel:
             )
         kwargs["inputs_embeds"] = _pad_slice(embeds, 1, plan)
         kwargs["position_ids"] = _pad_slice(positions, -1, plan)
+        _slice_deepstack(kwargs, plan)
         kwargs[PLAN_KWARG] = plan
         return args, kwargs
 
@@ -310,6 +341,8 @@ def install_sequence_parallel(model: Any, backend: Any, group: Any, size: int, r
         if sub is not None and getattr(sub, "_attn_implementation", None) in INNER:
             _inner_of[id(sub)] = sub._attn_implementation
             sub._attn_implementation = ULYSSES
-    installed = SequenceParallel(text_model, group, size, rank)
+    shard_vision = backend.sequence_parallel_vision if shards_vision_tower(backend) else None
+    vision = (lambda shard: shard_vision(model, shard)) if shard_vision is not None else None
+    installed = SequenceParallel(text_model, group, size, rank, vision)
     setattr(model, _MODEL_ATTR, installed)
     return installed

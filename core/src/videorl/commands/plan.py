@@ -89,7 +89,7 @@ def _plan(
     try:
         config: TrainConfig = load_config(config_file, list(overrides))
         backend = make_backend(config, plugins)
-        model = ModelShape.of(backend.load_model(device=torch.device("meta")))
+        model = ModelShape.of(backend.load_model(device=torch.device("meta")), backend)
         seq = sequence_tokens(config, backend, config.data.visual_budget(backend.budget))
         engine = capabilities_of(plugins.rollout_engines.get(config.rollout.engine))
         result = plan(config, model, placement, seq, engine)

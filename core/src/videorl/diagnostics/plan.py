@@ -25,10 +25,13 @@ met (they mostly do at the first micro-batch's backward), so a plan errs on the 
 
 Sequence parallelism (``actor.sequence_parallel_size`` k): each rank holds ``1/k`` of a micro-batch's
 tokens through the decoder layers, so the text checkpoints and a decoder layer's working set shrink by
-``k``; the vision tower runs whole on every rank (its checkpoints and block working set, the visual
-features and the response positions' logits do not shrink), and ``k`` must divide the attention heads
-(Ulysses). The plan also gives the longest video, in frames at the budget's pixels per frame, whose
-update fits a GPU and whose sequence fits the engine's KV cache.
+``k``; a family whose backend shards the vision tower by temporal patches
+(:func:`~videorl.backend.shards_vision_tower`) encodes ``1/k`` of the patches on each rank, so the
+vision checkpoints and a vision block's working set shrink by ``k`` too; otherwise the tower runs
+whole on every rank. The visual features (all-gathered: every rank merges the whole row) and the
+response positions' logits do not shrink, and ``k`` must divide the attention heads (Ulysses). The
+plan also gives the longest video, in frames at the budget's pixels per frame, whose update fits a GPU
+and whose sequence fits the engine's KV cache.
 
 Placement: colocated (FSDP over every GPU, an engine of ``tensor_parallel_size`` GPUs on the same
 GPUs), or split (``ray.placement: split``: ``ray.actor_workers`` FSDP ranks, ``ray.rollout_workers``
@@ -41,6 +44,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from videorl.backend import shards_vision_tower
 from videorl.errors import ConfigError
 from videorl.generation import EngineCapabilities
 from videorl.rollout.vllm_common import DEFAULT_GPU_MEMORY_UTILIZATION
@@ -89,10 +93,13 @@ class ModelShape:
     spatial_merge: int  # patches merged into one visual token, per side
     patch: int = 14  # pixels per patch side
     temporal_patch: int = 2  # frames per patch
+    #: sequence parallelism shards the vision tower by temporal patches (the backend's hook)
+    shards_tower: bool = False
 
     @classmethod
-    def of(cls, model: Any) -> ModelShape:
-        """From an HF vision-language model (on ``meta`` is enough)."""
+    def of(cls, model: Any, backend: object = None) -> ModelShape:
+        """From an HF vision-language model (on ``meta`` is enough) and its backend (None: one that
+        does not shard the vision tower)."""
         units = set(getattr(model, "_no_split_modules", None) or [])
         text_layers: list[Any] = []
         vision_blocks: list[Any] = []
@@ -131,6 +138,7 @@ class ModelShape:
             spatial_merge=int(getattr(vcfg, "spatial_merge_size", 1)),
             patch=int(getattr(vcfg, "patch_size", 14)),
             temporal_patch=int(getattr(vcfg, "temporal_patch_size", 2)),
+            shards_tower=backend is not None and shards_vision_tower(backend),
         )
 
 
@@ -344,7 +352,9 @@ def update_phase(
     budget = config.actor.max_tokens_per_micro_batch
     mb_tokens = -(-max(budget, seq["sequence"]) // k)  # this rank's part of the micro-batch
     per_mb = max(1, budget // seq["sequence"])  # sequences packed into one micro-batch
-    patches = seq["visual"] * shape.spatial_merge**2  # the whole video on every rank of a group
+    patches = seq["visual"] * shape.spatial_merge**2  # the whole video on every rank of a group,
+    if shape.shards_tower:  # or this rank's share of its temporal patches
+        patches = -(-patches // k)
     text_layer, vision_block = _layer_working_set(shape, mb_tokens, patches)
     update: dict[str, float] = {
         "states": _gb(16 * p / layout.actor_gpus),
@@ -558,13 +568,15 @@ def _update_fixes(
         if n > k and update_phase(config, shape, placement, layout, seq, n)["total"] <= g
     ]
     if larger:
-        fixes.append(f"actor.sequence_parallel_size={larger[0]} (the text activations shrink)")
+        shrink = "text and vision-tower" if shape.shards_tower else "text"
+        fixes.append(f"actor.sequence_parallel_size={larger[0]} (the {shrink} activations shrink)")
     _, block = _layer_working_set(shape, 0, seq["visual"] * shape.spatial_merge**2)
     vision = update["vision_checkpoints"] + _gb(block) + update["visual_features"]
-    if k > 1:
+    if k > 1 and not shape.shards_tower:
         fixes.append(
             f"note: the vision tower's {vision:.2f} GB (checkpoints, working set, features) is per rank "
-            "whatever the sequence-parallel size: the tower is not sharded by frames yet"
+            "whatever the sequence-parallel size: the tower is not sharded by frames (its backend has no "
+            "sequence_parallel_vision)"
         )
     if 0 < result.longest.get("frames", 0) < seq["frames"]:
         fixes.append(

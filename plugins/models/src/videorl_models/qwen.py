@@ -41,14 +41,12 @@ from videorl.api import (
     pack_model_inputs,
     video_grid,
 )
+from videorl_models.vision_sync import QwenVisionHooks
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
     import torch
 
     from videorl.api import PromptInput, VideoMetadata
-    from videorl_models.vision_sync import QwenVisionSync
 
 __all__ = ["QwenVLBackend"]
 
@@ -79,8 +77,9 @@ def tools_block(tools: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-class QwenVLBackend:
-    """A Qwen-VL family backend (see :class:`videorl.api.ModelBackend`)."""
+class QwenVLBackend(QwenVisionHooks):
+    """A Qwen-VL family backend (see :class:`videorl.api.ModelBackend`); its vision-tower hooks are
+    :class:`~videorl_models.vision_sync.QwenVisionHooks`."""
 
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
@@ -571,18 +570,6 @@ class QwenVLBackend:
                 f"choose one of {', '.join(cls.model_types)}"
             )
         return build_tiny(chosen, out_dir, seed=seed, width=width)
-
-    def install_vision_sync(self, model: Any) -> QwenVisionSync:
-        """One vision-tower call per forward: real images and videos together, else a zero-weighted dummy."""
-        from videorl_models.vision_sync import QwenVisionSync
-
-        return QwenVisionSync(model, backend=self)
-
-    def vision_once(self, model: Any, inputs: ModelInputs) -> AbstractContextManager[None]:
-        """Forwards within run the tower once per distinct item (:attr:`ModelInputs.shared_items`)."""
-        from videorl_models.vision_sync import vision_once
-
-        return vision_once(model, self, inputs.shared_items)
 
 
 def _uint8(patches: torch.Tensor, sample_id: str) -> torch.Tensor:

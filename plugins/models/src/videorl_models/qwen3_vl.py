@@ -36,10 +36,6 @@ class Qwen3VLBackend(QwenVLBackend):
     model_types = ("qwen3_vl", "qwen3_vl_moe")
     patch_size = 16
     timestamped_frames = True
-    sequence_parallel_unsupported: str | None = (
-        "its deepstack visual features are added inside the decoder stack at the visual positions, "
-        "which sequence parallelism does not shard yet"
-    )
 
     def checkpoint_layout(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The MoE's fused experts in the Hub's (transposed) layout; a dense model has none."""

@@ -9,6 +9,9 @@ a Qwen-VL model make the vision tower run exactly once per forward whatever the 
   :meth:`QwenVisionSync.sharing` (the backend's ``vision_once``: a prompt's pixels once for its
   several rows, :mod:`videorl.shared_vision`) that call encodes the distinct items only and each
   item of the batch gets its distinct item's embeddings;
+- within :meth:`QwenVisionSync.sharding_tower` (a sequence-parallel forward, the backend's
+  ``sequence_parallel_vision``) that call runs on this rank's share of the temporal patches only and
+  the embeddings are all-gathered (:mod:`videorl_models.vision_shard`);
 - when the batch has no pixels at all, a zero-weighted dummy forward (16 zero patches, grid 1×4×4)
   runs just before the language model — the point where the real features are consumed — and
   ``0 · mean`` of its outputs (the DeepStack outputs too, for Qwen3-VL) is added to the input
@@ -23,11 +26,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
 from videorl.api import ModelInputs
+from videorl_models.vision_shard import Shard, encode_sharded, unit_keys
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     import torch
 
-__all__ = ["QwenVisionSync", "vision_once"]
+__all__ = ["QwenVisionHooks", "QwenVisionSync", "tower_sharded", "vision_once"]
 
 _DUMMY_GRID = (1, 4, 4)
 #: (modality, pixel field, grid field), in the order the tower takes them
@@ -44,6 +50,9 @@ class _Backend(Protocol):
 
     @property
     def merge_size(self) -> int: ...
+
+    @property
+    def token_ids(self) -> dict[str, int]: ...
 
     def check_inputs(self, inputs: ModelInputs) -> None: ...
 
@@ -63,6 +72,7 @@ class QwenVisionSync:
         self.dummy_calls = 0
         self._visual_ran = False
         self._shared: dict[str, tuple[int, ...]] = {}
+        self._tower: Shard | None = None
         self._inner = inner
         _INSTALLED[inner] = self
         self._handles = [
@@ -88,6 +98,15 @@ class QwenVisionSync:
         finally:
             self._shared = {}
 
+    @contextmanager
+    def sharding_tower(self, shard: Shard) -> Iterator[None]:
+        """Within: each forward's tower runs on this rank's share of the temporal patches only."""
+        self._tower = shard
+        try:
+            yield
+        finally:
+            self._tower = None
+
     # -- hooks -----------------------------------------------------------------------------------
 
     def _after_visual(self, module: Any, args: Any, output: Any) -> None:
@@ -98,7 +117,8 @@ class QwenVisionSync:
         images, videos = kwargs.get("pixel_values"), kwargs.get("pixel_values_videos")
         if (images is not None or videos is not None) and kwargs.get("input_ids") is not None:
             self._check(kwargs)
-        if self._shared or (images is not None and videos is not None):
+        pixels = images is not None or videos is not None
+        if self._shared or (images is not None and videos is not None) or (self._tower and pixels):
             kwargs = dict(kwargs)
             kwargs["mm_encoder_outputs"] = self._features(kwargs, self._shared)
         return args, kwargs
@@ -135,7 +155,7 @@ class QwenVisionSync:
         of distinct item ``shared[field][i]`` (every item its own where ``shared`` lacks the field)."""
         import torch
 
-        parts = []  # (modality, distinct pixels, distinct grids, the distinct item of each item)
+        parts = []  # (modality, distinct pixels, distinct grids, the distinct item of each item, grids)
         for modality, field, grid_key in _MODALITIES:
             pixels = kwargs.pop(field, None)
             if pixels is None:
@@ -149,7 +169,7 @@ class QwenVisionSync:
                 raise ValueError(
                     f"vision sync: {len(items)} shared {modality} items for {grid.shape[0]} grids"
                 )
-            parts.append((modality, pixels, grid[[firsts[d] for d in range(len(firsts))]], items))
+            parts.append((modality, pixels, grid[[firsts[d] for d in range(len(firsts))]], items, grid))
         if not parts:  # no pixels in this forward: nothing to encode
             return {}
         grids = torch.cat([p[2] for p in parts])
@@ -157,23 +177,47 @@ class QwenVisionSync:
         pixels = torch.cat([p[1].to(self.visual.dtype) for p in parts])
         if sum(counts) != pixels.shape[0]:
             raise ValueError(f"vision sync: {pixels.shape[0]} patches for grids of {sum(counts)}")
-        out = self.visual(pixels, grid_thw=grids)
+        if self._tower is not None:
+            keys = self._unit_keys(kwargs.get("input_ids"), parts)
+            merge = self.backend.merge_size
+            kind, pooled, deepstack = encode_sharded(
+                self.visual, pixels, grids.tolist(), keys, self._tower, merge, self._dummy_output
+            )
+        else:
+            out = self.visual(pixels, grid_thw=grids)
+            kind, pooled = type(out), out.pooler_output
+            deepstack = list(getattr(out, "deepstack_features", None) or [])
         sizes = [c // self.backend.merge_size**2 for c in counts]
-        pooled = torch.split(out.pooler_output, sizes)
-        deepstack = [torch.split(f, sizes) for f in getattr(out, "deepstack_features", None) or []]
+        split = torch.split(pooled, sizes)
+        split_deep = [torch.split(f, sizes) for f in deepstack]
         result: dict[str, Any] = {}
         offset = 0
-        for modality, _, grid, items in parts:
+        for modality, _, grid, items, _ in parts:
             pick = [offset + d for d in items]  # an embedding used by several rows: autograd sums them
-            fields: dict[str, Any] = {"pooler_output": tuple(pooled[i] for i in pick)}
-            if deepstack:
-                fields["deepstack_features"] = [tuple(f[i] for i in pick) for f in deepstack]
-            result[modality] = type(out)(**fields)
+            fields: dict[str, Any] = {"pooler_output": tuple(split[i] for i in pick)}
+            if split_deep:
+                fields["deepstack_features"] = [tuple(f[i] for i in pick) for f in split_deep]
+            result[modality] = kind(**fields)
             offset += grid.shape[0]
         return result
 
-    def _dummy_term(self) -> torch.Tensor:
-        """``0 · mean`` of a vision forward on zero patches (and of its DeepStack outputs)."""
+    def _unit_keys(self, input_ids: torch.Tensor | None, parts: list[Any]) -> list[list[int]]:
+        """Each distinct item's temporal patches' first row positions (:func:`unit_keys`), in the
+        tower's order of items; without ``input_ids``, the tower's order itself."""
+        out: list[list[int]] = []
+        for modality, _, distinct, items, grid in parts:
+            if input_ids is None:
+                for t, _, _ in distinct.tolist():
+                    start = out[-1][-1] + 1 if out else 0
+                    out.append(list(range(start, start + t)))
+                continue
+            rows = (input_ids.flatten() == self.backend.token_ids[modality]).nonzero().flatten().tolist()
+            keys = unit_keys(rows, grid.tolist(), items, self.backend.merge_size)
+            out += [keys[d] for d in range(distinct.shape[0])]
+        return out
+
+    def _dummy_output(self) -> Any:
+        """The tower on zero patches (grid :data:`_DUMMY_GRID`)."""
         import torch
 
         config = self.visual.config
@@ -182,7 +226,11 @@ class QwenVisionSync:
         param = next(self.visual.parameters())
         pixels = torch.zeros(t * h * w, patch_dim, dtype=self.visual.dtype, device=param.device)
         grid = torch.tensor([_DUMMY_GRID], dtype=torch.long, device=param.device)
-        out = self.visual(pixels, grid_thw=grid)
+        return self.visual(pixels, grid_thw=grid)
+
+    def _dummy_term(self) -> torch.Tensor:
+        """``0 · mean`` of a vision forward on zero patches (and of its DeepStack outputs)."""
+        out = self._dummy_output()
         term = out.pooler_output.float().mean()
         for feature in getattr(out, "deepstack_features", None) or []:
             term = term + feature.float().mean()
@@ -204,3 +252,36 @@ def vision_once(model: Any, backend: _Backend, items: dict[str, tuple[int, ...]]
     finally:
         if installed is None:
             sync.remove()
+
+
+@contextmanager
+def tower_sharded(model: Any, backend: _Backend, shard: Shard) -> Iterator[None]:
+    """The tower of ``model`` sharded by ``shard`` in the forwards within, through its installed
+    hooks (or hooks installed for the while, no dummy)."""
+    installed = _INSTALLED.get(getattr(model, "model", model))
+    sync = installed or QwenVisionSync(model, backend=backend)
+    if installed is None:
+        sync.dummy = False
+    try:
+        with sync.sharding_tower(shard):
+            yield
+    finally:
+        if installed is None:
+            sync.remove()
+
+
+class QwenVisionHooks:
+    """The Qwen-VL backend's vision-tower hooks (a base of :class:`~videorl_models.qwen.QwenVLBackend`)."""
+
+    def install_vision_sync(self: Any, model: Any) -> QwenVisionSync:
+        """One vision-tower call per forward: real images and videos together, else a zero-weighted dummy."""
+        return QwenVisionSync(model, backend=self)
+
+    def vision_once(self: Any, model: Any, inputs: ModelInputs) -> AbstractContextManager[None]:
+        """Forwards within run the tower once per distinct item (:attr:`ModelInputs.shared_items`)."""
+        return vision_once(model, self, inputs.shared_items)
+
+    def sequence_parallel_vision(self: Any, model: Any, shard: Shard) -> AbstractContextManager[None]:
+        """Sequence-parallel forwards within run the tower on this rank's share of the temporal
+        patches (``shard``: core's ``TowerShard``), the embeddings all-gathered."""
+        return tower_sharded(model, self, shard)
