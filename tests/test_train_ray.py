@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 COMPARED = (
     "actor/loss",
