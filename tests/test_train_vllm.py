@@ -253,7 +253,8 @@ def _offline_answer_logprobs(training: Any) -> Any:
 # engine runs in processes of its own: the buckets travel as bytes), generates again, refreshes back to
 # BASE's through the model folder (the video prompt then needs the processor from that folder) and
 # generates once more; it writes the largest difference of the engine's log-probs from the fp32
-# teacher-forced forward of each model.
+# teacher-forced forward of each model. Before the first refresh it also runs two tool_agent episodes
+# (vllm_probe.agent_episodes: a scripted call, then the engine's turn after the reply's video).
 _ASYNC_REFRESH = """
 import json, sys
 from pathlib import Path
@@ -263,7 +264,7 @@ import torch
 from videorl.api import backend_for_model
 from videorl.plugins import load_plugins
 from videorl.rollout.vllm_async import AsyncVLLMEngine
-from vllm_probe import PARAMS, max_logprob_diff, probe_prompts
+from vllm_probe import PARAMS, agent_episodes, max_logprob_diff, probe_prompts
 
 base_dir, other_dir, out = sys.argv[1:4]
 registry = load_plugins().model_backends
@@ -280,6 +281,7 @@ other = backend_for_model(other_dir, registry).load_model(dtype=torch.float32)
 engine = AsyncVLLMEngine(backend, base_dir, dtype="float32", max_model_len=1024, weight_bucket_mb=1)
 try:
     before = engine.generate(prompts, PARAMS)
+    agent = agent_episodes(engine, backend, base)  # a tool_agent turn after a reply's video
     engine.update_weights(other.state_dict())
     memory_left_no_folder = engine._weights.root is None
     after = engine.generate(prompts, PARAMS)
@@ -300,6 +302,7 @@ result = {
     "tokens": max_diff(after, other)[1],
     "refresh_dir_files": files,
     "removed": not folder.exists(),
+    "agent": agent,
 }
 Path(out).write_text(json.dumps(result))
 """
@@ -337,6 +340,14 @@ def test_async_engine_update_weights_gives_the_new_weights_logprobs(
         result["refresh_dir_files"]
     ), result["refresh_dir_files"]
     assert result["removed"]
+    # tool_agent on the async engine: the second turn, sampled after the call and the reply's 2-frame
+    # video, has the engine's log-prob of every token, the actor's within 1e-4; the reply is masked
+    assert len(result["agent"]) == 2  # n=2
+    for episode in result["agent"]:
+        assert episode["trained"] == [True, False, True] and episode["tokens"][2] > 0
+        assert episode["media"] == [[], ["video:frames=1,3"], []]  # 0.5 s and 1.5 s of the 2 fps clip
+        assert episode["policy_finite"] and episode["replies_nan"]
+        assert episode["max_gap"] < 1e-4, result["agent"]
 
 
 _OPTIONS = """

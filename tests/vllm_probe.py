@@ -133,13 +133,10 @@ class EncoderWatch:
 def force_first_call(record: Path) -> Callable[[], None]:
     """Patch this process's ``videorl train`` so that its engine's first turn is :data:`CALL`
     (:class:`FirstTurnCall` with the actor's module) and the engine is watched (:class:`EncoderWatch`);
-    after each tool_agent rollout, one JSON line is appended to ``record``: the engine calls and, per
-    episode, its segments (trained, media), whether every policy token has a finite engine log-prob
-    and every reply token NaN, and the largest gap to the actor's teacher-forced log-probs. Returns
-    the undo."""
+    after each tool_agent rollout, one JSON line is appended to ``record``: the engine calls and the
+    :func:`episode_records` against the actor's module. Returns the undo."""
     import json
 
-    from videorl.actor.update import forward_responses
     from videorl.rollout.tool_agent import ToolAgent
     from videorl.train import compose
 
@@ -155,22 +152,7 @@ def force_first_call(record: Path) -> Callable[[], None]:
         self: Any, config: Any, prompts: Any, engine: Any, scorer: Any, backend: Any, **kw: Any
     ) -> Any:
         groups, metrics = rollout(self, config, prompts, engine, scorer, backend, **kw)
-        episodes = [e for g in groups for e in g]
-        forbidden = sorted(backend.forbidden_token_ids())
-        with torch.no_grad():
-            logp, _, _ = forward_responses(state["model"], backend, episodes, forbidden)
-        rows = []
-        for row, e in enumerate(episodes):
-            trained = torch.tensor(e.loss_mask or [True] * len(e.response_ids))
-            engine_lp = torch.tensor(e.response_logprobs)
-            rows.append({
-                "trained": [s.trained for s in e.segments],
-                "media": [list(s.media) for s in e.segments],
-                "tokens": [len(s.token_ids) for s in e.segments],
-                "policy_finite": bool(torch.isfinite(engine_lp[trained]).all()),
-                "replies_nan": bool(torch.isnan(engine_lp[~trained]).all()),
-                "max_gap": float((logp[row, : len(trained)][trained] - engine_lp[trained]).abs().max()),
-            })  # fmt: skip
+        rows = episode_records([e for g in groups for e in g], state["model"], backend)
         with open(record, "a", encoding="utf-8") as f:
             f.write(json.dumps({"calls": state["watch"].calls, "episodes": rows, "metrics": metrics}) + "\n")
         state["watch"].calls = []
@@ -184,3 +166,56 @@ def force_first_call(record: Path) -> Callable[[], None]:
         ToolAgent.rollout = rollout  # type: ignore[method-assign]
 
     return undo
+
+
+def episode_records(episodes: Sequence[Any], model: Any, backend: Any) -> list[dict[str, Any]]:
+    """Per episode: its segments (trained, media, tokens), whether every policy token has a finite
+    engine log-prob and every reply token NaN, and the largest gap to ``model``'s teacher-forced
+    log-probs over the whole episode (replies' media included)."""
+    from videorl.actor.update import forward_responses
+
+    with torch.no_grad():
+        logp, _, _ = forward_responses(model, backend, episodes, sorted(backend.forbidden_token_ids()))
+    rows = []
+    for row, e in enumerate(episodes):
+        trained = torch.tensor(e.loss_mask or [True] * len(e.response_ids))
+        engine_lp = torch.tensor(e.response_logprobs)
+        rows.append({
+            "trained": [s.trained for s in e.segments],
+            "media": [list(s.media) for s in e.segments],
+            "tokens": [len(s.token_ids) for s in e.segments],
+            "policy_finite": bool(torch.isfinite(engine_lp[trained]).all()),
+            "replies_nan": bool(torch.isnan(engine_lp[~trained]).all()),
+            "max_gap": float((logp[row, : len(trained)][trained] - engine_lp[trained]).abs().max()),
+        })  # fmt: skip
+    return rows
+
+
+def agent_episodes(engine: Any, backend: Any, model: Any) -> list[dict[str, Any]]:
+    """Two tool_agent episodes of a 16-frame, 8-second clip (2 fps) whose first turn is :data:`CALL`
+    (:class:`FirstTurnCall` around ``engine``, ``model``'s log-probs) and whose second ``engine``
+    samples (20 tokens) after the reply's 2 frames: :func:`episode_records` of them."""
+    from videorl.config import TrainConfig
+    from videorl.data import Sample
+    from videorl.encoding import Prompt
+    from videorl.plugins import load_plugins
+    from videorl.rollout.factory import make_workflow
+    from videorl.tools import tool_spec
+
+    config = TrainConfig()
+    r = config.rollout
+    r.n, r.tools, r.max_turns, r.temperature = 2, ["get_frames"], 2, 1.0
+    r.max_response_length = 160  # the call and the reply take 140 of the tiny Qwen tokenizer's tokens
+    workflow: Any = make_workflow(load_plugins(), "tool_agent", config)
+    side = 2 * backend.factor
+    frames = torch.randint(
+        0, 256, (16, 3, side, side), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
+    video = (frames, VideoMetadata.every_frame(16, side, side, fps=2.0))
+    spec = tool_spec(workflow.tools["get_frames"])
+    encoded = backend.encode(PromptInput("agent", "Which colour?", videos=[video], tools=[spec]))
+    prompt = Prompt(Sample(id="agent", data_type="video", problem="Which colour?"), encoded, None)
+    groups, _ = workflow.rollout(
+        config, [prompt], FirstTurnCall(engine, backend, model), lambda e: None, backend, seed=0
+    )
+    return episode_records(groups[0], model, backend)
