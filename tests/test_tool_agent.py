@@ -366,3 +366,28 @@ def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> 
         row["tool/turns_per_episode"] == 1.0 and row["tool/end/length"] + row.get("tool/end/answer", 0) == 4
     )
     assert row["rollout/logprob_diff"] < 1e-5
+
+
+def test_ray_refuses_a_tool_agent_run_before_it_starts() -> None:
+    """Ray's workers exchange one completion per episode: a tool_agent run (or a dataset mixing it in)
+    is refused before Ray starts, saying why and what to do, and output_dir is released."""
+    from types import SimpleNamespace
+
+    from videorl.cluster.launch import _refuse_local_only
+    from videorl.rollout.per_row import PerRowWorkflow
+
+    mixed = PerRowWorkflow("single_turn", {"single_turn": SingleTurn(), "tool_agent": ToolAgent()})
+    for workflow, name in ((ToolAgent(), "tool_agent"), (mixed, "single_turn+tool_agent")):
+        released: list[bool] = []
+        parts: Any = SimpleNamespace(
+            workflow=workflow, benchmarks=SimpleNamespace(agents={}), start=SimpleNamespace(release=None)
+        )
+        parts.start.release = lambda released=released: released.append(True)
+        with pytest.raises(ConfigError) as error:
+            _refuse_local_only(_config(), parts)
+        assert str(error.value) == (
+            f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; on "
+            "Ray the controller drives single_turn only so far (its workers exchange one completion per "
+            "episode, not a multi-turn episode's segments, tool replies and calls): train without --ray"
+        )
+        assert released == [True]

@@ -45,22 +45,28 @@ def _train_args(task: Path, prepared: tuple[Path, Path, Path], run: Path, steps:
     return ["train", str(config), *overrides]
 
 
-# ``python -c _TRAIN_RUNS ARGS_JSON``: ``videorl train ARGS`` for each ARGS in turn, in this one process
-# (the imports are paid once); prints each run's exit code, as JSON, on its last line.
+# ``python -c _TRAIN_RUNS JOBS_JSON``: ``videorl train ARGS`` for each ``[ARGS, RECORD]`` in turn, in this
+# one process (the imports are paid once), a job with a RECORD path under vllm_probe.force_first_call;
+# prints, as JSON on its last line, each run's exit code and the refresh directories it made.
 _TRAIN_RUNS = """
 import json, sys, tempfile
 
 from videorl.cli import main
+from vllm_probe import force_first_call
 
 made = []  # the refresh directories these runs make (other tests' runs may share /dev/shm meanwhile)
 mkdtemp = tempfile.mkdtemp
 tempfile.mkdtemp = lambda *a, **k: made.append(mkdtemp(*a, **k)) or made[-1]
 codes = []
-for args in json.loads(sys.argv[1]):
+for args, record in json.loads(sys.argv[1]):
+    undo = force_first_call(record) if record else None
     try:
         main(args)
     except SystemExit as exc:
         codes.append(exc.code or 0)
+    finally:
+        if undo is not None:
+            undo()
 print(json.dumps([codes, [d for d in made if "videorl-weights-" in d]]))
 """
 
@@ -82,6 +88,20 @@ def _lora_args(root: Path, lora_overrides: Callable[..., list[str]]) -> list[str
     return ["train", str(config), *overrides]
 
 
+#: the tool_agent run (one step): get_frames offered, two turns, its first turn scripted to call the tool
+_AGENT = [
+    "rollout.workflow=tool_agent",
+    "rollout.tools=[get_frames]",
+    "rollout.enable_mix_policy=false",
+    "rollout.max_turns=2",
+    "rollout.max_response_length=256",
+    "data.max_prompt_length=2048",  # the tool's description in the system turn
+    "rollout.engine_options={max_model_len: 4096}",
+    "trainer.val_every=100",
+    "trainer.save_every=100",
+]
+
+
 @pytest.fixture(scope="module")
 def vllm_runs(
     tmp_path_factory: pytest.TempPathFactory,
@@ -90,7 +110,8 @@ def vllm_runs(
 ) -> dict[str, Path]:
     """The ``videorl train`` runs with the vLLM engine, one subprocess for all: ``memory`` (three
     steps, the default in-memory refresh, a checkpoint each step, greedy validation at step 2),
-    ``folder`` (the same through the model folder) and ``lora`` (:func:`_lora_args`). Asserts each
+    ``folder`` (the same through the model folder), ``lora`` (:func:`_lora_args`) and ``agent`` (one
+    tool_agent step, :data:`_AGENT`, recorded in ``agent.jsonl`` beside it). Asserts each
     ended with 0, and that none left its refresh directory in /dev/shm."""
     from videorl import demo
     from videorl.plugins import load_plugins
@@ -103,8 +124,12 @@ def vllm_runs(
         "memory": ["trainer.save_every=1", "trainer.keep_last=0", "trainer.val_every=2"],
         "folder": ["rollout.weight_sync=folder", "trainer.val_every=100"],
     }
-    jobs = [[*_train_args(task, prepared, runs[name], steps=3), *args] for name, args in extra.items()]
-    jobs.append(_lora_args(root, lora_overrides))
+    jobs: list[tuple[list[str], str | None]] = [
+        ([*_train_args(task, prepared, runs[name], steps=3), *args], None) for name, args in extra.items()
+    ]
+    jobs.append((_lora_args(root, lora_overrides), None))
+    runs["agent"] = root / "agent"
+    jobs.append(([*_train_args(task, prepared, runs["agent"], steps=1), *_AGENT], str(root / "agent.jsonl")))
     done = subprocess.run(
         [sys.executable, "-c", _TRAIN_RUNS, json.dumps(jobs)],
         capture_output=True,
@@ -114,7 +139,7 @@ def vllm_runs(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     codes, made = json.loads(done.stdout.strip().splitlines()[-1])
-    assert codes == [0, 0, 0], done.stderr[-4000:]
+    assert codes == [0, 0, 0, 0], done.stderr[-4000:]
     assert made and not [d for d in made if Path(d).exists()]  # the refresh directories were removed
     return runs
 
@@ -178,6 +203,34 @@ def test_vllm_gets_the_merged_weights_and_its_logprobs_match_the_actor(vllm_runs
     assert rows[1]["actor/kl"] > 0  # ... which moved the policy away from the base
 
 
+@pytest.mark.slow
+def test_vllm_continues_tool_agent_episodes_with_the_reply_video_and_its_logprobs(
+    vllm_runs: dict[str, Path],
+) -> None:
+    """``rollout.workflow=tool_agent`` on vLLM, one step (the run shares the subprocess above): the first
+    turn is scripted to call get_frames (a random tiny model never writes a call;
+    ``vllm_probe.force_first_call``), vLLM generates the second turn from the prompt, the call and the
+    reply's 2-frame video segment. Every episode has its reply masked (NaN log-probs), the engine's
+    log-prob of every policy token, within 1e-4 of the actor's teacher-forced forward over the whole
+    episode; and vLLM encoded only the replies' videos in the second turn, the prompts' videos once
+    (its encoder cache and prefix cache keep them)."""
+    from videorl.runs.history import read_metrics
+
+    (row,) = read_metrics(vllm_runs["agent"] / "metrics.jsonl")
+    assert row["tool/calls/get_frames"] == 8 and row["tool/turns_per_episode"] == 2.0  # 2 prompts × n=4
+    assert row["rollout/logprob_diff"] < 1e-4
+    (record,) = [json.loads(line) for line in (vllm_runs["agent"].parent / "agent.jsonl").open()]
+    for episode in record["episodes"]:
+        assert episode["trained"] == [True, False, True]
+        assert episode["media"] == [[], ["video:frames=1,3"], []]  # 0.5 s and 1.5 s of the 2 fps clip
+        assert episode["policy_finite"] and episode["replies_nan"]
+        assert episode["max_gap"] < 1e-4, record["episodes"]
+    first, second = record["calls"]
+    assert first["encoded"] == [[2, 4, 4]] * 2  # each prompt's 4 frames, once for its 4 requests
+    assert second["encoded"] == [[1, 4, 4]] * 2  # the replies' 2 frames only: no prompt video again
+    assert min(second["cached_tokens"]) > 0  # the prefix cache held the earlier turn's KV
+
+
 def _offline_answer_logprobs(training: Any) -> Any:
     """Per-token log-probs of the validation prompts' offline answers under the actor."""
     import torch
@@ -202,7 +255,8 @@ def _offline_answer_logprobs(training: Any) -> Any:
 # engine runs in processes of its own: the buckets travel as bytes), generates again, refreshes back to
 # BASE's through the model folder (the video prompt then needs the processor from that folder) and
 # generates once more; it writes the largest difference of the engine's log-probs from the fp32
-# teacher-forced forward of each model.
+# teacher-forced forward of each model. Before the first refresh it also runs two tool_agent episodes
+# (vllm_probe.agent_episodes: a scripted call, then the engine's turn after the reply's video).
 _ASYNC_REFRESH = """
 import json, sys
 from pathlib import Path
@@ -212,7 +266,7 @@ import torch
 from videorl.api import backend_for_model
 from videorl.plugins import load_plugins
 from videorl.rollout.vllm_async import AsyncVLLMEngine
-from vllm_probe import PARAMS, max_logprob_diff, probe_prompts
+from vllm_probe import PARAMS, agent_episodes, max_logprob_diff, probe_prompts
 
 base_dir, other_dir, out = sys.argv[1:4]
 registry = load_plugins().model_backends
@@ -229,6 +283,7 @@ other = backend_for_model(other_dir, registry).load_model(dtype=torch.float32)
 engine = AsyncVLLMEngine(backend, base_dir, dtype="float32", max_model_len=1024, weight_bucket_mb=1)
 try:
     before = engine.generate(prompts, PARAMS)
+    agent = agent_episodes(engine, backend, base)  # a tool_agent turn after a reply's video
     engine.update_weights(other.state_dict())
     memory_left_no_folder = engine._weights.root is None
     after = engine.generate(prompts, PARAMS)
@@ -249,6 +304,7 @@ result = {
     "tokens": max_diff(after, other)[1],
     "refresh_dir_files": files,
     "removed": not folder.exists(),
+    "agent": agent,
 }
 Path(out).write_text(json.dumps(result))
 """
@@ -286,6 +342,14 @@ def test_async_engine_update_weights_gives_the_new_weights_logprobs(
         result["refresh_dir_files"]
     ), result["refresh_dir_files"]
     assert result["removed"]
+    # tool_agent on the async engine: the second turn, sampled after the call and the reply's 2-frame
+    # video, has the engine's log-prob of every token, the actor's within 1e-4; the reply is masked
+    assert len(result["agent"]) == 2  # n=2
+    for episode in result["agent"]:
+        assert episode["trained"] == [True, False, True] and episode["tokens"][2] > 0
+        assert episode["media"] == [[], ["video:frames=1,3"], []]  # 0.5 s and 1.5 s of the 2 fps clip
+        assert episode["policy_finite"] and episode["replies_nan"]
+        assert episode["max_gap"] < 1e-4, result["agent"]
 
 
 _OPTIONS = """

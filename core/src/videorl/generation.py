@@ -93,8 +93,9 @@ class EngineCapabilities:
       never refreshed): :attr:`EngineSpec.actor_module`.
     - ``own_devices``: it runs on accelerators of its own beside the actor's (placement asks); False:
       on the process's device (:attr:`EngineSpec.device`), with a concrete dtype.
-    - ``incremental``: it can continue a generation with new tokens and media without encoding the
-      earlier turns again (multi-turn workflows use it when true).
+    - ``incremental``: given a context that continues an earlier request (a multi-turn workflow's next
+      turn), it does not encode the earlier turns' media again (vLLM: its encoder and prefix caches).
+      Informational: workflows pass the whole context to every engine.
     - ``request_format``: what it generates from: ``"request"``, the backend's
       :meth:`~videorl.backend.ModelBackend.rollout_request` of each prompt (prompt ids, the frames and
       their metadata; an engine that processes media itself, as vLLM does), or ``"encoded"``, the

@@ -35,7 +35,8 @@ def _refuse_local_only(config: TrainConfig, parts: RunParts) -> None:
         name = getattr(parts.workflow, "name", config.rollout.workflow)  # a mixed dataset: a+b
         raise ConfigError(
             f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; "
-            "on Ray the controller drives single_turn only so far"
+            "on Ray the controller drives single_turn only so far (its workers exchange one completion "
+            "per episode, not a multi-turn episode's segments, tool replies and calls): train without --ray"
         )
     if parts.benchmarks.agents:  # the rollout workers answer a pass's rows in one turn
         parts.start.release()

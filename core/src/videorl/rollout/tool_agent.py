@@ -9,8 +9,10 @@ their log-probs), each reply is encoded by the backend as the chat template appe
 media the training forward sees where the engine saw it. Budgets end a trajectory with a reason, never
 inside a reply: the total response length (``rollout.max_response_length``), the visual tokens of the
 replies (``rollout.max_visual_tokens``) and the turns; frames per call (``rollout.max_frames_per_call``)
-refuse the call instead. Every engine generates from the whole context each turn (``hf``: its prefill
-runs again; an ``incremental`` engine could continue, not used yet).
+refuse the call instead. Every engine is given the whole context each turn: ``hf`` prefills it and
+runs the vision tower over all of its media again; ``vllm`` (``incremental``) encodes only the new
+reply's media (its encoder cache keeps the earlier items' outputs by content) and, with its prefix cache
+(on by default, CPU included), computes the KV of the new tokens and of the last partial block only.
 """
 
 from __future__ import annotations

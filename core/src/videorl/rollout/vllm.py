@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 class VLLMEngine:
     """``vllm.LLM`` behind the :class:`~videorl.rollout.RolloutEngine` interface."""
 
-    capabilities = EngineCapabilities(can_sleep=True, async_variant="vllm-async")
+    #: ``incremental``: a tool_agent turn's context is encoded up to its new reply only (measured in
+    #: tests/test_train_vllm.py: the earlier videos are not encoded again, the earlier turns' KV is reused)
+    capabilities = EngineCapabilities(can_sleep=True, incremental=True, async_variant="vllm-async")
 
     def __init__(
         self,
