@@ -40,6 +40,7 @@ TINY: dict[str, str] = {
     # step 1 is warm-up; one Ray placement runs as the other does
     "ray_step.py": "--steps 2 --rounds 1 --prompts 2 --n 2 --launchers torchrun,ray_split",
     "rewards.py": "--rows 20 --repeats 1 --code-rows 2",
+    "sequence_parallel.py": "--sizes 1,2 --frames 4 --side 56 --response 4 --width 64 --limit 8",
     "train_step.py": "--prompts 1 --n 2 --response 4 --warmup 0 --rounds 1 --size 64x64 --seconds 2 "
     "--frames 4 --max-pixels 1024 --threads 1",
     "vision_once.py": "--n 2 --prompts 1 --frames 2 --response 4 --width 64 --layers 1 --repeats 1",

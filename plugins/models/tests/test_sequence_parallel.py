@@ -1,4 +1,4 @@
-"""Sequence parallelism (Ulysses) on two gloo ranks equals one process on the same micro-batch.
+"""Sequence parallelism (Ulysses) on two (and four) gloo ranks equals one process on the same micro-batch.
 
 The micro-batch (``sp_step.py``) packs a text prompt, a long video prompt, a video-plus-image prompt
 and a two-video prompt into one row cut between the two ranks inside a temporal patch of the long
@@ -7,7 +7,8 @@ embeddings all-gathered). Log-probs and entropies must match within 1e-5, and ev
 gradient (vision tower included) within 1e-5 relative to its largest entry; Qwen3-VL's DeepStack
 features are sharded with the tower and sliced with the tokens. Skipping the all-to-all
 (each rank attends only over its own tokens) or the tower's all-gather (each rank sees only the
-embeddings it encoded) must break the match: the check can fail.
+embeddings it encoded) must break the match: the check can fail. Four ranks (a tiny Qwen2.5-VL of
+width 128, whose 4 heads ``k = 4`` splits) run the same micro-batch in quarters, to the same bounds.
 """
 
 from __future__ import annotations
@@ -94,6 +95,26 @@ def test_two_ranks_give_the_one_process_log_probs_and_gradients(
     # the control: without the tower's all-gather each rank lacks the other's embeddings
     stats, grads, _ = _differences(tmp_path / "run", "sp_no_tower_exchange")
     assert stats > 1e-3 and grads > 1e-3, (stats, grads)
+
+
+@pytest.mark.slow
+def test_four_ranks_give_the_one_process_log_probs_and_gradients(tmp_path: Path) -> None:
+    from videorl_models.tiny import build_tiny
+
+    # width 128: 4 query heads (k = 4 splits them), 2 key/value heads (repeated to 4 for the split)
+    model_dir = build_tiny("qwen2_5_vl", tmp_path / "model", seed=0, width=128)
+    ranks = _run(model_dir, tmp_path / "run", 4)
+    report = ranks[0]
+    video = report["video_id"]
+    assert [video, video] in report["cuts"]  # a cut between ranks lies inside the long video
+    stats, grads, trained = _differences(tmp_path / "run")
+    assert stats < 1e-5 and grads < 1e-5, (stats, grads)
+    assert trained > 50  # every parameter has a gradient, the vision tower's too
+    # the 600 patches in quarters of 150 by the middle of each unit in row order: the long video's
+    # 8 x 64 have middles 32, 96 | 160, 224, 288 | 352, 416 | 480, then the other 88 patches (rank 3)
+    assert sum(report["single_tower_patches"]) == 600
+    assert [r["tower_patches"] for r in ranks] == [[128], [192], [128], [152]]
+    print(f"k=4 vs one process: log-probs within {stats:.1e}, gradients within {grads:.1e}")  # docs
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Shard", "encode_sharded", "unit_keys"]
+__all__ = ["Shard", "encode_sharded", "joined", "unit_keys"]
 
 
 class Shard(Protocol):
@@ -54,9 +54,26 @@ def unit_keys(
     return keys
 
 
+def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``parts`` concatenated along dim 0; one part as it is (a copy of a whole video's pixels would
+    live through the tower's forward on every rank)."""
+    import torch
+
+    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
+
+
+def _rows(pieces: Sequence[torch.Tensor], start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` of ``pieces`` taken back to back (a view: the range lies within one piece)."""
+    for piece in pieces:
+        if start >= 0 and stop <= piece.shape[0]:
+            return piece[start:stop]
+        start, stop = start - piece.shape[0], stop - piece.shape[0]
+    raise ValueError(f"tower shard: patches {start}:{stop} span two pixel tensors or lie past their end")
+
+
 def encode_sharded(
     visual: Any,
-    pixels: torch.Tensor,
+    pixels: Sequence[torch.Tensor],
     grids: Sequence[Sequence[int]],
     keys: Sequence[Sequence[int]],
     shard: Shard,
@@ -64,7 +81,8 @@ def encode_sharded(
     dummy: Any,
 ) -> tuple[Any, torch.Tensor, list[torch.Tensor]]:
     """The tower's output type, its ``pooler_output`` and DeepStack features for the items of
-    ``grids`` (their patches ``pixels``, back to back), this rank encoding only its share of the
+    ``grids`` (their patches: ``pixels`` back to back, each item within one tensor, so that no rank
+    copies them all), this rank encoding only its share of the
     temporal patches. ``keys[d][j]``: the row position of item ``d``'s patch ``j`` (orders the units);
     ``dummy()``: the tower on zero patches (a rank with no share)."""
     import torch
@@ -87,8 +105,9 @@ def encode_sharded(
         starts.append(starts[-1] + t * h * w)
     zero: torch.Tensor | None = None
     if runs:
-        mine = torch.cat([pixels[starts[d] + j0 * area[d] : starts[d] + j1 * area[d]] for d, j0, j1 in runs])
-        sub = torch.tensor([[j1 - j0, *grids[d][1:]] for d, j0, j1 in runs], device=pixels.device)
+        spans = [(starts[d] + j0 * area[d], starts[d] + j1 * area[d]) for d, j0, j1 in runs]
+        mine = joined([_rows(pixels, a, b) for a, b in spans])
+        sub = torch.tensor([[j1 - j0, *grids[d][1:]] for d, j0, j1 in runs], device=mine.device)
         out = visual(mine, grid_thw=sub)
     else:
         out = dummy()

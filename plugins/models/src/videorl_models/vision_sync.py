@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
 from videorl.api import ModelInputs
-from videorl_models.vision_shard import Shard, encode_sharded, unit_keys
+from videorl_models.vision_shard import Shard, encode_sharded, joined, unit_keys
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -174,17 +174,19 @@ class QwenVisionSync:
             return {}
         grids = torch.cat([p[2] for p in parts])
         counts = grids.prod(-1).tolist()
-        pixels = torch.cat([p[1].to(self.visual.dtype) for p in parts])
-        if sum(counts) != pixels.shape[0]:
-            raise ValueError(f"vision sync: {pixels.shape[0]} patches for grids of {sum(counts)}")
+        pieces = [p[1].to(self.visual.dtype) for p in parts]
+        if sum(counts) != sum(x.shape[0] for x in pieces):
+            raise ValueError(
+                f"vision sync: {sum(x.shape[0] for x in pieces)} patches for grids of {sum(counts)}"
+            )
         if self._tower is not None:
             keys = self._unit_keys(kwargs.get("input_ids"), parts)
             merge = self.backend.merge_size
             kind, pooled, deepstack = encode_sharded(
-                self.visual, pixels, grids.tolist(), keys, self._tower, merge, self._dummy_output
+                self.visual, pieces, grids.tolist(), keys, self._tower, merge, self._dummy_output
             )
         else:
-            out = self.visual(pixels, grid_thw=grids)
+            out = self.visual(joined(pieces), grid_thw=grids)
             kind, pooled = type(out), out.pooler_output
             deepstack = list(getattr(out, "deepstack_features", None) or [])
         sizes = [c // self.backend.merge_size**2 for c in counts]
