@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.errors import ConfigError
 from videorl.runs.checkpoint import CheckpointManager
 from videorl.runs.manifest import CheckpointError, step_of
 from videorl.runs.tensors import capture_rng_state, restore_rng_state
@@ -70,7 +71,7 @@ def save_checkpoint(
         step,
         state.state_dict(),
         dist,
-        data={"ranks": [r["data"] for r in ranks]},
+        data={"ranks": [r["data"] for r in ranks], "sequence_parallel_size": dist.sp_size},
         rng=[r["rng"] for r in ranks],
         asynchronous=not wait,
     )
@@ -93,6 +94,7 @@ def resume(
     ckpt = checkpoints.load(path)
     ckpt.require_sharded("it")
     ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
+    _require_same_sequence_groups(path, ckpt.data_state.get("sequence_parallel_size", 1), dist.sp_size)
     rng = ckpt.rng_state(dist.rank)
     ckpt.load_into(state, dist, checkpoints.process_group(dist))
     if data is not None:
@@ -100,6 +102,20 @@ def resume(
     if rng is not None:
         restore_rng_state(rng)
     return ckpt.step
+
+
+def _require_same_sequence_groups(path: Path, written: Any, now: int) -> None:
+    """A :class:`ConfigError` unless ``path`` was written at ``actor.sequence_parallel_size`` ``now``
+    (checkpoints from before the field existed were written at 1): each rank's saved data position
+    counts the samples of its data group, so other groups would skip or repeat samples."""
+    if type(written) is not int or written < 1:
+        raise CheckpointError(f"{path}: sequence_parallel_size must be a positive integer, got {written!r}")
+    if written != now:
+        raise ConfigError(
+            f"{path} was written at actor.sequence_parallel_size={written}; resume it with "
+            f"actor.sequence_parallel_size={written} (now {now}): each rank's data position counts the "
+            "samples of its data group, and other groups would skip or repeat samples"
+        )
 
 
 def agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Parallel) -> Path | None:
