@@ -574,7 +574,10 @@ def test_an_asynchronous_save_is_complete_only_once_written(
     release.set()
     manager.wait()
     assert manager.latest() == manager.path_for(2) and (tmp_path / "latest").read_text() == "step_000002\n"
-    assert CheckpointManager(tmp_path).load(manager.path_for(2)).data_state == {"ranks": [{"index": 2}]}
+    assert CheckpointManager(tmp_path).load(manager.path_for(2)).data_state == {
+        "ranks": [{"index": 2}],
+        "sequence_parallel_size": 1,
+    }
 
 
 def test_an_asynchronous_save_that_fails_raises_at_the_next_save_and_leaves_nothing(

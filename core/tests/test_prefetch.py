@@ -191,7 +191,8 @@ def test_prefetch_on_and_off_train_identically_and_resume_identically(
     assert "videorl-prefetch" in {name for _, name in prepared}
     checkpoints = [tmp_path / run / "checkpoints" / "step_000003" for run in ("off", "on")]
     manifests = [json.loads((c / "state.json").read_text()) for c in checkpoints]
-    assert manifests[0]["data"] == manifests[1]["data"] == {"ranks": [{"epoch": 0, "index": 6}]}  # taken only
+    taken = {"ranks": [{"epoch": 0, "index": 6}], "sequence_parallel_size": 1}  # taken only
+    assert manifests[0]["data"] == manifests[1]["data"] == taken
     assert (checkpoints[0] / "rng.json").read_bytes() == (checkpoints[1] / "rng.json").read_bytes()
     for key, value in off.actor.model.state_dict().items():
         assert torch.equal(value, on.actor.model.state_dict()[key]), key
