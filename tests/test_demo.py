@@ -69,7 +69,7 @@ def test_demo_json_ends_with_one_line_of_the_figures(task: str, tmp_path: Path) 
     assert result.exit_code == 0, result.output
     (line,) = result.stdout.splitlines()
     figures = json.loads(line)
-    assert sorted(figures) == ["control_after", "heldout_before", "heldout_after", "minutes"]
+    assert sorted(figures) == ["control_after", "heldout_after", "heldout_before", "minutes"]
     for key in ("heldout_before", "heldout_after", "control_after"):  # every task has a control
         assert isinstance(figures[key], float) and 0 <= figures[key] <= 1, (key, figures)
     assert isinstance(figures["minutes"], float) and figures["minutes"] > 0
