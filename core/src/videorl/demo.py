@@ -5,8 +5,9 @@ short H.264 clips written with PyAV, a dataset in the EasyVideoR1 schema, the fr
 then runs the same ``videorl train`` code path users run (:func:`videorl.train.compose.build_training`).
 Two tasks (:data:`TASKS`): ``colour``, the colour of the square (any one frame answers it), and
 ``order``, the colour the square shows first when it changes colour half-way (only the order of the
-frames answers it). The answer depends on the pixels only: the question and the option order never
-change and the answers are balanced, so chance is 0.25. Every run is also scored on a control: the
+frames answers it); a third, ``seek`` (:mod:`videorl.demo_seek`), trains a tool-using policy. The
+answer depends on the pixels only: the question and the option order never change and the answers
+are balanced, so chance is 0.25. Every run is also scored on a control: the
 held-out clips with their frames reversed, still asking for the original answer; a model that reads
 the order falls to 0 there, one that ignores it scores as on the ordered clips. Mix-policy bootstraps
 the answer format: the last slot of each group holds the sample's offline answer ``<answer>X</answer>``,

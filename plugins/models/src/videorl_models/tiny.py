@@ -68,6 +68,8 @@ _CORPUS = (
     "<answer>B</answer> <answer>C</answer> <answer>D</answer>",
     "How many objects are in the video? Answer with a number: 0 1 2 3 4 5 6 7 8 9 10",
     "<0.5 seconds> <1.0 seconds> <2.5 seconds> <10.0 seconds> the video shows a person",
+    # a tool call (compact JSON), so that one is a few tokens as in the real tokenizers (the seek demo)
+    '<tool_call>{"name":"get_frames","arguments":{"start":4,"end":8,"n":2}}</tool_call>',
 )
 
 #: Qwen-VL chat template: media placeholders before the text, as in the official templates.
