@@ -79,6 +79,10 @@ def test_demo_json_ends_with_one_line_of_the_figures(task: str, tmp_path: Path) 
         # one offline trajectory per group (16 prompts), each fetched its window and answered right
         assert step["offline/count"] == 16 and step["offline/accuracy"] == 1.0
         assert "tool blind:" in result.stderr
+    rows = [json.loads(r) for r in (tmp_path / demo.SCORES).read_text().splitlines()]
+    control = "val/accuracy/blind" if task == demo.SEEK else f"val/accuracy/{demo.REVERSED}"
+    # step 0, the validation of step 1, the final scores (step 1 again)
+    assert [r["step"] for r in rows] == [0, 1, 1] and rows[-1][control] == figures["control_after"]
 
 
 def test_the_seek_window_shows_the_flash_only_when_the_tool_decodes_it(tmp_path: Path) -> None:

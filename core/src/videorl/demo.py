@@ -57,6 +57,7 @@ BUDGET: dict[str, Any] = {"video_fps": FPS, "video_max_frames": FRAMES, "video_m
 WIDTH = 128  # text hidden size of the tiny model (vision 64): width 64 does not learn the colour here
 PROMPT = "{{ problem }}\n{{ options | join('\\n') }}\n"  # the demo's data.prompt_template: short prompts
 REVERSED = "reversed"  # the control split's suffix and its curve's name
+SCORES = "scores.jsonl"  # in the demo's folder: held-out and control scores, one row per validation
 
 
 @dataclass(frozen=True)
@@ -280,14 +281,26 @@ def run(
 
     # step 0 on the curves: the untrained model, with every curve a validation step draws (the reward and
     # accuracy panels show the same points)
-    rows: list[dict[str, Any]] = [{"step": 0, **score(0)}]
+    rows: list[dict[str, Any]] = []
+    scores = out / SCORES  # the rows as they come: a long run can be watched (and the plot redrawn)
+
+    def add_row(step: int) -> dict[str, float]:
+        found = score(step)
+        row = {"step": max(step, 0) if step >= 0 else config.trainer.max_steps, **found}
+        with scores.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if step >= 0:
+            rows.append(row)
+        return found
+
+    add_row(0)
 
     def score_control(step: int, metrics: dict[str, float]) -> None:
         if "val/accuracy/overall" in metrics:  # a validation step: score the control alongside
-            rows.append({"step": step, **score(step)})
+            add_row(step)
 
     training.run(on_step=score_control)
-    final = score(-1)
+    final = add_row(-1)
     heldout, control = (f"val/accuracy/{name}" for name in _curve_names(task))
     run_dir = Path(config.output_dir)
     spec_title = "which colour flashes where the mark points" if task == SEEK else TASKS[task].title
