@@ -139,6 +139,32 @@ def test_a_tool_call_becomes_a_video_turn_that_the_actor_forward_sees(setup: Any
     assert torch.allclose(packed[mask.bool()], logp[mask.bool()], atol=1e-5)
 
 
+def test_mix_policy_replays_the_offline_trajectory_through_the_tool(setup: Any) -> None:
+    """With mix-policy the group's last episode is the sample's offline trajectory: its call runs (the
+    reply is the tool's, as for the policy's own calls) and its answer follows; its log-probs are
+    unknown (NaN: the update recomputes them) and its call is not counted among the policy's."""
+    backend, _, base = setup
+    sample = Sample(id="s", data_type="video", problem="Which colour?", offline_output=CALL + ANSWER)
+    prompt = Prompt(sample, base.require_encoded(), None)
+    config = _config(enable_mix_policy=True)
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    engine = ScriptedEngine(backend, setup[1], [ANSWER])  # the policy answers without a call
+    groups, metrics = workflow.rollout(config, [prompt], engine, _scorer, backend, seed=0, first_group=2)
+    online, offline = groups[0]
+    assert not online.offline and online.tool_calls == [] and len(online.segments) == 1
+    assert offline.offline and offline.group == 2 and offline.reward == 1.0
+    call, obs, answer = offline.segments
+    assert [s.trained for s in offline.segments] == [True, False, True]
+    end = [backend.end_of_turn_id()]
+    assert call.token_ids == [*backend.tokenizer.encode(CALL, add_special_tokens=False), *end]
+    assert answer.token_ids == [*backend.tokenizer.encode(ANSWER, add_special_tokens=False), *end]
+    assert obs.media == ("video:frames=4,5,7,8",)  # the tool's reply to the offline call
+    assert offline.tool_calls == [ToolCallRecord("get_frames", {"start": 2, "end": 4, "n": 4}, 1, False, 4)]
+    assert not offline.has_engine_logprobs and offline.completion.finish_reason == "stop"
+    assert metrics["tool/turns_per_episode"] == 1.0 and "tool/calls/get_frames" not in metrics
+    assert metrics["mix_policy/offline_replaced_groups"] == 1.0
+
+
 class FirstTurnScripted(ScriptedEngine):
     """The scripted call first, then the HF engine generates from the whole context (reply included)."""
 
@@ -343,7 +369,8 @@ def test_the_prompt_offers_the_tools_in_the_system_turn(setup: Any) -> None:
 def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> None:
     """The wiring: ``rollout.workflow: tool_agent`` with the hf engine through build_training (the
     composition root resolves the tools, the parity gate passes, ``tool/*`` reach metrics.jsonl); the
-    random tiny model writes no call, so every episode is one turn. Mix-policy is refused by name."""
+    random tiny model writes no call, so every episode is one turn. Decoding windows the cache cannot
+    hold (``tool_frames: decode`` with ``source_mode: preprocessed_only``) is refused by name."""
     from videorl import demo
     from videorl.config import load_config
     from videorl.runs.history import read_metrics
@@ -357,9 +384,9 @@ def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> 
         "rollout.tools=[get_frames,seek,zoom]", "rollout.max_response_length=24",
         "data.max_prompt_length=2048",  # the tools' descriptions in the system turn
     ]  # fmt: skip
-    with pytest.raises(ConfigError, match="rollout.enable_mix_policy"):
-        build_training(load_config(None, overrides), load_plugins())
-    config = load_config(None, [*overrides, "rollout.enable_mix_policy=false"])
+    with pytest.raises(ConfigError, match="rollout.tool_frames: decode .* set data.source_mode to prefer_"):
+        build_training(load_config(None, [*overrides, "rollout.tool_frames=decode"]), load_plugins())
+    config = load_config(None, overrides)  # the demo's mix-policy: its offline answers are single turns
     assert build_training(config, load_plugins()).run() == 1
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert (

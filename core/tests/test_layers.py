@@ -58,7 +58,7 @@ LAYERS: list[set[str]] = [
     # training on Ray
     {"cluster"},
     # the command line, the demo, the public API and the contract kit
-    {"commands", "demo", "cli", "builtin", "api", "testing"},
+    {"commands", "demo", "demo_seek", "cli", "builtin", "api", "testing"},
 ]
 
 HEAVY = {"torch", "vllm", "ray", "transformers", "peft", "matplotlib", "pyarrow", "av", "numpy", "PIL"}

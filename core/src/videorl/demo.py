@@ -5,8 +5,9 @@ short H.264 clips written with PyAV, a dataset in the EasyVideoR1 schema, the fr
 then runs the same ``videorl train`` code path users run (:func:`videorl.train.compose.build_training`).
 Two tasks (:data:`TASKS`): ``colour``, the colour of the square (any one frame answers it), and
 ``order``, the colour the square shows first when it changes colour half-way (only the order of the
-frames answers it). The answer depends on the pixels only: the question and the option order never
-change and the answers are balanced, so chance is 0.25. Every run is also scored on a control: the
+frames answers it); a third, ``seek`` (:mod:`videorl.demo_seek`), trains a tool-using policy. The
+answer depends on the pixels only: the question and the option order never change and the answers
+are balanced, so chance is 0.25. Every run is also scored on a control: the
 held-out clips with their frames reversed, still asking for the original answer; a model that reads
 the order falls to 0 there, one that ignores it scores as on the ordered clips. Mix-policy bootstraps
 the answer format: the last slot of each group holds the sample's offline answer ``<answer>X</answer>``,
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl import demo_seek
 from videorl.atomic import atomic_write_bytes
 from videorl.runs.history import read_metrics
 from videorl.runs.plot import algorithm_name, curves, render
@@ -37,6 +39,7 @@ from videorl.runs.records import METRICS_FILE
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.plugins import Plugins
+    from videorl.train.compose import Training
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
@@ -54,6 +57,7 @@ BUDGET: dict[str, Any] = {"video_fps": FPS, "video_max_frames": FRAMES, "video_m
 WIDTH = 128  # text hidden size of the tiny model (vision 64): width 64 does not learn the colour here
 PROMPT = "{{ problem }}\n{{ options | join('\\n') }}\n"  # the demo's data.prompt_template: short prompts
 REVERSED = "reversed"  # the control split's suffix and its curve's name
+SCORES = "scores.jsonl"  # in the demo's folder: held-out and control scores, one row per validation
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ TASKS: dict[str, Task] = {
     ),
 }
 DEFAULT_TASK = "order"  # what `videorl demo` (make demo) runs: the quicker task, answered by the order
+SEEK = "seek"  # the tool task (:mod:`videorl.demo_seek`): the answer lies where the overview never looks
+TASK_NAMES = (*TASKS, SEEK)
 
 
 def clip_frames(colours: str | Sequence[str], rng: random.Random, *, square: int = SQUARE) -> list[Any]:
@@ -209,7 +215,8 @@ def prepare(
     out: Path, plugins: Plugins, *, family: str, seed: int, train: int, val: int, task: str = "colour"
 ) -> tuple[Path, Path, Path]:
     """Build the tiny model, the clips and datasets (with the reversed control of the held-out
-    clips, ``val-reversed.jsonl``), and cache the clips; idempotent per ``out`` and task."""
+    clips, ``val-reversed.jsonl``, except for ``seek``), and cache the clips (their prompt's frames);
+    idempotent per ``out`` and task."""
     from videorl.config import DataConfig
     from videorl.media import DecodeParams, build_cache
 
@@ -218,9 +225,15 @@ def prepare(
     if not (model / "config.json").is_file():
         backend_cls.build_tiny(model, seed=seed, width=WIDTH)
     (out / "prompt.jinja").write_text(PROMPT, encoding="utf-8")
-    train_file = write_task(out, train, seed=seed, split="train", task=task)
-    val_file = write_task(out, val, seed=seed, split="val", task=task)
-    write_task(out, val, seed=seed, split="val", task=task, reverse=True)
+    if task == SEEK:
+        train_file, val_file = (
+            demo_seek.write_seek(out, count, seed=seed, split=split, colours=COLOURS, options=OPTIONS)
+            for count, split in ((train, "train"), (val, "val"))
+        )
+    else:
+        train_file = write_task(out, train, seed=seed, split="train", task=task)
+        val_file = write_task(out, val, seed=seed, split="val", task=task)
+        write_task(out, val, seed=seed, split="val", task=task, reverse=True)
     backend = plugins.model_backends.create(family, path=model)
     budget = DataConfig(**BUDGET).visual_budget(backend.budget)  # as compose.make_encoder resolves it
     params = DecodeParams.from_budget(
@@ -248,55 +261,100 @@ def run(
     task: str = DEFAULT_TASK,
     lora: bool = False,
 ) -> DemoResult:
-    """Prepare, train, and report held-out accuracy before and after (greedy, exact letter), on the
-    clips and on the reversed control; ``lora``: train LoRA adapters (:data:`LORA_OVERRIDES`, before
+    """Prepare, train, and report held-out accuracy before and after (greedy, exact letter), and on
+    the control (:func:`_scorers`); ``lora``: train LoRA adapters (:data:`LORA_OVERRIDES`, before
     ``extra``)."""
     from videorl.config import load_config
-    from videorl.rollout.scoring import local_scorer
-    from videorl.train.compose import build_training, check_cached, load_training_samples
-    from videorl.train.step import evaluate
+    from videorl.train.compose import build_training
 
-    spec = TASKS[task]
     out.mkdir(parents=True, exist_ok=True)
     model, train_file, val_file = prepare(
         out, plugins, family=family, seed=seed, train=train_clips, val=val_clips, task=task
     )
     overrides = demo_overrides(out, model, train_file, val_file, steps=steps, seed=seed, engine=engine)
-    config: TrainConfig = load_config(None, [*overrides, *(LORA_OVERRIDES if lora else ()), *extra])
+    task_overrides = demo_seek.OVERRIDES if task == SEEK else ()
+    config: TrainConfig = load_config(
+        None, [*overrides, *task_overrides, *(LORA_OVERRIDES if lora else ()), *extra]
+    )
     training = build_training(config, plugins)
-    control_samples = load_training_samples(config, training.rewards, [str(out / f"val-{REVERSED}.jsonl")])
-    check_cached(control_samples, training.encode)
-    control = [training.encode(s) for s in control_samples]
-    max_tokens = config.rollout.max_response_length
+    score = _scorers(out, task, config, training)
+
+    # step 0 on the curves: the untrained model, with every curve a validation step draws (the reward and
+    # accuracy panels show the same points)
+    rows: list[dict[str, Any]] = []
+    scores = out / SCORES  # the rows as they come: a long run can be watched (and the plot redrawn)
+
+    def add_row(step: int) -> dict[str, float]:
+        found = score(step)
+        row = {"step": max(step, 0) if step >= 0 else config.trainer.max_steps, **found}
+        with scores.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if step >= 0:
+            rows.append(row)
+        return found
+
+    add_row(0)
+
+    def score_control(step: int, metrics: dict[str, float]) -> None:
+        if "val/accuracy/overall" in metrics:  # a validation step: score the control alongside
+            add_row(step)
+
+    training.run(on_step=score_control)
+    final = add_row(-1)
+    heldout, control = (f"val/accuracy/{name}" for name in _curve_names(task))
+    run_dir = Path(config.output_dir)
+    spec_title = "which colour flashes where the mark points" if task == SEEK else TASKS[task].title
+    title = f"videorl demo: {spec_title} ({algorithm_name(vars(config.algorithm)) or 'grpo'})"
+    curve = _plot(run_dir, rows, title=title)
+    return DemoResult(rows[0][heldout], final[heldout], run_dir, curve, rows[0][control], final[control])
+
+
+def _curve_names(task: str) -> tuple[str, str]:
+    """The names of a task's held-out and control curves (``val/accuracy/<name>``)."""
+    return ("tools", "blind") if task == SEEK else ("overall", REVERSED)
+
+
+def _scorers(
+    out: Path, task: str, config: TrainConfig, training: Training
+) -> Callable[[int], dict[str, float]]:
+    """``score(step)``: the held-out and control accuracy (and reward) of the current policy, as curve
+    rows (``step`` 0 adds the run's own validation metrics). The control: for ``order`` and ``colour``
+    the held-out clips with their frames reversed; for ``seek`` the held-out clips through the tool loop
+    with the tool blind (:func:`videorl.demo_seek.score_with_tools`)."""
+    from videorl.rollout.scoring import local_scorer
+    from videorl.train.compose import check_cached, load_training_samples
+    from videorl.train.step import evaluate
+
     scorer = local_scorer(training.rewards, training.actor.backend)
+    max_tokens = config.rollout.max_response_length
 
     def validate(prompts: Sequence[Any]) -> dict[str, float]:
         """The ``val/*`` metrics of ``prompts``, as a validation step of the run logs them."""
         return evaluate(prompts, training.engine, scorer, max_tokens, training.rewards.canonical_type)
 
-    def control_row(step: int) -> dict[str, Any]:
-        """The control's overall reward and accuracy, as the curves ``val reversed``."""
+    if task == SEEK:
+
+        def score_seek(step: int) -> dict[str, float]:
+            found = {
+                name: demo_seek.score_with_tools(training, training.validation, scorer, tool_frames=frames)
+                for name, frames in (("tools", "decode"), ("blind", "prompt"))
+            }
+            row = {f"val/accuracy/{name}": v["accuracy"] for name, v in found.items()}
+            return {**row, "val/calls/tools": found["tools"]["called"]}
+
+        return score_seek
+
+    control_samples = load_training_samples(config, training.rewards, [str(out / f"val-{REVERSED}.jsonl")])
+    check_cached(control_samples, training.encode)
+    control = [training.encode(s) for s in control_samples]
+
+    def score_reversed(step: int) -> dict[str, float]:
         found = validate(control)
         panels = ("reward", "accuracy")
-        return {"step": step, **{f"val/{p}/{REVERSED}": found[f"val/{p}/overall"] for p in panels}}
+        row = {f"val/{p}/{REVERSED}": found[f"val/{p}/overall"] for p in panels}
+        return {**(validate(training.validation) if step <= 0 else {}), **row}
 
-    # step 0 on the curves: the untrained model, with every curve a validation step draws (the reward and
-    # accuracy panels show the same points)
-    before = validate(training.validation)
-    control_rows: list[dict[str, Any]] = [{"step": 0, **before, **control_row(0)}]
-
-    def score_control(step: int, metrics: dict[str, float]) -> None:
-        if "val/accuracy/overall" in metrics:  # a validation step: score the control alongside
-            control_rows.append(control_row(step))
-
-    training.run(on_step=score_control)
-    accuracy = "val/accuracy/overall"
-    after, control_after = validate(training.validation)[accuracy], validate(control)[accuracy]
-    control_before = control_rows[0][f"val/accuracy/{REVERSED}"]
-    run_dir = Path(config.output_dir)
-    title = f"videorl demo: {spec.title} ({algorithm_name(vars(config.algorithm)) or 'grpo'})"
-    curve = _plot(run_dir, control_rows, title=title)
-    return DemoResult(before[accuracy], after, run_dir, curve, control_before, control_after)
+    return score_reversed
 
 
 def _plot(run_dir: Path, control_rows: Sequence[dict[str, Any]], *, title: str) -> Path | None:

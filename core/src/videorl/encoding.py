@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from videorl.errors import DataError, UnknownComponentError
+from videorl.media import MediaCache
 from videorl.media.info import MediaInfo
+from videorl.media.loader import MediaLoader
 from videorl.prompts import render_prompt
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
+    from videorl.config import DataConfig
     from videorl.data import Sample
-    from videorl.media.loader import MediaLoader
     from videorl.model_inputs import EncodedPrompt
     from videorl.prompts import PromptTemplate
     from videorl.registry import Registry
@@ -171,6 +173,15 @@ class Prefetcher:
                     raise
         with self._lock:
             return self._prepare(sample)
+
+
+def media_loader(data: DataConfig, backend: ModelBackend) -> MediaLoader:
+    """The media loader of the ``data`` section: its frame cache (none: decode on the fly) and its
+    video and image budgets over the family's (as evaluation resolves them)."""
+    cache = (
+        MediaCache(data.cache_dir, data.source_mode) if data.cache_dir else MediaCache(None, "realtime_only")
+    )
+    return MediaLoader.for_budget(cache, data.visual_budget(backend.budget), backend)
 
 
 class PromptEncoder:

@@ -200,6 +200,12 @@ class RolloutConfig:
     )
     max_turns: int = option(4, "tool_agent: most policy turns per episode (a call in the last is not run).")
     max_frames_per_call: int = option(16, "tool_agent: most frames one tool call may return.")
+    tool_frames: Literal["prompt", "decode"] = option(
+        "prompt",
+        "tool_agent: where get_frames takes a window's frames: prompt, the frames the prompt's video was "
+        "decoded to (no more than the prompt shows); decode, the window decoded afresh at the data.video_* "
+        "budget and cached (needs data.source_mode prefer_preprocessed or realtime_only).",
+    )
     max_visual_tokens: int | None = option(
         None, "tool_agent: most visual tokens the tool replies of an episode may add; null: no limit."
     )

@@ -13,6 +13,13 @@ refuse the call instead. Every engine is given the whole context each turn: ``hf
 runs the vision tower over all of its media again; ``vllm`` (``incremental``) encodes only the new
 reply's media (its encoder cache keeps the earlier items' outputs by content) and, with its prefix cache
 (on by default, CPU included), computes the KV of the new tokens and of the last partial block only.
+
+``rollout.tool_frames`` says where ``get_frames`` takes a window's frames: ``prompt``, the frames the
+prompt's video was decoded to; ``decode``, the window decoded afresh at the ``data.video_*`` budget
+(through the prompt's media loader and cache), so a call sees what the prompt's overview missed.
+With mix-policy the last slot of a group may hold the sample's offline trajectory, replayed turn by
+turn through the same code as the policy's (:func:`offline_turns`): its calls run and their replies
+are the tools' own.
 """
 
 from __future__ import annotations
@@ -23,23 +30,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from videorl.algorithms import formulas as algo
 from videorl.alignment import check_response_tokens
+from videorl.encoding import media_loader
 from videorl.episode import Episode, Segment
 from videorl.errors import ConfigError, RegistryError
 from videorl.generation import Completion, SamplingParams
 from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
+from videorl.rollout.scoring import accuracy_of
+from videorl.rollout.single_turn import offline_completion
 from videorl.timing import StageTimer
 from videorl.tools import (
     Tool,
     ToolCallRecord,
     ToolContext,
     ToolResult,
+    VideoSource,
     check_tool_schema,
     parse_tool_call,
     run_tool,
     tool_spec,
 )
-from videorl.tools.video import FrameSource
+from videorl.tools.calls import CLOSE
+from videorl.tools.video import FrameSource, WindowSource
 
 if TYPE_CHECKING:
     from videorl.backend import ModelBackend
@@ -47,6 +60,7 @@ if TYPE_CHECKING:
     from videorl.data import Sample
     from videorl.encoding import Prompt
     from videorl.generation import RolloutEngine
+    from videorl.media.loader import MediaLoader
     from videorl.plugins import Plugins
     from videorl.rollout.scoring import Scorer
 
@@ -84,12 +98,14 @@ class ToolAgent:
 
     def __init__(self, tools: Mapping[str, Tool] | None = None) -> None:
         self.tools: dict[str, Tool] = dict(tools or {})
+        self._loader: MediaLoader | None = None  # rollout.tool_frames decode: made at the first call
 
     def setup(self, config: TrainConfig, plugins: Plugins) -> None:
         """Make the tools ``rollout.tools`` names (once, at the composition root)."""
-        if config.rollout.enable_mix_policy:
+        if config.rollout.tool_frames == "decode" and config.data.source_mode == "preprocessed_only":
             raise ConfigError(
-                "rollout.enable_mix_policy: the tool_agent workflow has no offline trajectories yet"
+                "rollout.tool_frames: decode decodes the windows the policy asks for, which no cache built "
+                "ahead holds: set data.source_mode to prefer_preprocessed (cached once decoded)"
             )
         if not config.rollout.tools:
             raise ConfigError(
@@ -114,7 +130,16 @@ class ToolAgent:
     def _context(self, config: TrainConfig, backend: ModelBackend, prompt: Prompt) -> ToolContext:
         encoded = prompt.require_encoded()
         videos = encoded.prompt.videos
-        source = FrameSource(*videos[0], temporal_patch=backend.temporal_patch_size) if videos else None
+        source: VideoSource | None = None
+        if videos and config.rollout.tool_frames == "decode":
+            if self._loader is None:
+                self._loader = media_loader(config.data, backend)
+            path, loader = prompt.sample.videos[0], self._loader
+            source = WindowSource(
+                *videos[0], lambda s, e: loader.video(path, clip=(s, e)), backend.temporal_patch_size
+            )
+        elif videos:
+            source = FrameSource(*videos[0], temporal_patch=backend.temporal_patch_size)
         return ToolContext(
             encoded.sample_id, source, factor=backend.factor,
             max_frames=config.rollout.max_frames_per_call, zoom_max_pixels=backend.budget.image_max_pixels,
@@ -175,7 +200,45 @@ class ToolAgent:
         ]
         with timer("reward"):
             scorer([e for group in groups for e in group])
-        return groups, self._metrics(open_, counts)
+        metrics = self._metrics(open_, counts)
+        if r.enable_mix_policy:
+            with timer("rollout", "offline trajectories"):
+                metrics.update(self._mix_offline(config, backend, encode, groups, scorer))
+        return groups, metrics
+
+    def _mix_offline(
+        self,
+        config: TrainConfig,
+        backend: ModelBackend,
+        encode: Any,
+        groups: list[list[Episode]],
+        scorer: Scorer,
+    ) -> dict[str, float]:
+        """Mix-policy: the last episode of each group the decision picks becomes the sample's offline
+        trajectory, replayed turn by turn (:func:`offline_turns`) with its calls run; the counters."""
+        decision = algo.mix_policy_decision(
+            [group[-1].prompt.sample.has_offline_trajectory for group in groups],
+            [[accuracy_of(e) for e in group] for group in groups],
+            config.rollout.mix_policy_accuracy_threshold,
+        )
+        replaced = []
+        for group, replace in zip(groups, decision.replace):
+            if replace:
+                last = group[-1]
+                t = _Trajectory(
+                    last.prompt, last.prompt.require_encoded(), self._context(config, backend, last.prompt)
+                )
+                for text in offline_turns(last.prompt.sample.offline_output or ""):
+                    if t.ended is not None:
+                        break
+                    room = config.rollout.max_response_length - t.length
+                    self._turn(config, backend, encode, t, offline_completion(backend, text, room), Counter())
+                t.ended = t.ended or "max_turns"  # its text ended on a call: no answer
+                group[-1] = self._episode(t, last.group)
+                group[-1].offline = True
+                replaced.append(group[-1])
+        scorer(replaced)
+        return decision.metrics()
 
     def _turn(
         self,
@@ -267,3 +330,11 @@ class ToolAgent:
         for reason, count in Counter(t.ended for t in trajectories).items():
             out[f"tool/end/{reason}"] = float(count)
         return out
+
+
+def offline_turns(text: str) -> list[str]:
+    """An offline trajectory's policy turns: each turn ends after a tool call (``</tool_call>``, as the
+    chat template ends an assistant turn that calls a tool); the rest is the last turn (the answer)."""
+    parts = text.split(CLOSE)
+    turns = [part + CLOSE for part in parts[:-1]]
+    return [*turns, parts[-1]] if parts[-1] or not turns else turns

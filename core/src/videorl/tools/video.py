@@ -5,15 +5,15 @@ positions and Qwen3-VL's timestamp tokens are those of the source), ``seek`` (on
 
 :class:`FrameSource` serves them from the frames the prompt's video was decoded to (the frame cache's
 entry and its :class:`~videorl.media.VideoMetadata`): a segment holds the cached frames inside the
-window, never more detail than the entry holds; a source decoding a window afresh at its own budget is
-another :class:`~videorl.tools.base.VideoSource`.
+window, never more detail than the entry holds; :class:`WindowSource` decodes each window asked for
+afresh (``rollout.tool_frames: decode``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import DataError
@@ -80,6 +80,27 @@ class FrameSource:
         times = self.meta.timestamps
         i = min(range(len(times)), key=lambda k: abs(times[k] - t))
         return self.frames[i], times[i]
+
+
+class WindowSource(FrameSource):
+    """A video whose segments are decoded afresh, window by window: ``load(start, end)`` returns the
+    frames of that window (at the run's budget, cached like any entry), so a segment may show what the
+    prompt's frames missed; single frames (``seek``, ``zoom``) and the duration are the prompt's."""
+
+    def __init__(
+        self,
+        frames: torch.Tensor,
+        meta: VideoMetadata,
+        load: Callable[[float, float], tuple[torch.Tensor, VideoMetadata]],
+        temporal_patch: int = 2,
+    ) -> None:
+        super().__init__(frames, meta, temporal_patch)
+        self.load = load
+
+    def segment(self, start: float, end: float, n: int) -> tuple[torch.Tensor, VideoMetadata]:
+        """Up to ``n`` frames of the window ``[start, end]`` as decoded for it (:meth:`FrameSource.segment`
+        over them)."""
+        return FrameSource(*self.load(start, end), self.temporal_patch).segment(start, end, n)
 
 
 def _video(context: ToolContext) -> Any:

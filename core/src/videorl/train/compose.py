@@ -18,11 +18,9 @@ from videorl import algorithms
 from videorl.actor.build import make_actor
 from videorl.backend import backend_for_model
 from videorl.data import load_samples
-from videorl.encoding import EncodedOnRead, PromptEncoder
+from videorl.encoding import EncodedOnRead, PromptEncoder, media_loader
 from videorl.errors import ConfigError, DataError, RegistryError
 from videorl.hub import resolve_model
-from videorl.media import MediaCache
-from videorl.media.loader import MediaLoader
 from videorl.parallel import Parallel, gather_objects
 from videorl.prompt_length import check_cached_prompt_lengths
 from videorl.prompts import PromptTemplate
@@ -177,11 +175,9 @@ def make_encoder(config: TrainConfig, backend: ModelBackend, plugins: Plugins) -
     image budgets, template, thinking, prompt limit."""
 
     d = config.data
-    cache = MediaCache(d.cache_dir, d.source_mode) if d.cache_dir else MediaCache(None, "realtime_only")
-    budget = d.visual_budget(backend.budget)  # the family's budget, as evaluation's, with the keys set
     return PromptEncoder(
         backend,
-        MediaLoader.for_budget(cache, budget, backend),
+        media_loader(d, backend),
         plugins.prompt_templates,
         thinking=d.thinking,
         max_prompt_length=d.max_prompt_length,
