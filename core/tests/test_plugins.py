@@ -304,7 +304,11 @@ def test_a_real_ctrl_c_while_a_plugin_imports_still_stops(
     (tmp_path / "slow_plugin.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     fake_entry_points({"videorl-slow": "slow_plugin"})
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        videorl_plugins(entry_points=True)
-    assert signal.getsignal(signal.SIGINT) is before  # the watch is removed again
+    # Python's own handler, as in a terminal (pytest-xdist's worker processes ignore SIGINT)
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            videorl_plugins(entry_points=True)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the watch is removed again
+    finally:
+        signal.signal(signal.SIGINT, original)
