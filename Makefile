@@ -22,26 +22,14 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The suite runs on JOBS processes (pytest-xdist); tests that start a Ray runtime share one of them
-# (xdist_group "ray"), and tests marked serial, which watch machine-wide state, run alone afterwards.
-# Both parts always run; the target fails if either did (pytest's 5, nothing selected, is no failure).
-JOBS ?= 2
-PARALLEL := -n $(JOBS) --dist loadgroup
-
 unit: install
-	status=0; \
-	$(BIN)/pytest $(PARALLEL) -m "not serial" $(PYTEST_ARGS) || status=$$?; \
-	$(BIN)/pytest -m serial $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
-	exit $$status
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
 # The developers' fast subset: every test not marked slow (a test over ~10 s is marked; CI runs all).
 test-fast: install
-	status=0; \
-	$(BIN)/pytest $(PARALLEL) -m "not slow and not serial" $(PYTEST_ARGS) || status=$$?; \
-	$(BIN)/pytest -m "serial and not slow" $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
-	exit $$status
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,6 +1,4 @@
-"""Every test of the workspace, and every process it starts, runs with a fresh, empty home directory;
-and the groups of tests that ``make test`` runs on one pytest-xdist process each
-(:func:`pytest_collection_modifyitems`).
+"""Every test of the workspace, and every process it starts, runs with a fresh, empty home directory.
 
 Nothing a developer's machine has from earlier runs (``~/.ray/auth_token``, ``~/.cache``,
 ``~/.config/pip``) can make a test pass that fails on a new machine. The session gets an empty home
@@ -63,21 +61,3 @@ def fresh_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     for name, value in home_environment(home).items():
         monkeypatch.setenv(name, value)
     return home
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (``make test``), a test marked ``xdist_group(NAME)`` runs on the same
-    xdist process as the others of NAME: tests that start a Ray runtime are in ``ray``, so that two never
-    start at once on a 2-core machine. pytest-xdist 3.8 names the group in the node id (``...@ray``)
-    through ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``): the groups were
-    silently lost. Until xdist follows, the suffix is set here (tests/test_parallel_suite.py checks it)."""
-    if not getattr(config.option, "loadgroup", False):
-        return
-    from _pytest.nodeid import coerce_node_id
-
-    for item in items:
-        marks = item.iter_markers("xdist_group")
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
-        if names and "@" not in item.nodeid:
-            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")

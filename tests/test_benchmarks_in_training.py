@@ -29,8 +29,6 @@ from videorl.rollout import Completion, SamplingParams
 from videorl.runs.history import read_metrics
 from videorl.train.benchmarks import BenchmarkPasses, evaluator_runner, pass_dir
 
-pytestmark = pytest.mark.xdist_group("ray")  # Ray runtimes run one at a time (conftest.py)
-
 FAMILY = "qwen2_5_vl"
 CANDIDATES = ["red", "green", "blue"]
 

@@ -48,9 +48,6 @@ TINY: dict[str, str] = {
     "weight_refresh.py": "--widths 64 --repeats 1 --modes inproc",
 }
 
-#: the scripts that start Ray runtimes (they run one at a time: conftest.py)
-RAY = {"async_step.py", "benchmark_workers.py", "ray_step.py"}
-
 
 def test_every_benchmark_has_a_tiny_size() -> None:
     unknown = sorted(set(SCRIPTS) - set(TINY))
@@ -61,9 +58,7 @@ def test_every_benchmark_has_a_tiny_size() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "script", [pytest.param(s, marks=pytest.mark.xdist_group("ray")) if s in RAY else s for s in SCRIPTS]
-)
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_the_benchmark_prints_its_json_line_at_a_tiny_size(script: str, tmp_path: Path) -> None:
     if script not in TINY:
         pytest.fail(f"benchmarks/{script} has no tiny size: add it to TINY in {Path(__file__).name}")

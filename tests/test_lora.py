@@ -543,7 +543,6 @@ def _rank_main(dumps: Path, overrides: list[str]) -> None:
 # training runs with vLLM).
 
 
-@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_ray_workers_train_the_adapters(
     lora_overrides: Callable[..., list[str]], task: dict[str, Path], tmp_path: Path

@@ -75,11 +75,7 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 
 @pytest.mark.parametrize(
     "mode",
-    [
-        "local",
-        pytest.param("torchrun", marks=pytest.mark.slow),
-        pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.xdist_group("ray")]),
-    ],
+    ["local", pytest.param("torchrun", marks=pytest.mark.slow), pytest.param("ray", marks=pytest.mark.slow)],
 )
 def test_metrics_equal_the_pinned_ones(task: tuple[Path, list[str]], mode: str) -> None:
     recorded = json.loads(PINNED.read_text())

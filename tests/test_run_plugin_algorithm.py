@@ -70,9 +70,7 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "ray", [False, pytest.param(True, marks=pytest.mark.xdist_group("ray"))], ids=["local", "ray"]
-)
+@pytest.mark.parametrize("ray", [False, True], ids=["local", "ray"])
 def test_a_run_plugin_loss_trains_and_runs_where_the_update_runs(
     task: tuple[Path, list[str]], ray: bool
 ) -> None:

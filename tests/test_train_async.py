@@ -27,8 +27,6 @@ from videorl.cluster.runtime import WorkerHandle
 from videorl.config import load_config
 from videorl.errors import ConfigError
 
-pytestmark = pytest.mark.xdist_group("ray")  # Ray runtimes run one at a time (conftest.py)
-
 PROMPTS = 3  # per step: one video, one image, one text prompt in the mixed task
 
 

@@ -304,7 +304,7 @@ def test_a_real_ctrl_c_while_a_plugin_imports_still_stops(
     (tmp_path / "slow_plugin.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     fake_entry_points({"videorl-slow": "slow_plugin"})
-    # Python's own handler, as in a terminal (pytest-xdist's worker processes ignore SIGINT)
+    # Python's own handler, as in a terminal (a test runner's worker process may ignore SIGINT)
     original = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):

@@ -56,7 +56,6 @@ class _Worker:
         }
 
 
-@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_a_ray_rollout_worker_of_tp2_in_a_two_cpu_bundle_keeps_the_mp_executor(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")

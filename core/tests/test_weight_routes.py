@@ -153,7 +153,6 @@ def test_only_actor_rank_0_keeps_and_publishes_the_weights(monkeypatch: pytest.M
     assert total == 48 and puts[0].size == 48
 
 
-@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy(
     monkeypatch: pytest.MonkeyPatch,

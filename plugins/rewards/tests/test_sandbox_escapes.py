@@ -34,10 +34,6 @@ from videorl.api import ConfigError, RewardInput
 from videorl_rewards.python_code import CodeReward
 from videorl_rewards.sandbox import SANDBOX_UID, isolation
 
-# These tests watch machine-wide state (every process of the sandbox user, every entry of /dev/shm):
-# `make test` runs them alone, after the parallel part (conftest.py).
-pytestmark = pytest.mark.serial
-
 SECRET = "videorl-secret-" + secrets.token_hex(8)
 MARK = "vrlesc" + secrets.token_hex(4)  # the process name every attempt gives itself (inherited by forks)
 

@@ -1,9 +1,9 @@
 """Tiny randomly initialised checkpoints of every family, built offline for tests and the demo.
 
 ``build_tiny(model_type, out_dir, seed=0)`` trains a byte-level BPE tokenizer on a few sentences
-(with the Qwen special tokens, a Qwen chat template, ``<answer>``/``</answer>``, ``<think>``/``</think>``
-and ``<tool_call>``/``</tool_call>`` as single tokens, left padding), builds a small model with the
-family's real transformers classes and its image and video processors, and writes everything with
+(with the Qwen special tokens, a Qwen chat template, ``<answer>``/``</answer>`` and ``<think>``/
+``</think>`` as single tokens, left padding), builds a small model with the family's real
+transformers classes and its image and video processors, and writes everything with
 ``save_pretrained``. Everything else loads it with ``from_pretrained``, as it would a real checkpoint.
 
 Geometry: text hidden 64 with head_dim 32 (vLLM's CPU attention needs head_dim ≥ 32), 2 layers;
@@ -45,8 +45,7 @@ SPECIAL_TOKENS = (
     "<|image_pad|>",
     "<|video_pad|>",
 )
-#: single tokens of the tiny tokenizer, as in the real Qwen tokenizers (``<tool_call>``: Qwen2.5 and later)
-WORD_TOKENS = ("<answer>", "</answer>", "<think>", "</think>", "<tool_call>", "</tool_call>")
+WORD_TOKENS = ("<answer>", "</answer>", "<think>", "</think>")
 
 # The pre-tokenisation regexes of Qwen2Tokenizer and Qwen3_5Tokenizer: AutoTokenizer rebuilds the
 # pipeline from vocab + merges with these for Qwen3.5, so the trained tokenizer must use the same.
@@ -68,8 +67,6 @@ _CORPUS = (
     "<answer>B</answer> <answer>C</answer> <answer>D</answer>",
     "How many objects are in the video? Answer with a number: 0 1 2 3 4 5 6 7 8 9 10",
     "<0.5 seconds> <1.0 seconds> <2.5 seconds> <10.0 seconds> the video shows a person",
-    # a tool call (compact JSON), so that one is a few tokens as in the real tokenizers (the seek demo)
-    '<tool_call>{"name":"get_frames","arguments":{"start":4,"end":8,"n":2}}</tool_call>',
 )
 
 #: Qwen-VL chat template: media placeholders before the text, as in the official templates.
