@@ -40,7 +40,7 @@ OVERRIDES = (
     "rollout.tool_frames=decode",
     "rollout.max_turns=2",
     "rollout.max_frames_per_call=4",
-    "rollout.max_response_length=128",
+    "rollout.max_response_length=192",  # the call (61 tokens of the tiny tokenizer), the reply, the answer
     "data.source_mode=prefer_preprocessed",  # the windows asked for are decoded once, then cached
     "data.max_prompt_length=2048",  # the tool's description in the system turn
 )
