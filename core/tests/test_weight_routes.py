@@ -154,15 +154,17 @@ def test_only_actor_rank_0_keeps_and_publishes_the_weights(monkeypatch: pytest.M
 
 
 @pytest.mark.slow
-def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy() -> None:
+def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each bucket is a numpy array in the object store: a reader gets it mapped read-only (Ray's
     zero-copy path for numpy buffers), and the views over it are the published tensors."""
     ray = pytest.importorskip("ray")
-    from videorl.cluster.runtime import _init_local  # a longer GCS wait, a late GCS retried once
-
+    # as cluster/runtime.py: Ray's 30 s wait for its GCS port is too short on a loaded 2-core machine
+    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "180")
     # a new runtime: `ray start` in an earlier test leaves a record of its cluster, which Ray would join
     try:  # a failed start too is shut down: its half-started node would break later tests' runtimes
-        _init_local(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
         named = [("w", torch.arange(64, dtype=torch.bfloat16).reshape(8, 8)), ("b", torch.ones(3))]
         handle, total = publish_buckets(iter(named), 1 << 20, ray.put)
         assert total == 128 + 16 and len(handle) == 1
