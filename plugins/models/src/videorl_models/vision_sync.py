@@ -241,35 +241,33 @@ class QwenVisionSync:
 
 
 @contextmanager
-def vision_once(model: Any, backend: _Backend, items: dict[str, tuple[int, ...]]) -> Iterator[None]:
-    """The tower once per distinct item (``items``: :attr:`ModelInputs.shared_items`) in the forwards
-    of ``model`` within, through its installed hooks (or hooks installed for the while, no dummy)."""
+def _hooks(model: Any, backend: _Backend) -> Iterator[QwenVisionSync]:
+    """The vision hooks installed on ``model``, or hooks installed for the while (no dummy)."""
     installed = _INSTALLED.get(getattr(model, "model", model))
     sync = installed or QwenVisionSync(model, backend=backend)
     if installed is None:
         sync.dummy = False
     try:
-        with sync.sharing(items):
-            yield
+        yield sync
     finally:
         if installed is None:
             sync.remove()
 
 
 @contextmanager
+def vision_once(model: Any, backend: _Backend, items: dict[str, tuple[int, ...]]) -> Iterator[None]:
+    """The tower once per distinct item (``items``: :attr:`ModelInputs.shared_items`) in the forwards
+    of ``model`` within, through its installed hooks (or hooks installed for the while, no dummy)."""
+    with _hooks(model, backend) as sync, sync.sharing(items):
+        yield
+
+
+@contextmanager
 def tower_sharded(model: Any, backend: _Backend, shard: Shard) -> Iterator[None]:
     """The tower of ``model`` sharded by ``shard`` in the forwards within, through its installed
     hooks (or hooks installed for the while, no dummy)."""
-    installed = _INSTALLED.get(getattr(model, "model", model))
-    sync = installed or QwenVisionSync(model, backend=backend)
-    if installed is None:
-        sync.dummy = False
-    try:
-        with sync.sharding_tower(shard):
-            yield
-    finally:
-        if installed is None:
-            sync.remove()
+    with _hooks(model, backend) as sync, sync.sharding_tower(shard):
+        yield
 
 
 class QwenVisionHooks:
