@@ -149,8 +149,8 @@ def test_the_flags_set_the_same_keys_and_unknown_names_say_the_closest(
     shown = run_cli(*base, "--workflow", "tool_agent", "--tool", "get_frames", "--tool", "seek",
                     "--max-turns", "3", "--print-config").assert_success()  # fmt: skip
     assert (
-        "rollout:\n  workflow: tool_agent\n  tools:\n  - get_frames\n  - seek\n  max_turns: 3\n"
-        in shown.output
+        "rollout:\n  tools:\n  - get_frames\n  - seek\n  max_turns: 3\n  max_frames_per_call: 16\n"
+        "  max_visual_tokens: null\n  workflow: tool_agent\n" in shown.output
     )
     unknown = run_cli(*base, "--workflow", "tool_agnet", "--tool", "get_frames")
     assert unknown.exit_code != 0

@@ -5,6 +5,9 @@ as flat numpy buffers per bucket, not a pickled state dict."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -153,24 +156,38 @@ def test_only_actor_rank_0_keeps_and_publishes_the_weights(monkeypatch: pytest.M
     assert total == 48 and puts[0].size == 48
 
 
+_OBJECT_STORE_CHECK = """
+import numpy as np, ray, torch
+from videorl.cluster.weights import bucket_tensors, publish_buckets
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+named = [("w", torch.arange(64, dtype=torch.bfloat16).reshape(8, 8)), ("b", torch.ones(3))]
+handle, total = publish_buckets(iter(named), 1 << 20, ray.put)
+assert total == 128 + 16 and len(handle) == 1, (total, handle)
+array = ray.get(handle[0][0])
+assert type(array) is np.ndarray and not array.flags.writeable, "unpickled, not mapped"
+state = bucket_tensors(handle, ray.get)
+assert all(torch.equal(state[n], t) and state[n].dtype == t.dtype for n, t in named)
+ray.shutdown()
+print("ok")
+"""
+
+
 @pytest.mark.slow
-def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_buckets_go_through_ray_s_object_store_as_buffers_read_without_a_copy() -> None:
     """Each bucket is a numpy array in the object store: a reader gets it mapped read-only (Ray's
-    zero-copy path for numpy buffers), and the views over it are the published tensors."""
-    ray = pytest.importorskip("ray")
-    # as cluster/runtime.py: Ray's 30 s wait for its GCS port is too short on a loaded 2-core machine
-    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "180")
-    # a new runtime: `ray start` in an earlier test leaves a record of its cluster, which Ray would join
-    try:  # a failed start too is shut down: its half-started node would break later tests' runtimes
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-        named = [("w", torch.arange(64, dtype=torch.bfloat16).reshape(8, 8)), ("b", torch.ones(3))]
-        handle, total = publish_buckets(iter(named), 1 << 20, ray.put)
-        assert total == 128 + 16 and len(handle) == 1
-        array = ray.get(handle[0][0])
-        assert type(array) is np.ndarray and not array.flags.writeable  # mapped, not unpickled
-        state = bucket_tensors(handle, ray.get)
-        assert all(torch.equal(state[n], t) and state[n].dtype == t.dtype for n, t in named)
-    finally:
-        ray.shutdown()
+    zero-copy path for numpy buffers), and the views over it are the published tensors.
+
+    In a process of its own: a Ray runtime started and shut down in the test process leaves state
+    there that made a later module's in-process runtime cancel its actors before they started."""
+    pytest.importorskip("ray")
+    env = {
+        **os.environ,
+        "RAY_gcs_server_port_wait_time_s": "180",  # as cluster/runtime.py, for a loaded 2-core machine
+        "RAY_AUTH_MODE": "disabled",
+        "OMP_NUM_THREADS": "1",
+    }
+    # address="local": a new runtime, even where `ray start` in an earlier test left a cluster's record
+    done = subprocess.run(
+        [sys.executable, "-c", _OBJECT_STORE_CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-4000:]

@@ -187,27 +187,43 @@ class DataConfig:
 
 
 @dataclass
-class RolloutConfig:
-    engine: str = option("vllm", "Rollout engine (a registered engine: vllm or hf).")
-    workflow: str = option(
-        "single_turn",
-        "How a prompt becomes the episodes of its group (a registered rollout workflow; built in: "
-        "single_turn, one response per episode; tool_agent, turns that call rollout.tools).",
-    )
+class ToolBudgets:
+    """The tool_agent workflow's tools and budgets: the same keys, meanings and checks in training's
+    ``rollout`` section and in evaluation's (where an episode is a benchmark row)."""
+
     tools: list[str] = option(
         factory=list,
         help="Tools the tool_agent workflow offers (registered tools; built in: get_frames, seek, zoom).",
     )
     max_turns: int = option(4, "tool_agent: most policy turns per episode (a call in the last is not run).")
     max_frames_per_call: int = option(16, "tool_agent: most frames one tool call may return.")
+    max_visual_tokens: int | None = option(
+        None, "tool_agent: most visual tokens the tool replies of an episode may add; null: no limit."
+    )
+
+    def _budget_problems(self) -> Problems:
+        problems: Problems = []
+        for key in ("max_turns", "max_frames_per_call"):
+            if getattr(self, key) < 1:
+                problems.append((key, "must be >= 1"))
+        if self.max_visual_tokens is not None and self.max_visual_tokens < 1:
+            problems.append(("max_visual_tokens", "must be >= 1 (or null: no limit)"))
+        return problems
+
+
+@dataclass
+class RolloutConfig(ToolBudgets):
+    engine: str = option("vllm", "Rollout engine (a registered engine: vllm or hf).")
+    workflow: str = option(
+        "single_turn",
+        "How a prompt becomes the episodes of its group (a registered rollout workflow; built in: "
+        "single_turn, one response per episode; tool_agent, turns that call rollout.tools).",
+    )
     tool_frames: Literal["prompt", "decode"] = option(
         "prompt",
         "tool_agent: where get_frames takes a window's frames: prompt, the frames the prompt's video was "
         "decoded to (no more than the prompt shows); decode, the window decoded afresh at the data.video_* "
         "budget and cached (needs data.source_mode prefer_preprocessed or realtime_only).",
-    )
-    max_visual_tokens: int | None = option(
-        None, "tool_agent: most visual tokens the tool replies of an episode may add; null: no limit."
     )
     n: int = option(8, "Responses sampled per prompt (the GRPO group size).")
     temperature: float = option(1.0, "Sampling temperature.")
@@ -260,11 +276,7 @@ class RolloutConfig:
             problems.append(("top_k", "must be -1 (off) or >= 1"))
         if self.max_response_length < 1:
             problems.append(("max_response_length", "must be >= 1"))
-        for key in ("max_turns", "max_frames_per_call"):
-            if getattr(self, key) < 1:
-                problems.append((key, "must be >= 1"))
-        if self.max_visual_tokens is not None and self.max_visual_tokens < 1:
-            problems.append(("max_visual_tokens", "must be >= 1 (or null: no limit)"))
+        problems += self._budget_problems()
         if self.weight_bucket_mb < 1:
             problems.append(("weight_bucket_mb", "must be >= 1"))
         if self.parity_tolerance is not None and not self.parity_tolerance > 0:

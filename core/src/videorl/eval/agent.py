@@ -11,11 +11,13 @@ turns go into the row's prediction record (:func:`episode_record`).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from videorl.config import TrainConfig
+from videorl.config.schema import ToolBudgets
 from videorl.data import Sample
 from videorl.encoding import Prompt
 from videorl.rollout.factory import make_workflow
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["AGENT_KEYS", "AgentRollout", "agent_base", "episode_record", "eval_rollout_config", "make_agent"]
 
 #: the rollout keys that say how an agent row is answered (recorded in the run's settings)
-AGENT_KEYS = ("tools", "max_turns", "max_frames_per_call", "max_visual_tokens")
+AGENT_KEYS = tuple(f.name for f in fields(ToolBudgets))
 
 
 def eval_rollout_config(base: TrainConfig, sampling: SamplingParams) -> TrainConfig:
@@ -112,8 +114,10 @@ def make_agent(
     return AgentRollout(plugins.rollout_workflows.canonical(name), workflow, config)
 
 
-def agent_base(workflow: str, tools: Sequence[str], **limits: Any) -> TrainConfig:
-    """A training config holding an evaluation's rollout keys (``tools``, ``max_turns``, ...)."""
+def agent_base(workflow: str, budgets: ToolBudgets) -> TrainConfig:
+    """A training config holding an evaluation's workflow and tool budgets."""
     config = TrainConfig()
-    config.rollout = replace(config.rollout, workflow=workflow, tools=list(tools), **limits)
+    config.rollout = replace(
+        config.rollout, workflow=workflow, **{key: copy.copy(getattr(budgets, key)) for key in AGENT_KEYS}
+    )
     return config

@@ -198,10 +198,7 @@ def make_eval_agent(config: EvalConfig, plugins: Plugins, sampling: SamplingPara
     r = config.rollout
     if r.workflow is None:
         return None
-    base = agent_base(
-        r.workflow, r.tools, max_turns=r.max_turns, max_frames_per_call=r.max_frames_per_call,
-        max_visual_tokens=r.max_visual_tokens,
-    )  # fmt: skip
+    base = agent_base(r.workflow, r)
     return make_agent(plugins, r.workflow, base, sampling, key="rollout.workflow (--workflow)")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from videorl.config import DataConfig, Problems, load_config, option
-from videorl.config.schema import names_a_file
+from videorl.config.schema import ToolBudgets, names_a_file
 
 if TYPE_CHECKING:
     from videorl.backend import VisualBudget
@@ -117,32 +117,18 @@ class EvalEngineConfig:
 
 
 @dataclass
-class EvalRolloutConfig:
+class EvalRolloutConfig(ToolBudgets):
     """How a row is answered: one response (no workflow) or a registered rollout workflow, with
-    training's ``rollout.*`` keys of the same names and meanings."""
+    training's tool budgets (:class:`~videorl.config.schema.ToolBudgets`)."""
 
     workflow: str | None = option(
         None,
         "Answer each row through this registered rollout workflow (tool_agent: turns that call "
         "rollout.tools; the final answer is scored) with the hf engine; null: one response per row.",
     )
-    tools: list[str] = option(
-        factory=list,
-        help="Tools the tool_agent workflow offers (registered tools; built in: get_frames, seek, zoom).",
-    )
-    max_turns: int = option(4, "tool_agent: most policy turns per row (a call in the last is not run).")
-    max_frames_per_call: int = option(16, "tool_agent: most frames one tool call may return.")
-    max_visual_tokens: int | None = option(
-        None, "tool_agent: most visual tokens the tool replies of a row may add; null: no limit."
-    )
 
     def _problems(self) -> Problems:
-        problems: Problems = []
-        for key in ("max_turns", "max_frames_per_call"):
-            if getattr(self, key) < 1:
-                problems.append((key, "must be >= 1"))
-        if self.max_visual_tokens is not None and self.max_visual_tokens < 1:
-            problems.append(("max_visual_tokens", "must be >= 1 (or null: no limit)"))
+        problems = self._budget_problems()
         if self.tools and self.workflow is None:
             problems.append(("tools", "are offered by a workflow: set rollout.workflow (e.g. tool_agent)"))
         return problems
