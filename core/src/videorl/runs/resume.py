@@ -1,17 +1,18 @@
 """Saving and resuming a training run's state: the model and optimizer (:class:`ActorState`), each rank's
 data position and RNG state, through a :class:`~videorl.runs.checkpoint.CheckpointManager`; every rank
-resumes from the same checkpoint (:func:`agreed_checkpoint`)."""
+resumes from the same checkpoint (:func:`agreed_checkpoint`), also with another number of processes or
+``actor.sequence_parallel_size`` (:func:`restore_position`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from videorl.errors import ConfigError
-from videorl.runs.checkpoint import CheckpointManager
-from videorl.runs.manifest import CheckpointError, step_of
+from videorl.runs.checkpoint import Checkpoint, CheckpointManager
+from videorl.runs.manifest import STATE_FILE, CheckpointError, step_of
 from videorl.runs.tensors import capture_rng_state, restore_rng_state
 
 if TYPE_CHECKING:
@@ -20,7 +21,14 @@ if TYPE_CHECKING:
 
     from videorl.parallel import Parallel
 
-__all__ = ["ActorState", "agreed_checkpoint", "resume", "save_checkpoint"]
+__all__ = [
+    "ActorState",
+    "GroupedPosition",
+    "agreed_checkpoint",
+    "restore_position",
+    "resume",
+    "save_checkpoint",
+]
 
 
 class ActorState:
@@ -87,35 +95,82 @@ def resume(
 ) -> int:
     """Load the checkpoint ``spec`` names (``"auto"``: the latest one every rank finds undamaged; a
     directory; ``None``/``"none"``: none) into ``state``, this rank's data position into ``data`` (when
-    given) and this rank's RNG state; its step, 0 when there is none (a collective)."""
+    given; :func:`restore_position`) and an RNG state (this rank's, or with another number of processes
+    that of rank ``rank mod`` the number that wrote it); its step, 0 when there is none (a collective).
+    Under FSDP the tensors are read as this run shards them, whatever the processes that wrote them."""
     path = agreed_checkpoint(checkpoints, None if spec is None else str(spec), dist)
     if path is None:
         return 0
     ckpt = checkpoints.load(path)
     ckpt.require_sharded("it")
-    ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
-    _require_same_sequence_groups(path, ckpt.data_state.get("sequence_parallel_size", 1), dist.sp_size)
-    rng = ckpt.rng_state(dist.rank)
+    if data is not None:  # before any tensor loads: a position that cannot be restored stops here
+        restore_position(ckpt, data, dist)
+    written = len(ckpt.data_state.get("ranks", [])) or dist.world_size
+    rng = ckpt.rng_state(dist.rank % written)
     ckpt.load_into(state, dist, checkpoints.process_group(dist))
-    if data is not None:
-        data.load_state_dict(ranks[dist.rank])
     if rng is not None:
         restore_rng_state(rng)
     return ckpt.step
 
 
-def _require_same_sequence_groups(path: Path, written: Any, now: int) -> None:
-    """A :class:`ConfigError` unless ``path`` was written at ``actor.sequence_parallel_size`` ``now``
-    (checkpoints from before the field existed were written at 1): each rank's saved data position
-    counts the samples of its data group, so other groups would skip or repeat samples."""
-    if type(written) is not int or written < 1:
-        raise CheckpointError(f"{path}: sequence_parallel_size must be a positive integer, got {written!r}")
-    if written != now:
-        raise ConfigError(
-            f"{path} was written at actor.sequence_parallel_size={written}; resume it with "
-            f"actor.sequence_parallel_size={written} (now {now}): each rank's data position counts the "
-            "samples of its data group, and other groups would skip or repeat samples"
+@runtime_checkable
+class GroupedPosition(Protocol):
+    """A data position that can continue from the positions of another number of data groups
+    (:class:`videorl.train.data.TrainData`)."""
+
+    def load_group_positions(self, positions: Sequence[tuple[int, int]], where: str) -> None: ...
+
+
+def restore_position(ckpt: Checkpoint, data: Stateful, dist: Parallel) -> None:
+    """Load this rank's data position from ``ckpt`` into ``data``. A :class:`GroupedPosition` gets the
+    positions of the checkpoint's data groups (its ranks' ``{"epoch", "index"}``, one per group of
+    ``sequence_parallel_size`` ranks) and continues from them in this run's groups, whatever their
+    count; any other ``data`` gets its rank's state, written by as many processes at this ``k``."""
+    where = f"{ckpt.path}/{STATE_FILE}"
+    ranks: list[dict[str, Any]] = ckpt.data_state.get("ranks", [])
+    k = ckpt.data_state.get("sequence_parallel_size", 1)  # absent: written before k existed, at 1
+    if type(k) is not int or k < 1 or len(ranks) % k:
+        raise CheckpointError(
+            f"{where}: field 'data.sequence_parallel_size' must be a positive integer dividing the "
+            f"{len(ranks)} ranks of 'data.ranks', got {k!r}"
         )
+    if isinstance(data, GroupedPosition):
+        data.load_group_positions(_group_positions(where, ranks, k), where)
+    elif len(ranks) == dist.world_size and k == dist.sp_size:
+        data.load_state_dict(ranks[dist.rank])
+    else:
+        raise ConfigError(
+            f"{ckpt.path} was written by {len(ranks)} process(es) at actor.sequence_parallel_size={k}; "
+            f"resume it with as many at that size (now {dist.world_size} at {dist.sp_size})"
+        )
+
+
+def _group_positions(where: str, ranks: list[dict[str, Any]], k: int) -> list[tuple[int, int]]:
+    """The ``(epoch, index)`` of each data group of ``ranks`` (``k`` ranks a group, which read the same
+    samples: their positions must be equal)."""
+    if not ranks:
+        raise CheckpointError(f"{where}: field 'data.ranks' holds no data position")
+    positions = []
+    for first in range(0, len(ranks), k):
+        for other in range(first + 1, first + k):
+            if ranks[other] != ranks[first]:
+                raise CheckpointError(
+                    f"{where}: field 'data.ranks[{other}]' differs from 'data.ranks[{first}]', the first "
+                    "rank of its sequence-parallel group (they take the same samples)"
+                )
+        epoch, index = (
+            _count(where, f"data.ranks[{first}].{name}", ranks[first].get(name))
+            for name in ("epoch", "index")
+        )
+        positions.append((epoch, index))
+    return positions
+
+
+def _count(where: str, field: str, value: Any) -> int:
+    """``value`` when it is an integer >= 0, else a :class:`CheckpointError` naming ``field``."""
+    if type(value) is not int or value < 0:
+        raise CheckpointError(f"{where}: field {field!r} must be an integer >= 0, got {value!r}")
+    return value
 
 
 def agreed_checkpoint(checkpoints: CheckpointManager, spec: str | None, dist: Parallel) -> Path | None:
