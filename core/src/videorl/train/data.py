@@ -127,7 +127,8 @@ def taken_together(positions: Sequence[tuple[int, int]], samples: int, where: st
     epoch, taken = positions[0][0], sum(index for _, index in positions)
     if any((e, i) != (epoch, share_count(taken, g, size)) for g, (e, i) in enumerate(positions)):
         raise ConfigError(
-            f"{where}: its {size} data groups are at {[list(p) for p in positions]} (epoch, index): "
+            f"{where}: its {size} data groups are at {[list(p) for p in positions[:8]]}"
+            f"{' ...' if size > 8 else ''} (epoch, index): "
             "they took different numbers of samples (dynamic sampling), so their positions cannot be "
             f"cut into another number of groups without skipping or repeating samples; resume it with "
             f"{size} data groups (training processes / actor.sequence_parallel_size = {size})"
