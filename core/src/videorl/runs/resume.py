@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from videorl.errors import ConfigError
-from videorl.runs.checkpoint import CheckpointManager
+from videorl.runs.checkpoint import Checkpoint, CheckpointManager
 from videorl.runs.manifest import CheckpointError, step_of
 from videorl.runs.tensors import capture_rng_state, restore_rng_state
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from videorl.parallel import Parallel
 
-__all__ = ["ActorState", "agreed_checkpoint", "resume", "save_checkpoint"]
+__all__ = ["ActorState", "agreed_checkpoint", "require_same_sequence_groups", "resume", "save_checkpoint"]
 
 
 class ActorState:
@@ -94,7 +94,7 @@ def resume(
     ckpt = checkpoints.load(path)
     ckpt.require_sharded("it")
     ranks = ckpt.rank_data_states(dist.world_size, "the same number of processes")
-    _require_same_sequence_groups(path, ckpt.data_state.get("sequence_parallel_size", 1), dist.sp_size)
+    require_same_sequence_groups(ckpt, dist.sp_size)
     rng = ckpt.rng_state(dist.rank)
     ckpt.load_into(state, dist, checkpoints.process_group(dist))
     if data is not None:
@@ -104,10 +104,11 @@ def resume(
     return ckpt.step
 
 
-def _require_same_sequence_groups(path: Path, written: Any, now: int) -> None:
-    """A :class:`ConfigError` unless ``path`` was written at ``actor.sequence_parallel_size`` ``now``
+def require_same_sequence_groups(ckpt: Checkpoint, now: int) -> None:
+    """A :class:`ConfigError` unless ``ckpt`` was written at ``actor.sequence_parallel_size`` ``now``
     (checkpoints from before the field existed were written at 1): each rank's saved data position
     counts the samples of its data group, so other groups would skip or repeat samples."""
+    path, written = ckpt.path, ckpt.data_state.get("sequence_parallel_size", 1)
     if type(written) is not int or written < 1:
         raise CheckpointError(f"{path}: sequence_parallel_size must be a positive integer, got {written!r}")
     if written != now:
