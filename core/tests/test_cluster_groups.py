@@ -77,8 +77,9 @@ def test_split_rollout_and_reference_workers_default_to_one_per_data_group() -> 
 
 @dataclass
 class GroupedCluster:
-    """Four colocated actor workers (two data groups of two) and a reward worker answering as workers
-    would; every call recorded as ``(worker, method, request)``. A worker's actor loss is its index."""
+    """Four actor workers (two data groups of two), colocated or beside two rollout workers, and a
+    reward worker answering as workers would; every call recorded as ``(worker, method, request)``. A
+    worker's actor loss is its index."""
 
     calls: list[tuple[str, str, Any]] = field(default_factory=list)
     actors: list[WorkerHandle] = field(
@@ -90,16 +91,20 @@ class GroupedCluster:
 
     @property
     def rollouts(self) -> list[WorkerHandle]:
-        return self.actors
+        return (
+            self.actors
+            if self.colocated
+            else [WorkerHandle(f"rollout-{i}", ["rollout"], None) for i in range(2)]
+        )
 
     def call(
         self, stage: str, step: int, calls: list[tuple[WorkerHandle, str, tuple[Any, ...]]]
     ) -> list[Any]:
         out: list[Any] = []
         for worker, method, args in calls:
-            if not isinstance(args[0], bytes):  # save_checkpoint's (step, data position)
+            if not args or not isinstance(args[0], bytes):  # checkpoints and (split) weight sync
                 self.calls.append((worker.name, method, args))
-                out.append(None)
+                out.append({"publish_weights": [None, 0], "load_weights": 0.0}.get(method))
                 continue
             request = wire.loads(args[0])
             self.calls.append((worker.name, method, request))
@@ -128,7 +133,13 @@ def _sample(i: int) -> Sample:
                   videos=[f"/clips/{i}.mp4"])  # fmt: skip
 
 
-def test_a_data_group_rolls_out_once_and_its_workers_train_on_the_same_episodes() -> None:
+@pytest.mark.parametrize(
+    ("placement", "rollout_workers"),
+    [("colocated", ["actor-0", "actor-2"]), ("split", ["rollout-0", "rollout-1"])],
+)
+def test_a_data_group_rolls_out_once_and_its_workers_train_on_the_same_episodes(
+    placement: str, rollout_workers: list[str]
+) -> None:
     config = load_config(
         None,
         [*BASE, "ray.actor_workers=4", "actor.sequence_parallel_size=2", "rollout.n=2",
@@ -136,7 +147,7 @@ def test_a_data_group_rolls_out_once_and_its_workers_train_on_the_same_episodes(
     )  # fmt: skip
     samples = [_sample(i) for i in range(8)]
     data = [TrainData(samples, seed=0, shuffle=False, rank=g, world_size=2) for g in range(2)]
-    cluster = GroupedCluster()
+    cluster = GroupedCluster(colocated=placement == "colocated")
     backend = type("Backend", (), {"forbidden_token_ids": lambda self: set()})()
     algorithm = build(config.algorithm, load_plugins())
     controller = Controller(config, cluster, backend, data, [], algorithm=algorithm)  # type: ignore[arg-type]
@@ -147,11 +158,11 @@ def test_a_data_group_rolls_out_once_and_its_workers_train_on_the_same_episodes(
     finally:
         controller.close()
 
-    # each group's 2 prompts rolled out once, on its first worker, with its data rank's seed
+    # each group's 2 prompts rolled out once (colocated: on its first worker) with its data rank's seed
     generated = sorted((w, r["ids"], r["seed"]) for w, m, r in cluster.calls if m == "generate")
     assert generated == [
-        ("actor-0", ["s0", "s2"], rollout_seed(config, 1, 0, 0)),
-        ("actor-2", ["s1", "s3"], rollout_seed(config, 1, 0, 1)),
+        (rollout_workers[0], ["s0", "s2"], rollout_seed(config, 1, 0, 0)),
+        (rollout_workers[1], ["s1", "s3"], rollout_seed(config, 1, 0, 1)),
     ]
     updates = {w: r["items"] for w, m, r in cluster.calls if m == "update"}
     assert sorted(updates) == ["actor-0", "actor-1", "actor-2", "actor-3"]
