@@ -360,3 +360,37 @@ def _model_state(checkpoint: Path) -> dict[str, Any]:
     from videorl.runs.checkpoint import CheckpointManager
 
     return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()
+
+
+def test_sequence_parallel_groups_on_ray_train_as_one_process(task: tuple[Path, list[str]]) -> None:
+    """``actor.sequence_parallel_size=2`` on 2 colocated actor workers: one data group of two sequence
+    ranks (Ulysses, padding-free rows), fed the group's episodes once: its first worker rolls out the
+    step's 2 prompts with the seed of data group 0, which is one process's seed, so the run trains as
+    one ``videorl train`` process on the same global batch: the same loss, KL, gradient norm, entropy
+    and reward per step and the same weights within 1e-5 (float32); each step's episodes are counted
+    once (the completions log), and both workers record the group's data position and k = 2 in the
+    checkpoint."""
+    out = task[0]
+    sharded, single = out / "ray-sequence-parallel", out / "one-process-padding-free"
+    extra = ["actor.padding_free=true", "trainer.log_completions=100"]
+    _train(task, single, *extra)
+    _train(task, sharded, *extra, "--ray", "ray.actor_workers=2", "actor.sequence_parallel_size=2")
+
+    workers = json.loads((sharded / "ray-workers.json").read_text())
+    assert [w["name"] for w in workers] == ["actor-0", "actor-1", "reward-0"]
+    ours, theirs = _metrics(sharded), _metrics(single)
+    assert [m["step"] for m in ours] == [1, 2] == [m["step"] for m in theirs]
+    assert ours[1]["actor/kl"] > 0  # the reference was used, as in one process
+    for mine, ref in zip(ours, theirs):
+        for key in ("actor/loss", "actor/kl", "actor/grad_norm", "actor/entropy", "reward/overall"):
+            assert abs(mine[key] - ref[key]) <= 1e-5, (mine["step"], key, mine[key], ref[key])
+    _assert_same_weights(sharded, single, 2, rtol=0, atol=1e-5)
+    # the group's 2 prompts x 4 responses, logged once per step (not once per worker)
+    logged = [json.loads(line) for line in (sharded / "completions.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged] == [1] * 8 + [2] * 8
+    from videorl.runs.checkpoint import CheckpointManager
+
+    written = CheckpointManager(sharded / "checkpoints").load(sharded / "checkpoints" / "step_000002")
+    assert written.data_state["sequence_parallel_size"] == 2
+    first, second = written.data_state["ranks"]
+    assert first == second  # one data group: both workers hold its position

@@ -111,6 +111,7 @@ class FakeCluster:
     rollouts: list[WorkerHandle] = field(
         default_factory=lambda: [WorkerHandle("rollout-0", ["rollout"], None)]
     )
+    actors: list[WorkerHandle] = field(default_factory=lambda: [WorkerHandle("actor-0", ["actor"], None)])
     rewards: list[WorkerHandle] = field(
         default_factory=lambda: [WorkerHandle(f"reward-{i}", ["reward"], None) for i in range(2)]
     )

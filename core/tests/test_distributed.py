@@ -300,7 +300,7 @@ def test_sequence_parallel_groups_share_a_data_rank_and_a_wrong_size_names_those
         Parallel(0, 6, 4)
 
 
-def test_sequence_parallel_size_is_validated_one_process_and_ray_refuse_it_naming_torchrun(
+def test_sequence_parallel_size_is_validated_one_process_refuses_it_and_ray_needs_whole_groups(
     tmp_path: Path,
 ) -> None:
     from videorl.cluster.launch import train_on_ray
@@ -314,7 +314,8 @@ def test_sequence_parallel_size_is_validated_one_process_and_ray_refuse_it_namin
     config = load_config(None, [*base, "actor.sequence_parallel_size=2"])
     with pytest.raises(ConfigError, match="one process cannot shard sequences; train under torchrun"):
         init_distributed(config.actor.sequence_parallel_size)  # WORLD_SIZE unset: one process
-    with pytest.raises(ConfigError, match=r"on Ray .* not yet laid out .* train under torchrun"):
+    # one actor worker cannot form a group of two (tests/test_cluster_groups.py: the layout)
+    with pytest.raises(ConfigError, match=r"ray.actor_workers=1 with actor.sequence_parallel_size=2: .*"):
         train_on_ray(config, load_plugins())
     assert not (tmp_path / "run").exists()  # refused before anything was written
     from videorl.parallel import Parallel

@@ -15,7 +15,7 @@ Two threads::
     for u = next step to generate:         for s = step:
         deliver version max(u-1-k, r)          wait for step s's groups        (time/rollout_wait)
           (waits until it is published)        reference log-probs, update     (actor workers)
-        collect step u (every rank at once)    publish version s               (weight transport)
+        collect step u (every group at once)   publish version s               (weight transport)
         record the data positions after u
 
 The producer is given step ``u`` only once ``u <= s + k``; it generates with the rollout workers
@@ -26,7 +26,7 @@ its step's sampled responses by the same weight version, and left out of the sta
 the rest of the update.
 
 **Exactly once.** The data taken for a step ahead is not consumed until that step trains: the
-checkpoint of step ``s`` records each rank's data position *after step s's collection* (not the
+checkpoint of step ``s`` records each data group's position *after step s's collection* (not the
 position of the producer, which may be ``k`` steps further), so after a crash ``--resume auto``
 regenerates the in-flight groups from there, with the checkpoint's weights, and no sample is trained
 twice or skipped. Groups dynamic sampling drops count as consumed by their step (as synchronously)
@@ -78,11 +78,11 @@ class StalenessError(VideorlError):
 
 @dataclass
 class _Collected:
-    """One step's groups, generated ahead: per rank its trajectories and counters, stage times and
-    data position after the step's samples."""
+    """One step's groups, generated ahead: per data group its trajectories and counters, stage times
+    and data position after the step's samples."""
 
     timers: list[StageTimer]
-    ranks: list[tuple[list[Episode], dict[str, float]]]
+    groups: list[tuple[list[Episode], dict[str, float]]]
     positions: list[dict[str, int]]
 
 
@@ -161,12 +161,12 @@ class AsyncController(Controller):
     def _produce(self, step: int) -> _Collected:
         """On the producer thread: bring the engines to step ``step``'s version, collect its groups."""
 
-        ranks = range(len(self.cluster.actors))
-        timers = [StageTimer() for _ in ranks]
+        groups = range(self.groups.count)
+        timers = [StageTimer() for _ in groups]
         version = self.behaviour_version(step)
         if self._loaded < version:
             self._deliver(version, timers[0])
-        collected = run_all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        collected = run_all(self._pool, [partial(self._collect, g, step, timers[g]) for g in groups])
         return _Collected(timers, collected, [d.state_dict() for d in self.data])
 
     def _hand_out(self, step: int) -> None:
@@ -199,16 +199,16 @@ class AsyncController(Controller):
 
     def _collected(self, step: int) -> tuple[list[StageTimer], list[tuple[list[Episode], dict[str, float]]]]:
         """Step ``step``'s groups from the producer (handing it the steps ahead first), checked
-        against the staleness bound, with the ``async/*`` metrics in every rank's counters."""
+        against the staleness bound, with the ``async/*`` metrics in every group's counters."""
         self._hand_out(step)
         start = time.perf_counter()
         collected = self._ahead.pop(step).result()
         waited = time.perf_counter() - start
-        trajectories = [t for share, _ in collected.ranks for t in share]
+        trajectories = [t for share, _ in collected.groups for t in share]
         metrics = staleness_metrics(trajectories, step, self.max_staleness)
         self._positions[step] = collected.positions
         collected.timers[0].seconds["rollout_wait"] += waited
-        return collected.timers, [(share, {**extra, **metrics}) for share, extra in collected.ranks]
+        return collected.timers, [(share, {**extra, **metrics}) for share, extra in collected.groups]
 
     def validate(self, step: int) -> dict[str, float]:
         self._refresh()
@@ -219,13 +219,12 @@ class AsyncController(Controller):
         return super().call_rollouts(stage, method, requests)
 
     def save(self, step: int) -> None:
-        """Every actor rank gathers; actor-0 writes, with each rank's data position after ``step``'s
+        """Every actor worker gathers; actor-0 writes, with each data group's position after ``step``'s
         samples (the steps in flight are regenerated when the run resumes from here)."""
         positions = self._positions[step]
         for old in [s for s in self._positions if s <= step]:
             del self._positions[old]
-        calls = [(a, "save_checkpoint", (step, positions[r])) for r, a in enumerate(self.cluster.actors)]
-        self.cluster.call("checkpoint", step, calls)
+        self.save_positions(step, positions)
 
 
 def staleness_metrics(trajectories: Sequence[Episode], step: int, bound: int) -> dict[str, float]:

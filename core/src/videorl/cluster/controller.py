@@ -1,20 +1,24 @@
 """The controller of a Ray run: the GRPO step of :mod:`videorl.train.local`, driving worker groups.
 
-The controller holds the data order of every actor rank (as each torchrun rank would), the run's
-metrics and progress, and decides everything between the workers' calls. One step:
+The actor workers are laid out as data × sequence groups (:mod:`videorl.cluster.groups`; without
+``actor.sequence_parallel_size`` a group is one worker). The controller holds the data order of every
+data group (as the ranks of each torchrun group would), the run's metrics and progress, and decides
+everything between the workers' calls. One step:
 
-1. rollout    each rank's share of the prompts goes, as sample ids, to a rollout worker, which
+1. rollout    each group's share of the prompts goes, as sample ids, to a rollout worker, which
               encodes the prompts from the frame cache and generates; reward workers score the
               responses; dynamic sampling and mix-policy decide as in one process
-              (:func:`videorl.rollout.collect.collect_groups`). The ranks' shares run at once, a thread each;
+              (:func:`videorl.rollout.collect.collect_groups`). The groups' shares run at once, a thread each;
               an estimator that asks for a greedy baseline gets one per prompt from the same
               rollout worker, scored, and left out of the update as in one process;
 2. advantage  by the run's estimator, here;
 3. reference  split placement with the KL penalty: reference workers return per-token log-probs;
-4. update     every actor rank runs :func:`videorl.actor.update.update` on its share (FSDP between them);
+4. update     every actor worker runs :func:`videorl.actor.update.update` on its group's share (FSDP
+              between them all; Ulysses within a group);
 5. sync       colocated: each worker refreshes its own engine; split: actor rank 0 puts the weights in
               Ray's object store and every rollout worker loads them;
-6. metrics    averaged over the ranks as under torchrun.
+6. metrics    a group's episodes and rollout counters once, averaged over the groups; the actor
+              workers' metrics averaged over the workers (as torchrun averages every rank's).
 
 The controller is the Ray :class:`~videorl.train.loop.StepDriver`: :func:`videorl.train.loop.run` runs
 it with validation, evaluations, logging and checkpoints (the same files a torchrun run writes) as in
@@ -32,11 +36,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from videorl.cluster import wire
+from videorl.cluster.groups import ActorGroups
 from videorl.cluster.runtime import Cluster, WorkerHandle
 from videorl.cluster.weights import ObjectStoreTransport, Published, WeightTransport
 from videorl.parallel import mean_over_ranks
@@ -69,7 +74,7 @@ class Generated(NamedTuple):
 
 class Controller:
     """The :class:`~videorl.train.loop.StepDriver` of a Ray run: each GRPO step over ``cluster``'s workers,
-    every actor rank's share at once (a thread each)."""
+    every data group's share at once (a thread each)."""
 
     def __init__(
         self,
@@ -83,8 +88,9 @@ class Controller:
         *,
         algorithm: Algorithm,
     ) -> None:
-        """``data``: each actor rank's data order; ``algorithm``: the run's estimator and loss (built by
-        the composition root; the workers build theirs from the same config and plugins);
+        """``data``: each data group's data order (:class:`~videorl.cluster.groups.ActorGroups`);
+        ``algorithm``: the run's estimator and loss (built by the composition root; the workers build
+        theirs from the same config and plugins);
         ``canonical``: the spelling of a problem type in metrics (the router's ``canonical_type``);
         ``completions``: where ``trainer.log_completions`` writes the step's responses."""
         self.config, self.cluster, self.backend, self.algorithm = config, cluster, backend, algorithm
@@ -99,6 +105,11 @@ class Controller:
         self._parity_due = config.rollout.parity_check != "off"  # on the first step after a (re)start
         self.transport: WeightTransport = ObjectStoreTransport(cluster)  # split placement's weight sync
         self.latest: Published | None = None  # the version published last, until the next step begins
+
+    @cached_property
+    def groups(self) -> ActorGroups:
+        """The cluster's actor workers in data groups (train_on_ray checked that they form whole ones)."""
+        return ActorGroups(len(self.cluster.actors), self.config.actor.sequence_parallel_size)
 
     def close(self) -> None:
         """Stop the rank threads (after a failure the workers are ended next)."""
@@ -141,7 +152,7 @@ class Controller:
 
     def _generate(
         self,
-        rank: int,
+        group: int,
         split: str,
         samples: Sequence[Sample],
         seed: int | None,
@@ -150,7 +161,7 @@ class Controller:
         upcoming: Sequence[Sample] = (),
         baseline: bool = False,
     ) -> Generated:
-        """Rank ``rank``'s rollout worker generates for ``samples`` of ``split`` (greedy without a
+        """Data group ``group``'s rollout worker generates for ``samples`` of ``split`` (greedy without a
         ``seed``) for ``step`` (default the current one): their prompts (sample and media metadata;
         encoded on the worker), completions, and the weight version that generated them; with
         ``baseline``, in the same call, one greedy response per prompt too. The worker then prepares
@@ -158,7 +169,8 @@ class Controller:
         from videorl.encoding import Prompt
 
         step = self.step if step is None else step
-        worker = self.cluster.rollouts[rank % len(self.cluster.rollouts)]
+        rollouts = self.cluster.rollouts
+        worker = rollouts[self.groups.rollout_worker(group, len(rollouts), self.cluster.colocated)]
         request = {
             "split": split,
             "step": step,
@@ -178,23 +190,23 @@ class Controller:
         greedy = [wire.completion_in(c) for c in reply["baseline"]] if baseline else None
         return Generated(prompts, completions, int(reply["version"]), greedy)
 
-    def _rollout(self, rank: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
-        """A :data:`~videorl.rollout.collect.Rollout` for rank ``rank`` on the workers, for ``step``: each
-        trajectory carries the weight version that generated it. When the estimator asks for a greedy
-        baseline (:attr:`~videorl.algorithms.Algorithm.greedy_baseline`), the same call to the rollout
-        worker also generates one greedy response per prompt (so with the same weights), scored on the
-        reward workers and appended to its group as in one process
+    def _rollout(self, group: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
+        """A :data:`~videorl.rollout.collect.Rollout` for data group ``group`` on the workers, for
+        ``step``: each trajectory carries the weight version that generated it. When the estimator asks
+        for a greedy baseline (:attr:`~videorl.algorithms.Algorithm.greedy_baseline`), the same call to
+        the rollout worker also generates one greedy response per prompt (so with the same weights),
+        scored on the reward workers and appended to its group as in one process
         (:func:`~videorl.rollout.single_turn.add_baselines`)."""
         from videorl.rollout.single_turn import add_baselines, finish_groups
 
         baselines = self.algorithm.greedy_baseline
-        data = self.data[rank]
+        data = self.data[group]
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
-            # the samples the rank takes next: the worker prepares them while this step goes on
+            # the samples the group takes next: the worker prepares them while this step goes on
             upcoming = data.upcoming(len(samples)) if self.config.data.prefetch else []
             got = self._generate(
-                rank, "train", samples, seed, timer, step, upcoming=upcoming, baseline=baselines
+                group, "train", samples, seed, timer, step, upcoming=upcoming, baseline=baselines
             )
             scorer = self.scorer("train", step)
             groups, metrics = finish_groups(
@@ -211,23 +223,23 @@ class Controller:
 
     # --- the step ----------------------------------------------------------------------------------
 
-    def _collect(self, rank: int, step: int, timer: StageTimer) -> tuple[list[Episode], dict[str, float]]:
+    def _collect(self, group: int, step: int, timer: StageTimer) -> tuple[list[Episode], dict[str, float]]:
         from videorl.rollout.collect import collect_groups
         from videorl.train.step import assign_advantages
 
-        per_rank = max(1, self.config.data.rollout_batch_size // len(self.cluster.actors))
+        per_group = max(1, self.config.data.rollout_batch_size // self.groups.count)
         groups, extra = collect_groups(
-            self.config, step, per_rank, self.data[rank], self._rollout(rank, timer, step), rank
+            self.config, step, per_group, self.data[group], self._rollout(group, timer, step), group
         )
         return assign_advantages(self.config, self.algorithm, groups), extra
 
     def _collected(self, step: int) -> tuple[list[StageTimer], list[tuple[list[Episode], dict[str, float]]]]:
-        """Every rank's trajectories of ``step`` and rollout counters, with the stage times per rank
-        (here: generated now; :class:`~videorl.cluster.async_driver.AsyncController`: ahead)."""
+        """Every data group's trajectories of ``step`` and rollout counters, with the stage times per
+        group (here: generated now; :class:`~videorl.cluster.async_driver.AsyncController`: ahead)."""
 
-        ranks = range(len(self.cluster.actors))
-        timers = [StageTimer() for _ in ranks]
-        return timers, run_all(self._pool, [partial(self._collect, r, step, timers[r]) for r in ranks])
+        groups = range(self.groups.count)
+        timers = [StageTimer() for _ in groups]
+        return timers, run_all(self._pool, [partial(self._collect, g, step, timers[g]) for g in groups])
 
     def _reference(self, shares: list[list[Episode]], timers: list[StageTimer]) -> None:
         """Split placement, KL on: each share's reference log-probs from a reference worker."""
@@ -249,17 +261,18 @@ class Controller:
     def _update(
         self, step: int, shares: list[list[Episode]], timers: list[StageTimer], parity_check: bool
     ) -> list[dict[str, float]]:
-        """Every actor rank's update on its share (first ``parity_check``: engine vs actor log-probs)."""
-        calls = [
-            (a, "update", wire.dumps({"step": step, "items": _items(share), "parity_check": parity_check}))
-            for a, share in zip(self.cluster.actors, shares)
+        """Every actor worker's update on its data group's share (first ``parity_check``: engine vs actor
+        log-probs); each worker's metrics. A group's stage times are its workers' mean."""
+        messages = [
+            wire.dumps({"step": step, "items": _items(share), "parity_check": parity_check})
+            for share in shares
         ]
-        metrics = []
-        for timer, reply in zip(timers, self._call("actor update", calls)):
-            out = wire.loads(reply)
-            _add_seconds(timer, out["seconds"])
-            metrics.append(out["metrics"])
-        return metrics
+        per_worker = zip(self.cluster.actors, self.groups.to_workers(messages), strict=True)
+        calls = [(actor, "update", message) for actor, message in per_worker]
+        replies = [wire.loads(reply) for reply in self._call("actor update", calls)]
+        for timer, group in zip(timers, self.groups.by_group(replies), strict=True):
+            _add_seconds(timer, mean_over_ranks([out["seconds"] for out in group]))
+        return [out["metrics"] for out in replies]
 
     def _sync_weights(self) -> float:
         """Split placement: publish the actor's weights (version: the current step), load them into
@@ -276,13 +289,13 @@ class Controller:
             self.latest = self.transport.publish(self.step)
         return self.latest
 
-    def _validate(self, rank: int) -> dict[str, float]:
+    def _validate(self, group: int) -> dict[str, float]:
         from videorl.train.step import validation_metrics
 
-        shard = self.validation[rank :: len(self.cluster.actors)]
+        shard = self.validation[group :: self.groups.count]
         if not shard:
             return {}
-        got = self._generate(rank, "val", shard, None, StageTimer())
+        got = self._generate(group, "val", shard, None, StageTimer())
         return validation_metrics(got.prompts, got.completions, self.scorer("val"), self.canonical)
 
     # --- the driver --------------------------------------------------------------------------------
@@ -297,7 +310,7 @@ class Controller:
         return len(self.cluster.rollouts)
 
     def resume(self, checkpoint: Checkpoint) -> None:
-        """The actor workers load model, optimizer and RNG state of ``checkpoint`` (the ranks' data
+        """The actor workers load model, optimizer and RNG state of ``checkpoint`` (the groups' data
         positions are already in ``data``); split rollout engines, which hold the base model, get the
         loaded weights."""
         self.cluster.call(
@@ -310,11 +323,12 @@ class Controller:
             self._sync_weights()
 
     def step_once(self, step: int, timer: StageTimer) -> dict[str, float]:
-        """One GRPO step over the workers; its metrics averaged over the ranks as torchrun does, each
-        stage's time (measured per rank) averaged into ``timer``."""
+        """One GRPO step over the workers; its metrics averaged as torchrun does (a data group's episodes
+        and counters once per group, the actor metrics over the workers), each stage's time (measured
+        per group) averaged into ``timer``."""
         from videorl.train.step import step_metrics
 
-        config, ranks = self.config, range(len(self.cluster.actors))
+        config = self.config
         split = not self.cluster.colocated
         self.step, self.latest = step, None  # a version held for a pass is held by the pass alone now
         timers, collected = self._collected(step)
@@ -332,12 +346,11 @@ class Controller:
             self.completions.log(step, [t for share in shares for t in share], decode)
         for stage, seconds in mean_over_ranks([t.seconds for t in timers]).items():
             timer.seconds[stage] += seconds
-        metrics = mean_over_ranks(
-            [
-                {**step_metrics(shares[r], canonical=self.canonical), **actor_metrics[r], **collected[r][1]}
-                for r in ranks
-            ]
-        )
+        metrics = {
+            **mean_over_ranks([step_metrics(share, canonical=self.canonical) for share in shares]),
+            **mean_over_ranks(actor_metrics),
+            **mean_over_ranks([extra for _, extra in collected]),
+        }
         samples = max(1, config.data.rollout_batch_size)
         with self._lock:  # this step's messages; what validation sent after the previous step is dropped
             counts = self._bytes.pop(step, defaultdict(int))
@@ -350,17 +363,21 @@ class Controller:
         return metrics
 
     def validate(self, step: int) -> dict[str, float]:
-        """Every rank's share of the validation samples, greedily, at once; the ``val/*`` metrics
-        averaged over the ranks."""
-        ranks = range(len(self.cluster.actors))
-        return mean_over_ranks(run_all(self._pool, [partial(self._validate, r) for r in ranks]))
+        """Every data group's share of the validation samples, greedily, at once; the ``val/*`` metrics
+        averaged over the groups."""
+        groups = range(self.groups.count)
+        return mean_over_ranks(run_all(self._pool, [partial(self._validate, g) for g in groups]))
 
     def save(self, step: int) -> None:
-        """Every actor rank gathers; actor-0 writes, with each rank's data position (held here)."""
-        calls = [
-            (a, "save_checkpoint", (step, self.data[r].state_dict()))
-            for r, a in enumerate(self.cluster.actors)
-        ]
+        """Every actor worker gathers; actor-0 writes, with each worker's data position (its group's,
+        held here)."""
+        self.save_positions(step, [d.state_dict() for d in self.data])
+
+    def save_positions(self, step: int, positions: Sequence[dict[str, int]]) -> None:
+        """The checkpoint of ``step`` with each data group's data position ``positions`` (recorded for
+        each of the group's workers, as each torchrun rank records its own)."""
+        states = self.groups.to_workers(positions)
+        calls = [(a, "save_checkpoint", (step, s)) for a, s in zip(self.cluster.actors, states, strict=True)]
         self.cluster.call("checkpoint", step, calls)
 
     def call_rollouts(self, stage: str, method: str, requests: Sequence[Any]) -> list[Any]:
@@ -377,7 +394,7 @@ class Controller:
 
 
 def _add_seconds(timer: StageTimer, seconds: dict[str, float]) -> None:
-    """Add the stage times a worker measured to this rank's ``timer``."""
+    """Add the stage times a worker measured to its data group's ``timer``."""
     for stage, value in seconds.items():
         timer.seconds[stage] += value
 

@@ -16,14 +16,19 @@ from videorl.atomic import atomic_write_text
 from videorl.cluster import wire
 from videorl.cluster.benchmark_rows import ray_evaluations
 from videorl.cluster.controller import WORKERS_FILE, Controller, absolute_paths
+from videorl.cluster.groups import ActorGroups
 from videorl.cluster.runtime import Cluster, WorkerFailure, cpus_needed, start_ray
 from videorl.errors import ConfigError, VideorlError
 from videorl.rollout.single_turn import SingleTurn
+from videorl.runs.manifest import STATE_FILE
+from videorl.runs.resume import group_positions
 
 if TYPE_CHECKING:
     from videorl.config import TrainConfig
     from videorl.plugins import Plugins
+    from videorl.runs.checkpoint import Checkpoint
     from videorl.train.compose import RunParts
+    from videorl.train.data import TrainData
     from videorl.train.loop import OnStep, PeriodicEvaluation
 
 
@@ -62,7 +67,7 @@ def train_on_ray(
     ``driver``: the controller class; default :class:`Controller`, or with ``trainer.max_staleness``
     the asynchronous :class:`~videorl.cluster.async_driver.AsyncController`.
     """
-    refuse_sequence_parallel(config)
+    groups = ActorGroups.of(config)  # before anything starts: the workers must form whole groups
     import ray
 
     from videorl.cluster.async_driver import AsyncController
@@ -71,15 +76,13 @@ def train_on_ray(
     from videorl.train.loop import run
 
     config = absolute_paths(config)
-    workers = config.ray.actor_workers
-    parts = compose_run(config, plugins, ranks=workers, ranks_name="ray.actor_workers")
+    named = "ray.actor_workers" + (" / actor.sequence_parallel_size" if groups.sp_size > 1 else "")
+    parts = compose_run(config, plugins, ranks=groups.count, ranks_name=named)
     _refuse_local_only(config, parts)
     begun, backend, val, benchmarks = parts.start, parts.backend, parts.val_samples, parts.benchmarks
-    data = [parts.data(config, r, workers, prefetch=False) for r in range(workers)]
+    data = [parts.data(config, g, groups.count, prefetch=False) for g in range(groups.count)]
     if begun.resume_from is not None:
-        states = begun.resume_from.rank_data_states(workers, "ray.actor_workers={n}")
-        for d, state in zip(data, states, strict=True):
-            d.load_state_dict(state)
+        _resume_positions(begun.resume_from, groups, data)
 
     started = start_ray(config.ray, address, cpus_needed(config))
     cluster = Cluster(config, plugins)
@@ -132,13 +135,12 @@ def _resume_hint(failure: WorkerFailure, latest: Path | None) -> str:
     )
 
 
-def refuse_sequence_parallel(config: TrainConfig) -> None:
-    """Ray lays its actor workers out as data-parallel ranks only: sequence parallelism runs under
-    torchrun (:meth:`videorl.parallel.Parallel.from_sequence_leader` shares a group's rollout there)."""
-    k = config.actor.sequence_parallel_size
-    if k > 1:
-        raise ConfigError(
-            f"actor.sequence_parallel_size={k}: on Ray the actor workers are not yet laid out as data x "
-            f"sequence groups; train under torchrun (torchrun --nproc-per-node N -m videorl.cli train "
-            f"CONFIG, N a multiple of {k}) or set it to 1"
-        )
+def _resume_positions(checkpoint: Checkpoint, groups: ActorGroups, data: list[TrainData]) -> None:
+    """Each data group's position from ``checkpoint``, mapped from the checkpoint's data groups to
+    this run's (another ``actor.sequence_parallel_size`` takes the rest of the epoch in its own shares,
+    as under torchrun); refused before Ray starts when it was written by another number of workers
+    (each worker restores its own RNG state and model shard)."""
+    checkpoint.rank_data_states(groups.workers, "ray.actor_workers={n}")
+    positions = group_positions(checkpoint)
+    for d in data:
+        d.load_group_positions(positions, f"{checkpoint.path}/{STATE_FILE}")

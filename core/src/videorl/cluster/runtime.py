@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from videorl.cluster.groups import ActorGroups
 from videorl.errors import ConfigError, VideorlError
 from videorl.plugins import load_plugins
 from videorl.runs.plugins import import_plugin
@@ -294,15 +295,16 @@ def _groups(config: TrainConfig) -> list[tuple[str, list[str], int, str]]:
     """(group name, roles, worker count, device key) of each worker group of ``config``."""
     # with LoRA the actor is its own reference (adapters off): no reference copy, no reference workers
     r, kl = config.ray, config.algorithm.use_kl_loss and not config.actor.lora.enabled
+    shares = ActorGroups.of(config).count  # a data group's share goes to one rollout/reference worker
     if r.placement == "colocated":
         groups = [("actor", ["actor", "rollout", *(["reference"] if kl else [])], r.actor_workers, "gpus")]
     else:
         groups = [
             ("actor", ["actor"], r.actor_workers, "gpus"),
-            ("rollout", ["rollout"], r.rollout_workers or r.actor_workers, "rollout_gpus"),
+            ("rollout", ["rollout"], r.rollout_workers or shares, "rollout_gpus"),
         ]
         if kl:
-            groups.append(("reference", ["reference"], r.reference_workers or r.actor_workers, "gpus"))
+            groups.append(("reference", ["reference"], r.reference_workers or shares, "gpus"))
     if r.benchmark_workers and config.trainer.benchmarks:  # an engine each, as a split rollout worker
         groups.append(("benchmark", ["benchmark"], r.benchmark_workers, "benchmark_gpus"))
     groups.append(("reward", ["reward"], r.reward_workers, "none"))

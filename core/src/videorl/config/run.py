@@ -130,13 +130,20 @@ class RayConfig:
         "penalty is on) on the same devices; split: rollout engines and reference models in worker groups "
         "of their own, with their own devices.",
     )
-    actor_workers: int = option(1, "FSDP actor workers (ranks); data.rollout_batch_size must be a multiple.")
+    actor_workers: int = option(
+        1,
+        "FSDP actor workers (ranks), in data groups of actor.sequence_parallel_size; "
+        "data.rollout_batch_size must be a multiple of the groups.",
+    )
     rollout_workers: int | None = option(
-        None, "Rollout engine workers with placement split; null: as many as actor workers."
+        None,
+        "Rollout engine workers with placement split; "
+        "null: one per data group (ray.actor_workers / actor.sequence_parallel_size).",
     )
     reference_workers: int | None = option(
         None,
-        "Reference-model workers with placement split and the KL penalty on; null: as many as actor workers.",
+        "Reference-model workers with placement split and the KL penalty on; "
+        "null: one per data group (ray.actor_workers / actor.sequence_parallel_size).",
     )
     reward_workers: int = option(
         1, "Reward workers (CPU only); the responses of a step are shared among them."

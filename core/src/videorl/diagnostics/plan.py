@@ -183,7 +183,9 @@ class Layout:
             return cls(False, placement.gpus, max(placement.gpus // tp, 1), tp, tp)
         per_worker = int(r.gpus_per_worker or 1)
         rollout_gpus = int(r.rollout_gpus_per_worker or per_worker)
-        engines = r.rollout_workers if r.rollout_workers is not None else r.actor_workers
+        # null: one per data group, as the Ray runtime starts them (videorl.cluster.groups)
+        groups = max(1, r.actor_workers // config.actor.sequence_parallel_size)
+        engines = r.rollout_workers if r.rollout_workers is not None else groups
         return cls(True, r.actor_workers * per_worker, engines, rollout_gpus, tp)
 
     @property

@@ -25,6 +25,7 @@ __all__ = [
     "ActorState",
     "GroupedPosition",
     "agreed_checkpoint",
+    "group_positions",
     "restore_position",
     "resume",
     "save_checkpoint",
@@ -126,16 +127,9 @@ def restore_position(ckpt: Checkpoint, data: Stateful, dist: Parallel) -> None:
     positions of the checkpoint's data groups (its ranks' ``{"epoch", "index"}``, one per group of
     ``sequence_parallel_size`` ranks) and continues from them in this run's groups, whatever their
     count; any other ``data`` gets its rank's state, written by as many processes at this ``k``."""
-    where = f"{ckpt.path}/{STATE_FILE}"
-    ranks: list[dict[str, Any]] = ckpt.data_state.get("ranks", [])
-    k = ckpt.data_state.get("sequence_parallel_size", 1)  # absent: written before k existed, at 1
-    if type(k) is not int or k < 1 or len(ranks) % k:
-        raise CheckpointError(
-            f"{where}: field 'data.sequence_parallel_size' must be a positive integer dividing the "
-            f"{len(ranks)} ranks of 'data.ranks', got {k!r}"
-        )
+    ranks, k = _written_groups(ckpt)
     if isinstance(data, GroupedPosition):
-        data.load_group_positions(_group_positions(where, ranks, k), where)
+        data.load_group_positions(group_positions(ckpt), f"{ckpt.path}/{STATE_FILE}")
     elif len(ranks) == dist.world_size and k == dist.sp_size:
         data.load_state_dict(ranks[dist.rank])
     else:
@@ -145,9 +139,23 @@ def restore_position(ckpt: Checkpoint, data: Stateful, dist: Parallel) -> None:
         )
 
 
-def _group_positions(where: str, ranks: list[dict[str, Any]], k: int) -> list[tuple[int, int]]:
-    """The ``(epoch, index)`` of each data group of ``ranks`` (``k`` ranks a group, which read the same
-    samples: their positions must be equal)."""
+def _written_groups(ckpt: Checkpoint) -> tuple[list[dict[str, Any]], int]:
+    """The data positions ``ckpt``'s ranks wrote and its ``sequence_parallel_size`` (checked)."""
+    ranks: list[dict[str, Any]] = ckpt.data_state.get("ranks", [])
+    k = ckpt.data_state.get("sequence_parallel_size", 1)  # absent: written before k existed, at 1
+    if type(k) is not int or k < 1 or len(ranks) % k:
+        raise CheckpointError(
+            f"{ckpt.path}/{STATE_FILE}: field 'data.sequence_parallel_size' must be a positive integer "
+            f"dividing the {len(ranks)} ranks of 'data.ranks', got {k!r}"
+        )
+    return ranks, k
+
+
+def group_positions(ckpt: Checkpoint) -> list[tuple[int, int]]:
+    """The ``(epoch, index)`` of each data group of ``ckpt``'s run (the ranks of a group read the same
+    samples: their positions must be equal), for :meth:`GroupedPosition.load_group_positions`."""
+    where = f"{ckpt.path}/{STATE_FILE}"
+    ranks, k = _written_groups(ckpt)
     if not ranks:
         raise CheckpointError(f"{where}: field 'data.ranks' holds no data position")
     positions = []
