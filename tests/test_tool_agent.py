@@ -395,26 +395,154 @@ def test_a_training_step_runs_the_tool_agent_from_the_config(tmp_path: Path) -> 
     assert row["rollout/logprob_diff"] < 1e-5
 
 
-def test_ray_refuses_a_tool_agent_run_before_it_starts() -> None:
-    """Ray's workers exchange one completion per episode: a tool_agent run (or a dataset mixing it in)
-    is refused before Ray starts, saying why and what to do, and output_dir is released."""
+def test_ray_refuses_mixed_row_workflows_and_a_tool_agent_baseline_before_it_starts() -> None:
+    """Ray's workers run single_turn or tool_agent as the run's one workflow: a dataset mixing
+    workflows, and ReMax's greedy baseline with tool_agent, are refused before Ray starts, saying why
+    and what to do, and output_dir is released; a tool_agent run passes."""
     from types import SimpleNamespace
 
     from videorl.cluster.launch import _refuse_local_only
     from videorl.rollout.per_row import PerRowWorkflow
 
     mixed = PerRowWorkflow("single_turn", {"single_turn": SingleTurn(), "tool_agent": ToolAgent()})
-    for workflow, name in ((ToolAgent(), "tool_agent"), (mixed, "single_turn+tool_agent")):
+    cases = [
+        (mixed, False, "rollout.workflow 'single_turn+tool_agent' (the run's or its rows') runs in one "
+         "process or under torchrun; on Ray the workers run single_turn or tool_agent as the run's one "
+         "workflow so far (rows may not mix workflows): train without --ray"),
+        (ToolAgent(), True, "rollout.workflow tool_agent makes no greedy baseline (ReMax): choose another "
+         "estimator"),
+        (ToolAgent(), False, None),
+    ]  # fmt: skip
+    for workflow, baseline, message in cases:
         released: list[bool] = []
         parts: Any = SimpleNamespace(
-            workflow=workflow, benchmarks=SimpleNamespace(agents={}), start=SimpleNamespace(release=None)
+            workflow=workflow,
+            benchmarks=SimpleNamespace(agents={}),
+            start=SimpleNamespace(release=lambda released=released: released.append(True)),
+            algorithm=SimpleNamespace(greedy_baseline=baseline),
         )
-        parts.start.release = lambda released=released: released.append(True)
+        if message is None:
+            _refuse_local_only(_config(), parts)
+            assert released == []
+            continue
         with pytest.raises(ConfigError) as error:
             _refuse_local_only(_config(), parts)
-        assert str(error.value) == (
-            f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; on "
-            "Ray the controller drives single_turn only so far (its workers exchange one completion per "
-            "episode, not a multi-turn episode's segments, tool replies and calls): train without --ray"
-        )
+        assert str(error.value) == message
         assert released == [True]
+
+
+def _agent_episode(setup: Any) -> tuple[Episode, Prompt, TrainConfig]:
+    """A scored-looking episode of three turns: an invalid call (a text reply), a valid get_frames call
+    (a video reply), the answer; with its calls."""
+    backend, model, base = setup
+    bad = '<tool_call>{"name": "get_frames", "arguments": {"start": 6, "end": 1, "n": 4}}</tool_call>'
+    sample = Sample(id="s", data_type="video", problem="Which?", videos=["clip.mp4"])
+    prompt = Prompt(sample, base.encoded, None)
+    config = _config(max_turns=3)
+    workflow = make_workflow(load_plugins(), "tool_agent", config)
+    engine = ScriptedEngine(backend, model, [bad, CALL, ANSWER])
+    ((episode, _),), _ = workflow.rollout(config, [prompt], engine, _scorer, backend, seed=0)
+    return episode, prompt, config
+
+
+def test_an_agent_episode_crosses_the_ray_wire_and_the_actor_rebuilds_its_replies(setup: Any) -> None:
+    """Encoded where it was rolled out, sent as bytes, decoded and rebuilt on an actor worker from the
+    prompt's frames (its own cache): the same segments (tokens, log-probs with NaN for the replies, loss
+    mask, media), calls, ending and offline flag, and the replies' observations re-encoded to the same
+    tokens and video grids; the message holds no pixels."""
+    from videorl.cluster import wire
+    from videorl.cluster.episode_wire import Limits, attach_observations, episode_in, episode_out
+
+    backend, _, _ = setup
+    episode, prompt, config = _agent_episode(setup)
+    data = wire.dumps(episode_out(episode, config.rollout.max_frames_per_call))
+    assert len(data) < 4 * 3 * 56 * 56 / 4  # ids, log-probs, two requests: a quarter of its 4 frames
+    got = episode_in(prompt, episode.group, wire.loads(data), Limits.of(config))
+    assert all(s.observation is None for s in got.segments)  # the controller holds no frames
+    agent: Any = make_workflow(load_plugins(), "tool_agent", config)
+    attach_observations(got, lambda request: agent.rebuild_reply(config, backend, prompt, request))
+    assert [s.trained for s in got.segments] == [True, False, True, False, True]
+    for mine, theirs in zip(got.segments, episode.segments, strict=True):
+        assert (mine.token_ids, mine.media, mine.request) == (theirs.token_ids, theirs.media, theirs.request)
+        assert torch.equal(
+            torch.tensor(mine.logprobs).nan_to_num(9.0), torch.tensor(theirs.logprobs).nan_to_num(9.0)
+        )
+        if theirs.observation is not None:
+            assert mine.observation is not None
+            assert mine.observation.prompt_ids == theirs.observation.prompt_ids
+            assert mine.observation.video_grid_thw == theirs.observation.video_grid_thw
+    assert got.segments[3].observation.video_grid_thw == [(2, 4, 4)]  # type: ignore[union-attr]
+    assert got.loss_mask == episode.loss_mask and got.tool_calls == episode.tool_calls
+    assert (got.completion, got.offline, got.group) == (episode.completion, False, episode.group)
+    a = backend.collate([prompt.require_encoded()], [got.response_input()])
+    b = backend.collate([prompt.require_encoded()], [episode.response_input()])
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.pixel_values_videos, b.pixel_values_videos)
+
+
+def test_a_malformed_episode_message_is_refused_naming_the_field(setup: Any) -> None:
+    from videorl.cluster.episode_wire import EpisodeMessageError, Limits, episode_in, episode_out
+
+    episode, prompt, config = _agent_episode(setup)
+    good = episode_out(episode, config.rollout.max_frames_per_call)
+    limits = Limits.of(config)
+
+    def refused(edit: Callable[[dict[str, Any]], None], field: str) -> None:
+        import copy
+
+        message = copy.deepcopy(good)
+        edit(message)
+        with pytest.raises(EpisodeMessageError, match=rf"^sample 's': episode message field {field}"):
+            episode_in(prompt, 0, message, limits)
+
+    refused(lambda m: m["segments"][0].__setitem__(1, "ids"), r"segments\[0\].token_ids: expected list")
+    refused(lambda m: m["segments"][2][1].append(7), r"segments\[2\]: \d+ token ids but \d+ log-probs")
+    refused(lambda m: m["segments"][0][1].__setitem__(0, -1), r"segments\[0\].token_ids\[0\]: -1 is outside")
+    refused(
+        lambda m: m["segments"][0][1].extend([1] * 600),
+        r"segments\[0\].token_ids: \d+ entries, more than 512",
+    )
+    refused(lambda m: m["segments"][3][4].__setitem__("frames", 10**9), r"segments\[3\].request.frames")
+    refused(lambda m: m["segments"][3][4].__setitem__("video", "/etc/passwd"), r"segments\[3\].request.video")
+    refused(
+        lambda m: m["segments"][3][4].__setitem__("arguments", {"x": "y" * 5000}),
+        r"segments\[3\].request.arguments",
+    )
+    refused(lambda m: m["segments"][1].__setitem__(4, None), r"segments\[1\].request: a tool reply needs")
+    refused(lambda m: m["segments"].extend(m["segments"] * 3), r"segments: \d+ entries, more than 6")
+    refused(lambda m: m.__setitem__("end", "exploded"), r"end: 'exploded' is not one of")
+    refused(lambda m: m["calls"][0].__setitem__(2, True), r"calls\[0\].turn: expected int, got bool")
+    refused(lambda m: m.pop("offline"), r"\(episode\): keys")
+
+
+def test_a_reply_the_actor_re_encodes_otherwise_is_refused(setup: Any) -> None:
+    """An actor worker whose frames give the reply other tokens (another cache, a changed tool) stops
+    with the sample and the segment named, rather than training on a misaligned episode."""
+    from dataclasses import replace
+
+    from videorl.cluster.episode_wire import (
+        EpisodeMessageError,
+        Limits,
+        attach_observations,
+        episode_in,
+        episode_out,
+    )
+
+    backend, _, _ = setup
+    episode, prompt, config = _agent_episode(setup)
+    got = episode_in(prompt, 0, episode_out(episode, config.rollout.max_frames_per_call), Limits.of(config))
+    agent: Any = make_workflow(load_plugins(), "tool_agent", config)
+
+    def other_text(request: Any) -> Any:
+        return agent.rebuild_reply(config, backend, prompt, replace(request, text=request.text + "!"))
+
+    with pytest.raises(
+        EpisodeMessageError, match=r"^sample 's': episode message field segments\[1\].token_ids"
+    ):
+        attach_observations(got, other_text)
+    with pytest.raises(ValueError, match="showed 4 frame.s. where it was rolled out and 0 here"):
+        agent.rebuild_reply(
+            config,
+            backend,
+            prompt,
+            replace(got.segments[3].request, arguments={"start": 9, "end": 10, "n": 4}),
+        )

@@ -11,8 +11,9 @@ append-only: an earlier turn is never re-rendered.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
 from videorl.tools.calls import ToolCallRecord
@@ -22,6 +23,18 @@ if TYPE_CHECKING:
     from videorl.generation import Completion
 
 
+@dataclass(frozen=True)
+class ReplyRequest:
+    """What an environment segment (a tool's reply) was made from, so that another process rebuilds
+    its observation from its own frames: the ``tool`` and the ``arguments`` of the call, the reply's
+    ``text`` and the ``frames`` it showed (none: text only)."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    text: str
+    frames: int = 0
+
+
 @dataclass
 class Segment:
     """A run of response tokens of one origin: the policy's (``trained``; its log-probs are the
@@ -29,7 +42,7 @@ class Segment:
     references of what the segment shows the model (a tool's frames), in order; ``version``: the
     policy version that generated it; ``observation``: an environment segment's tokens as the backend
     encoded them, with its media's ``mm_token_type_ids`` and processed pixels (in this process only:
-    what crosses processes is ``media``)."""
+    what crosses processes is ``request``, from which another process rebuilds it)."""
 
     token_ids: list[int]
     logprobs: list[float]
@@ -37,6 +50,7 @@ class Segment:
     media: tuple[str, ...] = ()
     version: int = 0
     observation: EncodedPrompt | None = None
+    request: ReplyRequest | None = None
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):

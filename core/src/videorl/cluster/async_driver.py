@@ -101,12 +101,14 @@ class AsyncController(Controller):
         completions: CompletionLog | None = None,
         *,
         algorithm: Algorithm,
+        agent: bool = False,
     ) -> None:
         if cluster.colocated:
             raise VideorlError("the asynchronous controller needs ray.placement: split")
         super().__init__(
-            config, cluster, backend, data, validation, canonical, completions, algorithm=algorithm
-        )
+            config, cluster, backend, data, validation, canonical, completions, algorithm=algorithm,
+            agent=agent,
+        )  # fmt: skip
         self.max_staleness = config.trainer.max_staleness
         self._producer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="videorl-ahead")
         self._ahead: dict[int, Future[_Collected]] = {}

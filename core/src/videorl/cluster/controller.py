@@ -40,7 +40,7 @@ from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from videorl.cluster import wire
+from videorl.cluster import episode_wire, wire
 from videorl.cluster.groups import ActorGroups
 from videorl.cluster.runtime import Cluster, WorkerHandle
 from videorl.cluster.weights import ObjectStoreTransport, Published, WeightTransport
@@ -87,14 +87,16 @@ class Controller:
         completions: CompletionLog | None = None,
         *,
         algorithm: Algorithm,
+        agent: bool = False,
     ) -> None:
         """``data``: each data group's data order (:class:`~videorl.cluster.groups.ActorGroups`);
         ``algorithm``: the run's estimator and loss (built by the composition root; the workers build
-        theirs from the same config and plugins);
+        theirs from the same config and plugins); ``agent``: the run's workflow is tool_agent, which
+        the rollout workers run (:meth:`_episodes`);
         ``canonical``: the spelling of a problem type in metrics (the router's ``canonical_type``);
         ``completions``: where ``trainer.log_completions`` writes the step's responses."""
         self.config, self.cluster, self.backend, self.algorithm = config, cluster, backend, algorithm
-        self.data, self.validation = data, validation
+        self.data, self.validation, self.agent = data, validation, agent
         self.canonical, self.completions = canonical, completions
         self.step = 0
         # bytes per step both ways: under the asynchronous driver the steps ahead are counted while
@@ -138,7 +140,12 @@ class Controller:
                 return
             workers = self.cluster.rewards
             items = [
-                [t.prompt.sample.id, wire.media_out(t.prompt.media), t.completion.token_ids]
+                [
+                    t.prompt.sample.id,
+                    wire.media_out(t.prompt.media),
+                    t.completion.token_ids,
+                    *([episode_wire.calls_out(t.tool_calls)] if t.segments else []),
+                ]
                 for t in trajectories
             ]
             size = -(-len(items) // len(workers))
@@ -169,8 +176,7 @@ class Controller:
         from videorl.encoding import Prompt
 
         step = self.step if step is None else step
-        rollouts = self.cluster.rollouts
-        worker = rollouts[self.groups.rollout_worker(group, len(rollouts), self.cluster.colocated)]
+        worker = self._rollout_worker(group)
         request = {
             "split": split,
             "step": step,
@@ -190,6 +196,55 @@ class Controller:
         greedy = [wire.completion_in(c) for c in reply["baseline"]] if baseline else None
         return Generated(prompts, completions, int(reply["version"]), greedy)
 
+    def _rollout_worker(self, group: int) -> WorkerHandle:
+        """The worker that rolls out data group ``group``'s prompts (colocated: one of its actors)."""
+        rollouts = self.cluster.rollouts
+        return rollouts[self.groups.rollout_worker(group, len(rollouts), self.cluster.colocated)]
+
+    def _episodes(
+        self, group: int, samples: list[Sample], seed: int, first_group: int, timer: StageTimer, step: int
+    ) -> tuple[list[list[Episode]], dict[str, float]]:
+        """The tool_agent rollout of ``samples`` for data group ``group``: its rollout worker runs the
+        workflow where the frames are and returns the episodes (segments, replies' requests, calls:
+        :mod:`~videorl.cluster.episode_wire`), the reward workers score them with their calls, and
+        mix-policy swaps in the offline trajectories the worker replayed, as one process does
+        (:func:`~videorl.rollout.tool_agent.mix_offline`)."""
+        from videorl.encoding import Prompt
+        from videorl.rollout.tool_agent import mix_offline
+
+        config, limits = self.config, episode_wire.Limits.of(self.config)
+        mix = config.rollout.enable_mix_policy
+        request: dict[str, Any] = {
+            "split": "train", "step": step, "ids": [s.id for s in samples], "seed": seed, "offline": mix
+        }  # fmt: skip
+        if config.data.prefetch:  # the samples the group takes next: prepared while this step goes on
+            request["upcoming"] = [s.id for s in self.data[group].upcoming(len(samples))]
+        message = wire.dumps(request)
+        reply = wire.loads(
+            self._call("rollout", [(self._rollout_worker(group), "generate_episodes", message)], step)[0]
+        )
+        _add_seconds(timer, reply["seconds"])
+        prompts = [Prompt(s, None, wire.media_in(m)) for s, m in zip(samples, reply["media"], strict=True)]
+        groups = []
+        for g, (prompt, episodes) in enumerate(zip(prompts, reply["groups"], strict=True)):
+            if len(episodes) != config.rollout.n:
+                raise episode_wire.EpisodeMessageError(
+                    f"sample {prompt.sample.id!r}: {len(episodes)} episodes, rollout.n is {config.rollout.n}"
+                )
+            groups.append([episode_wire.episode_in(prompt, first_group + g, e, limits) for e in episodes])
+        scorer = self.scorer("train", step)
+        with timer("reward"):
+            scorer([e for group in groups for e in group])
+        metrics = {str(k): float(v) for k, v in reply["metrics"].items()}
+        if mix:
+            offline = reply["offline"]
+            replay = lambda p, g: episode_wire.episode_in(p, g, offline[g - first_group], limits)  # noqa: E731
+            with timer("reward"):
+                metrics.update(mix_offline(config, groups, scorer, replay))
+        for t in (t for group in groups for t in group):
+            t.version = int(reply["version"])
+        return groups, metrics
+
     def _rollout(self, group: int, timer: StageTimer, step: int) -> Callable[[list[Sample], int, int], Any]:
         """A :data:`~videorl.rollout.collect.Rollout` for data group ``group`` on the workers, for
         ``step``: each trajectory carries the weight version that generated it. When the estimator asks
@@ -203,6 +258,8 @@ class Controller:
         data = self.data[group]
 
         def rollout(samples: list[Sample], seed: int, first_group: int) -> Any:
+            if self.agent:
+                return self._episodes(group, samples, seed, first_group, timer, step)
             # the samples the group takes next: the worker prepares them while this step goes on
             upcoming = data.upcoming(len(samples)) if self.config.data.prefetch else []
             got = self._generate(
@@ -248,7 +305,9 @@ class Controller:
             (
                 workers[r % len(workers)],
                 "reference_logprobs",
-                wire.dumps({"step": self.step, "items": _items(share)}),
+                wire.dumps(
+                    {"step": self.step, "items": _items(share, self.config.rollout.max_frames_per_call)}
+                ),
             )
             for r, share in enumerate(shares)
         ]
@@ -264,7 +323,13 @@ class Controller:
         """Every actor worker's update on its data group's share (first ``parity_check``: engine vs actor
         log-probs); each worker's metrics. A group's stage times are its workers' mean."""
         messages = [
-            wire.dumps({"step": step, "items": _items(share), "parity_check": parity_check})
+            wire.dumps(
+                {
+                    "step": step,
+                    "items": _items(share, self.config.rollout.max_frames_per_call),
+                    "parity_check": parity_check,
+                }
+            )
             for share in shares
         ]
         per_worker = zip(self.cluster.actors, self.groups.to_workers(messages), strict=True)
@@ -439,13 +504,15 @@ def absolute_paths(config: TrainConfig) -> TrainConfig:
     )
 
 
-def _items(share: Sequence[Episode]) -> list[list[Any]]:
-    """A rank's trajectories for the actor and reference workers (they encode the prompts themselves)."""
+def _items(share: Sequence[Episode], frames: int) -> list[list[Any]]:
+    """A rank's trajectories for the actor and reference workers (they encode the prompts themselves;
+    a multi-turn episode as its :mod:`~videorl.cluster.episode_wire` message, ``frames``: the per-call
+    frame budget)."""
     return [
         [
             t.prompt.sample.id,
             t.group,
-            wire.completion_out(t.completion),
+            episode_wire.episode_out(t, frames) if t.segments else wire.completion_out(t.completion),
             t.offline,
             t.advantage,
             t.ref_logprobs,

@@ -20,6 +20,7 @@ from videorl.cluster.groups import ActorGroups
 from videorl.cluster.runtime import Cluster, WorkerFailure, cpus_needed, start_ray
 from videorl.errors import ConfigError, VideorlError
 from videorl.rollout.single_turn import SingleTurn
+from videorl.rollout.tool_agent import NO_BASELINE, ToolAgent
 from videorl.runs.manifest import STATE_FILE
 from videorl.runs.resume import group_positions
 
@@ -34,15 +35,19 @@ if TYPE_CHECKING:
 
 def _refuse_local_only(config: TrainConfig, parts: RunParts) -> None:
     """Refuse, before Ray starts, what runs in one process or under torchrun only: a workflow other
-    than single_turn (the controller generates through the workers), a benchmark's workflow."""
-    if not isinstance(parts.workflow, SingleTurn):
+    than single_turn or tool_agent (the workers run those two), ReMax's baseline with tool_agent, a
+    benchmark's workflow."""
+    if not isinstance(parts.workflow, (SingleTurn, ToolAgent)):
         parts.start.release()
         name = getattr(parts.workflow, "name", config.rollout.workflow)  # a mixed dataset: a+b
         raise ConfigError(
             f"rollout.workflow {name!r} (the run's or its rows') runs in one process or under torchrun; "
-            "on Ray the controller drives single_turn only so far (its workers exchange one completion "
-            "per episode, not a multi-turn episode's segments, tool replies and calls): train without --ray"
+            "on Ray the workers run single_turn or tool_agent as the run's one workflow so far (rows may "
+            "not mix workflows): train without --ray"
         )
+    if isinstance(parts.workflow, ToolAgent) and parts.algorithm.greedy_baseline:
+        parts.start.release()
+        raise ConfigError(NO_BASELINE)
     if parts.benchmarks.agents:  # the rollout workers answer a pass's rows in one turn
         parts.start.release()
         raise ConfigError(
@@ -98,7 +103,7 @@ def train_on_ray(
         driver = driver or (AsyncController if config.trainer.max_staleness > 0 else Controller)
         controller = driver(
             config, cluster, backend, data, val, parts.rewards.canonical_type, io.completions,
-            algorithm=parts.algorithm,
+            algorithm=parts.algorithm, agent=isinstance(parts.workflow, ToolAgent),
         )  # fmt: skip
         if begun.resume_from is not None:
             controller.resume(begun.resume_from)

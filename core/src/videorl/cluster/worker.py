@@ -20,11 +20,11 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from videorl import algorithms
-from videorl.cluster import wire
+from videorl.cluster import episode_wire, wire
 from videorl.cluster.benchmark_rows import WorkerBenchmarks
 from videorl.cluster.runtime import load_worker_plugins
 from videorl.data import load_samples
@@ -59,6 +59,7 @@ class Worker:
     ) -> None:
         """``plugins``: what the controller loaded (:class:`~videorl.cluster.runtime.Cluster`)."""
         from videorl.config import DataConfig, TrainConfig, load_config
+        from videorl.rollout.factory import make_workflow
         from videorl.train.compose import make_backend
 
         unknown = sorted(set(roles) - set(ROLES))
@@ -72,6 +73,10 @@ class Worker:
         self.backend = make_backend(self.config, self.plugins)
         # from this worker's plugins, run plugins included (the controller sends their modules)
         self.algorithm = algorithms.build(self.config.algorithm, self.plugins)
+        # the run's workflow (single_turn or tool_agent: the launcher refuses others): a tool_agent
+        # rollout worker runs it, every worker offers its tools in the prompts and rebuilds its replies
+        self.workflow: Any = make_workflow(self.plugins, self.config.rollout.workflow, self.config)
+        self.limits = episode_wire.Limits.of(self.config)
         d: DataConfig = self.config.data
         self.samples: dict[str, dict[str, Sample]] = {
             split: {s.id: s for f in files for s in load_samples(f, media_root=d.media_root)}
@@ -116,6 +121,7 @@ class Worker:
 
         config = self.config
         self.encoder = make_encoder(config, self.backend, self.plugins)
+        self.encoder.prompt_tools = getattr(self.workflow, "prompt_tools", None)
         if "actor" in self.roles:
             os.environ.update(
                 # Ray gives each worker one GPU as device 0: one training process per "node" of one GPU.
@@ -196,14 +202,22 @@ class Worker:
         return out
 
     def _trajectories(self, items: list[list[Any]], prompts: Mapping[str, Prompt]) -> list[Episode]:
-        """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories."""
-
-        return [
-            Episode(
-                prompts[sid], group, wire.completion_in(c), offline=offline, advantage=adv, ref_logprobs=ref
-            )
-            for sid, group, c, offline, adv, ref in items
-        ]
+        """``[sample_id, group, completion, offline, advantage, ref_logprobs]`` rows as trajectories; a
+        multi-turn episode comes as a :mod:`~videorl.cluster.episode_wire` message in the completion's
+        place, its tool replies rebuilt from this worker's frame cache."""
+        out = []
+        for sid, group, c, offline, adv, ref in items:
+            prompt = prompts[sid]
+            if isinstance(c, dict):
+                episode = episode_wire.episode_in(prompt, group, c, self.limits)
+                rebuild = partial(self.workflow.rebuild_reply, self.config, self.backend, prompt)
+                episode = episode_wire.attach_observations(episode, rebuild)
+                episode.advantage, episode.ref_logprobs = adv, ref
+            else:
+                completion = wire.completion_in(c)
+                episode = Episode(prompt, group, completion, offline=offline, advantage=adv, ref_logprobs=ref)
+            out.append(episode)
+        return out
 
     # --- roles -------------------------------------------------------------------------------------
 
@@ -245,6 +259,40 @@ class Worker:
             }
         )
 
+    def generate_episodes(self, message: bytes) -> bytes:
+        """The tool_agent workflow's rollout here, where the frames are: ``{split, step, ids, seed,
+        offline[, upcoming]}`` -> per sample its media metadata and group of episodes (unscored,
+        :mod:`~videorl.cluster.episode_wire` messages), with ``offline``, the sample's offline
+        trajectory replayed through the tools for each sample that has one (mix-policy picks among
+        them once the controller has the rewards), the ``tool/*`` counters, the weight ``version``
+        and the seconds spent encoding and generating."""
+        assert self.engine is not None, "generate_episodes() on a worker without the rollout role"
+        request = wire.loads(message)
+        start = time.perf_counter()
+        prompts = self._prompts(request["split"], request["ids"], request["step"])
+        ordered = [prompts[sid] for sid in request["ids"]]
+        encoded = time.perf_counter()
+        config, backend, frames = self.config, self.backend, self.config.rollout.max_frames_per_call
+        groups, metrics = self.workflow.generate(config, ordered, self.engine, backend, seed=request["seed"])
+        offline = [
+            episode_wire.episode_out(self.workflow.replay_offline(config, backend, p, 0), frames)
+            if request["offline"] and p.sample.has_offline_trajectory
+            else None
+            for p in ordered
+        ]
+        if request.get("upcoming") and self.encoder is not None:
+            self.encoder.prefetch([self._sample("train", sid) for sid in request["upcoming"]])
+        return wire.dumps(
+            {
+                "media": [wire.media_out(p.media) for p in ordered],
+                "groups": [[episode_wire.episode_out(e, frames) for e in group] for group in groups],
+                "offline": offline,
+                "metrics": metrics,
+                "version": self.weight_version,
+                "seconds": {"data": encoded - start, "rollout": time.perf_counter() - encoded},
+            }
+        )
+
     def generate_benchmark(self, message: bytes) -> bytes:
         """A benchmark pass's rows (:func:`videorl.train.benchmarks.rows_request`) -> each row's answer
         or the stage where it failed, encoded from the frame cache here."""
@@ -255,19 +303,20 @@ class Worker:
         return wire.dumps(self.benchmarks.generate(self.engine, wire.loads(message)))
 
     def score(self, message: bytes) -> bytes:
-        """``{split, items: [[sample_id, media, token_ids]]}`` -> ``[[reward, parts]]`` in item order."""
+        """``{split, items: [[sample_id, media, token_ids(, calls)]]}`` -> ``[[reward, parts]]`` in item
+        order; ``calls``: a multi-turn episode's tool calls (:func:`~videorl.cluster.episode_wire.calls_out`),
+        which the call cost, the invalid-call penalty and episode-reading rewards read."""
         from videorl.encoding import Prompt
 
         assert self.scorer is not None, "score() on a worker without the reward role"
         request = wire.loads(message)
-        trajectories = [
-            Episode(
-                Prompt(self._sample(request["split"], sid), None, wire.media_in(media)),
-                0,
-                Completion(ids, [0.0] * len(ids), "stop"),
+        trajectories = []
+        for sid, media, ids, *calls in request["items"]:
+            prompt = Prompt(self._sample(request["split"], sid), None, wire.media_in(media))
+            made = episode_wire.calls_in(calls[0], sid, self.limits) if calls else []
+            trajectories.append(
+                Episode(prompt, 0, Completion(ids, [0.0] * len(ids), "stop"), tool_calls=made)
             )
-            for sid, media, ids in request["items"]
-        ]
         self.scorer(trajectories)
         return wire.dumps([[t.reward, t.parts] for t in trajectories])
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from videorl.algorithms import formulas as algo
 from videorl.alignment import check_response_tokens
 from videorl.encoding import media_loader
-from videorl.episode import Episode, Segment
+from videorl.episode import Episode, ReplyRequest, Segment
 from videorl.errors import ConfigError, RegistryError
 from videorl.generation import Completion, SamplingParams
 from videorl.model_inputs import EncodedPrompt, PromptInput, continue_encoded
@@ -55,6 +55,8 @@ from videorl.tools.calls import CLOSE
 from videorl.tools.video import FrameSource, WindowSource
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from videorl.backend import ModelBackend
     from videorl.config import TrainConfig
     from videorl.data import Sample
@@ -63,6 +65,9 @@ if TYPE_CHECKING:
     from videorl.media.loader import MediaLoader
     from videorl.plugins import Plugins
     from videorl.rollout.scoring import Scorer
+
+
+NO_BASELINE = "rollout.workflow tool_agent makes no greedy baseline (ReMax): choose another estimator"
 
 
 @dataclass
@@ -158,19 +163,39 @@ class ToolAgent:
         timer: StageTimer | None = None,
         baseline: bool = False,
     ) -> tuple[list[list[Episode]], dict[str, float]]:
-        """``rollout.n`` tool-using episodes per prompt, generated turn by turn (every open episode in
-        one engine call per turn), then scored."""
+        """``rollout.n`` tool-using episodes per prompt (:meth:`generate`), scored; with mix-policy the
+        offline trajectories replayed into the groups the decision picks (:func:`mix_offline`)."""
         if baseline:
-            raise ConfigError(
-                "rollout.workflow tool_agent makes no greedy baseline (ReMax): choose another estimator"
-            )
-        if not self.tools:
-            raise ConfigError("rollout.workflow tool_agent has no tools: set rollout.tools")
-        encode = getattr(backend, "encode_observation", None)
-        if encode is None:
-            raise ConfigError(
-                f"the {backend.family} backend cannot encode a tool's reply (no encode_observation)"
-            )
+            raise ConfigError(NO_BASELINE)
+        timer = timer or StageTimer()
+        groups, metrics = self.generate(
+            config, prompts, engine, backend, seed=seed, first_group=first_group, timer=timer
+        )
+        with timer("reward"):
+            scorer([e for group in groups for e in group])
+        if config.rollout.enable_mix_policy:
+            with timer("rollout", "offline trajectories"):
+                metrics.update(
+                    mix_offline(
+                        config, groups, scorer, lambda p, g: self.replay_offline(config, backend, p, g)
+                    )
+                )
+        return groups, metrics
+
+    def generate(
+        self,
+        config: TrainConfig,
+        prompts: Sequence[Prompt],
+        engine: RolloutEngine,
+        backend: ModelBackend,
+        *,
+        seed: int | None,
+        first_group: int = 0,
+        timer: StageTimer | None = None,
+    ) -> tuple[list[list[Episode]], dict[str, float]]:
+        """``rollout.n`` episodes per prompt, generated turn by turn (every open episode in one engine
+        call per turn), unscored, and the ``tool/*`` counters (what a Ray rollout worker runs)."""
+        encode = self._observation_encoder(backend)
         timer = timer or StageTimer()
         r = config.rollout
         open_ = [
@@ -198,47 +223,61 @@ class ToolAgent:
             [self._episode(t, first_group + g) for t in open_[g * r.n : (g + 1) * r.n]]
             for g in range(len(prompts))
         ]
-        with timer("reward"):
-            scorer([e for group in groups for e in group])
-        metrics = self._metrics(open_, counts)
-        if r.enable_mix_policy:
-            with timer("rollout", "offline trajectories"):
-                metrics.update(self._mix_offline(config, backend, encode, groups, scorer))
-        return groups, metrics
+        return groups, self._metrics(open_, counts)
 
-    def _mix_offline(
-        self,
-        config: TrainConfig,
-        backend: ModelBackend,
-        encode: Any,
-        groups: list[list[Episode]],
-        scorer: Scorer,
-    ) -> dict[str, float]:
-        """Mix-policy: the last episode of each group the decision picks becomes the sample's offline
-        trajectory, replayed turn by turn (:func:`offline_turns`) with its calls run; the counters."""
-        decision = algo.mix_policy_decision(
-            [group[-1].prompt.sample.has_offline_trajectory for group in groups],
-            [[accuracy_of(e) for e in group] for group in groups],
-            config.rollout.mix_policy_accuracy_threshold,
-        )
-        replaced = []
-        for group, replace in zip(groups, decision.replace):
-            if replace:
-                last = group[-1]
-                t = _Trajectory(
-                    last.prompt, last.prompt.require_encoded(), self._context(config, backend, last.prompt)
+    def _observation_encoder(self, backend: ModelBackend) -> Any:
+        """The backend's ``encode_observation`` (a tool reply as the chat template appends it)."""
+        if not self.tools:
+            raise ConfigError("rollout.workflow tool_agent has no tools: set rollout.tools")
+        encode = getattr(backend, "encode_observation", None)
+        if encode is None:
+            raise ConfigError(
+                f"the {backend.family} backend cannot encode a tool's reply (no encode_observation)"
+            )
+        return encode
+
+    def replay_offline(
+        self, config: TrainConfig, backend: ModelBackend, prompt: Prompt, group: int
+    ) -> Episode:
+        """``prompt``'s offline trajectory as an episode of ``group`` (unscored), replayed turn by turn
+        (:func:`offline_turns`) through the policy's code: its calls run, their replies are the tools'."""
+        encode = self._observation_encoder(backend)
+        t = _Trajectory(prompt, prompt.require_encoded(), self._context(config, backend, prompt))
+        for text in offline_turns(prompt.sample.offline_output or ""):
+            if t.ended is not None:
+                break
+            room = config.rollout.max_response_length - t.length
+            self._turn(config, backend, encode, t, offline_completion(backend, text, room), Counter())
+        t.ended = t.ended or "max_turns"  # its text ended on a call: no answer
+        episode = self._episode(t, group)
+        episode.offline = True
+        return episode
+
+    def rebuild_reply(
+        self, config: TrainConfig, backend: ModelBackend, prompt: Prompt, request: ReplyRequest
+    ) -> EncodedPrompt:
+        """A tool reply made in another process (its :class:`~videorl.episode.ReplyRequest`), encoded here
+        from this process's frames: a reply that showed media has its call run again on ``prompt``'s
+        video (this process's frame cache). A call that now fails or shows another number of frames
+        is a ``ValueError``."""
+        encode = self._observation_encoder(backend)
+        videos: list[Any] = []
+        images: list[Any] = []
+        if request.frames:
+            context = self._context(config, backend, prompt)
+            result = run_tool(self.tools, request.tool, dict(request.arguments), context)
+            if result.invalid or result.frames != request.frames:
+                raise ValueError(
+                    f"sample {prompt.sample.id!r}: the {request.tool} call showed {request.frames} frame(s) "
+                    f"where it was rolled out and {result.frames} here ({result.text[:200]}): the "
+                    "workers' frame caches or tools differ"
                 )
-                for text in offline_turns(last.prompt.sample.offline_output or ""):
-                    if t.ended is not None:
-                        break
-                    room = config.rollout.max_response_length - t.length
-                    self._turn(config, backend, encode, t, offline_completion(backend, text, room), Counter())
-                t.ended = t.ended or "max_turns"  # its text ended on a call: no answer
-                group[-1] = self._episode(t, last.group)
-                group[-1].offline = True
-                replaced.append(group[-1])
-        scorer(replaced)
-        return decision.metrics()
+            videos, images = result.videos, result.images
+        sample_id = prompt.require_encoded().sample_id
+        observation: EncodedPrompt = encode(
+            PromptInput(sample_id, request.text, videos=videos, images=images)
+        )
+        return observation
 
     def _turn(
         self,
@@ -287,6 +326,7 @@ class ToolAgent:
                     trained=False,
                     media=_media_refs(result),
                     observation=observation,
+                    request=ReplyRequest(call.name, call.arguments, result.text, result.frames),
                 )
             )
             t.context = continue_encoded(t.context, [], observation)
@@ -338,3 +378,26 @@ def offline_turns(text: str) -> list[str]:
     parts = text.split(CLOSE)
     turns = [part + CLOSE for part in parts[:-1]]
     return [*turns, parts[-1]] if parts[-1] or not turns else turns
+
+
+def mix_offline(
+    config: TrainConfig,
+    groups: list[list[Episode]],
+    scorer: Scorer,
+    replay: Callable[[Prompt, int], Episode],
+) -> dict[str, float]:
+    """Mix-policy over scored ``groups``: the last episode of each group the decision picks becomes
+    ``replay(prompt, group)`` (the sample's offline trajectory, made here or by a Ray rollout worker),
+    scored; the counters."""
+    decision = algo.mix_policy_decision(
+        [group[-1].prompt.sample.has_offline_trajectory for group in groups],
+        [[accuracy_of(e) for e in group] for group in groups],
+        config.rollout.mix_policy_accuracy_threshold,
+    )
+    replaced = []
+    for group, replace in zip(groups, decision.replace):
+        if replace:
+            group[-1] = replay(group[-1].prompt, group[-1].group)
+            replaced.append(group[-1])
+    scorer(replaced)
+    return decision.metrics()
