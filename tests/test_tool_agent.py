@@ -131,6 +131,8 @@ def test_a_tool_call_becomes_a_video_turn_that_the_actor_forward_sees(setup: Any
     forbidden = sorted(backend.forbidden_token_ids())
     logp, _, mask = forward_responses(model, backend, episodes, forbidden)
     assert mask[0].bool().tolist() == episode.loss_mask
+    # the reply's visual placeholders are forbidden targets: 0 there, never -inf (NaN ratios and KL)
+    assert torch.isfinite(logp).all() and not logp[~mask.bool()].any()
     engine_lp = torch.tensor(episode.response_logprobs)
     trained = torch.tensor(episode.loss_mask)
     assert torch.allclose(logp[0][trained], engine_lp[trained], atol=1e-5)  # parity over both turns

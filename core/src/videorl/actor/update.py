@@ -138,6 +138,9 @@ def forward_responses(
     if any(t.loss_mask is not None for t in batch):  # the environment's tokens (a tool's reply) train not
         trained = [torch.tensor(t.loss_mask or [True] * len(t.response_ids)) for t in batch]
         mask = mask * _rows(trained, mask)
+        # a reply's visual placeholders are forbidden targets (log-prob -inf): 0 where nothing trains,
+        # or the loss's ratios (-inf - -inf) and the KL make NaN there, which a mask product keeps
+        logp = logp.masked_fill(mask == 0, 0.0)
     return logp, entropy, mask
 
 
