@@ -362,17 +362,42 @@ def _model_state(checkpoint: Path) -> dict[str, Any]:
     return CheckpointManager(checkpoint.parent).load(checkpoint).model_state()
 
 
-def test_sequence_parallel_groups_on_ray_train_as_one_process(task: tuple[Path, list[str]]) -> None:
-    """``actor.sequence_parallel_size=2`` on 2 colocated actor workers: one data group of two sequence
+def test_tool_agent_on_sequence_parallel_ray_groups_trains_as_one_process(
+    task: tuple[Path, list[str]],
+) -> None:
+    """Two features of the Ray launcher in one run (the suite's time: one Ray start, not two).
+
+    ``actor.sequence_parallel_size=2`` on 2 colocated actor workers: one data group of two sequence
     ranks (Ulysses, padding-free rows), fed the group's episodes once: its first worker rolls out the
     step's 2 prompts with the seed of data group 0, which is one process's seed, so the run trains as
-    one ``videorl train`` process on the same global batch: the same loss, KL, gradient norm, entropy
-    and reward per step and the same weights within 1e-5 (float32); each step's episodes are counted
-    once (the completions log), and both workers record the group's data position and k = 2 in the
-    checkpoint."""
-    out = task[0]
-    sharded, single = out / "ray-sequence-parallel", out / "one-process-padding-free"
-    extra = ["actor.padding_free=true", "trainer.log_completions=100"]
+    one ``videorl train`` process on the same global batch.
+
+    ``rollout.workflow=tool_agent``: the rolling-out worker runs the workflow where its frames are, and
+    the episodes cross as ids, log-probs, the replies' requests and the calls
+    (:mod:`videorl.cluster.episode_wire`). The random tiny model never writes a call itself, so every
+    sample's offline trajectory (mix-policy, which takes the last slot of each group the policy got
+    wrong) calls ``get_frames`` on its clip before answering: the worker replays it through the tool,
+    the reward worker charges the call (``rewards.tool_call_cost``), and both actor workers rebuild the
+    reply's 2-frame video from their own frame cache (each encodes its share of the frames).
+
+    The same loss, KL, gradient norm, entropy and reward per step (they depend on every reply's tokens,
+    media and loss mask), the same ``tool/*`` and mix-policy counters, and the same weights within 1e-5
+    (float32); each step's episodes are logged once; each logged offline response is the answer after
+    the call, charged for it; both workers record the group's data position and k = 2."""
+    out, _ = task
+    call = '<tool_call>{"name": "get_frames", "arguments": {"start": 0, "end": 1, "n": 2}}</tool_call>'
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    agent_train = out / "agent-train.jsonl"  # beside train.jsonl: the same clips and cache
+    agent_train.write_text(
+        "".join(json.dumps({**row, "offline_output": call + row["offline_output"]}) + "\n" for row in rows)
+    )
+    extra = [
+        f"data.train_files=[{agent_train}]", "rollout.workflow=tool_agent", "rollout.tools=[get_frames]",
+        "rollout.max_turns=2", "rollout.max_response_length=160", "data.max_prompt_length=2048",
+        "rewards.tool_call_cost=0.1", "trainer.val_every=0", "trainer.log_completions=100",
+        "actor.padding_free=true",
+    ]  # fmt: skip
+    sharded, single = out / "agent-ray-sequence-parallel", out / "agent-one-process"
     _train(task, single, *extra)
     _train(task, sharded, *extra, "--ray", "ray.actor_workers=2", "actor.sequence_parallel_size=2")
 
@@ -384,54 +409,22 @@ def test_sequence_parallel_groups_on_ray_train_as_one_process(task: tuple[Path, 
     for mine, ref in zip(ours, theirs):
         for key in ("actor/loss", "actor/kl", "actor/grad_norm", "actor/entropy", "reward/overall"):
             assert abs(mine[key] - ref[key]) <= 1e-5, (mine["step"], key, mine[key], ref[key])
+        counters = sorted(k for k in ref if k.startswith(("tool/", "mix_policy/", "parts/")))
+        assert counters == sorted(k for k in mine if k.startswith(("tool/", "mix_policy/", "parts/")))
+        for key in counters:
+            assert mine[key] == pytest.approx(ref[key], rel=1e-6), (mine["step"], key)
+        assert mine["mix_policy/offline_replaced_groups"] > 0
     _assert_same_weights(sharded, single, 2, rtol=0, atol=1e-5)
     # the group's 2 prompts x 4 responses, logged once per step (not once per worker)
     logged = [json.loads(line) for line in (sharded / "completions.jsonl").read_text().splitlines()]
     assert [row["step"] for row in logged] == [1] * 8 + [2] * 8
+    offline = [row for row in logged if row["offline"]]
+    assert offline and all(row["parts"]["tool_call_cost"] == pytest.approx(-0.1) for row in offline)
+    # the last turn, after the call and its reply: the answer
+    assert all(row["response"].startswith("<answer>") and row["finish_reason"] == "stop" for row in offline)
     from videorl.runs.checkpoint import CheckpointManager
 
     written = CheckpointManager(sharded / "checkpoints").load(sharded / "checkpoints" / "step_000002")
     assert written.data_state["sequence_parallel_size"] == 2
     first, second = written.data_state["ranks"]
     assert first == second  # one data group: both workers hold its position
-
-
-def test_tool_agent_on_ray_equals_tool_agent_under_torchrun(task: tuple[Path, list[str]]) -> None:
-    """``rollout.workflow=tool_agent`` with ``--ray`` (2 colocated actor workers, KL on): each actor
-    worker runs the workflow where its frames are, and the episodes cross as ids, log-probs, the
-    replies' requests and the calls (:mod:`videorl.cluster.episode_wire`). The random tiny model never
-    writes a call itself, so every sample's offline trajectory (mix-policy, which takes the last slot
-    of each group the policy got wrong) calls ``get_frames`` on its clip before answering: the worker
-    replays it through the tool, the reward worker charges the call (``rewards.tool_call_cost``), and
-    the actor workers rebuild the reply's 2-frame video from their own frame cache. The run equals a
-    torchrun run of the same settings, metric for metric (loss, KL, gradient norm, entropy and the
-    trained tokens depend on every reply's tokens, media and loss mask), ``tool/*`` and mix-policy
-    counters included; each logged offline response is the answer after the call, charged for it."""
-    out, _ = task
-    call = '<tool_call>{"name": "get_frames", "arguments": {"start": 0, "end": 1, "n": 2}}</tool_call>'
-    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
-    agent_train = out / "agent-train.jsonl"  # beside train.jsonl: the same clips and cache
-    agent_train.write_text(
-        "".join(json.dumps({**row, "offline_output": call + row["offline_output"]}) + "\n" for row in rows)
-    )
-    agent = [
-        f"data.train_files=[{agent_train}]", "rollout.workflow=tool_agent", "rollout.tools=[get_frames]",
-        "rollout.max_turns=2", "rollout.max_response_length=160", "data.max_prompt_length=2048",
-        "rewards.tool_call_cost=0.1", "trainer.val_every=0", "trainer.save_every=0",
-        "trainer.log_completions=100",
-    ]  # fmt: skip
-    _train(task, out / "agent-torchrun", *agent, torchrun=True)
-    _train(task, out / "agent-ray", *agent, "--ray", "ray.actor_workers=2")
-    ours, theirs = _metrics(out / "agent-ray"), _metrics(out / "agent-torchrun")
-    _assert_same_metrics(out / "agent-ray", out / "agent-torchrun")
-    for mine, ref in zip(ours, theirs):
-        counters = sorted(k for k in ref if k.startswith(("tool/", "mix_policy/", "parts/")))
-        assert counters == sorted(k for k in mine if k.startswith(("tool/", "mix_policy/", "parts/")))
-        for key in counters:
-            assert mine[key] == pytest.approx(ref[key], rel=1e-6), (mine["step"], key)
-        assert mine["mix_policy/offline_replaced_groups"] > 0
-    logged = [json.loads(line) for line in (out / "agent-ray" / "completions.jsonl").read_text().splitlines()]
-    offline = [row for row in logged if row["offline"]]
-    assert offline and all(row["parts"]["tool_call_cost"] == pytest.approx(-0.1) for row in offline)
-    # the last turn, after the call and its reply: the answer
-    assert all(row["response"].startswith("<answer>") and row["finish_reason"] == "stop" for row in offline)
