@@ -59,16 +59,10 @@ def test_two_sequence_ranks_train_as_one_process(tmp_path: Path) -> None:
     ]
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     single.mkdir(), sharded.mkdir()
-    # the two ranks in the background while this process trains the one-process run
-    launched = _launch(
-        sharded, [*overrides, f"output_dir={sharded / 'run'}", "actor.sequence_parallel_size=2"]
+    _train_both(
+        (single, [*overrides, f"output_dir={single / 'run'}"]),
+        (sharded, [*overrides, f"output_dir={sharded / 'run'}", "actor.sequence_parallel_size=2"]),
     )
-    try:
-        _rank_main(single, [*overrides, f"output_dir={single / 'run'}"])
-        _, stderr = launched.communicate(timeout=300)
-    finally:
-        launched.kill()
-    assert launched.returncode == 0, stderr[-4000:]
 
     want = json.loads((single / "rank0.json").read_text())
     got = [json.loads((sharded / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -108,13 +102,10 @@ def _resume_at_k1(
         shutil.copytree(checkpoint.parent.parent, out / "run")
         shutil.rmtree(out / "run" / "checkpoints" / "step_000002")
     resumed = [*overrides, "trainer.resume=auto"]
-    launched = _launch(parallel, [*resumed, f"output_dir={parallel / 'run'}"])
-    try:
-        _rank_main(one, [*resumed, f"output_dir={one / 'run'}"])
-        _, stderr = launched.communicate(timeout=300)
-    finally:
-        launched.kill()
-    assert launched.returncode == 0, stderr[-4000:]
+    _train_both(
+        (one, [*resumed, f"output_dir={one / 'run'}"]),
+        (parallel, [*resumed, f"output_dir={parallel / 'run'}"]),
+    )
 
     ckpt = CheckpointManager(checkpoint.parent).load(checkpoint)
     saved = _flat({"model": ckpt.model_state(), "optimizer": ckpt.optimizer_state()})
@@ -140,16 +131,23 @@ def _resume_at_k1(
     assert len(set(step2)) == 2 and len(ranks[0]["episodes"]) == 1
 
 
-def _launch(out: Path, overrides: list[str]) -> subprocess.Popen[str]:
-    """This file's :func:`_rank_main` on two CPU processes under torchrun, started."""
+def _train_both(here: tuple[Path, list[str]], ranks: tuple[Path, list[str]]) -> None:
+    """:func:`_rank_main` on two CPU processes under torchrun (``ranks``: their output folder and
+    overrides), in the background while this process runs it once (``here``); both must succeed."""
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    return subprocess.Popen(
-        [sys.executable, *launcher, __file__, str(out), *overrides],
+    launched = subprocess.Popen(
+        [sys.executable, *launcher, __file__, str(ranks[0]), *ranks[1]],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
+    try:
+        _rank_main(*here)
+        _, stderr = launched.communicate(timeout=300)
+    finally:
+        launched.kill()
+    assert launched.returncode == 0, stderr[-4000:]
 
 
 def _rank_main(out: Path, overrides: list[str]) -> None:
