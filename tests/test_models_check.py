@@ -1,6 +1,8 @@
 """``videorl models check`` on tiny models: every family passes with both engines at the pinned versions,
 and each deliberately broken fixture fails the check it breaks, with its cause; the training run's
-first-step check stops (or warns about) a mismatched engine."""
+first-step check stops (or warns about) a mismatched engine. With vLLM this is every family's engine
+parity test: prompt ids, grids, positions, greedy tokens, and the log-probs of sampled video, image,
+text and mixed prompts against the teacher-forced training forward (a sampled forbidden id fails)."""
 
 from __future__ import annotations
 

@@ -98,6 +98,15 @@ def test_logprobs_fail_at_the_first_token_beyond_the_tolerance() -> None:
     assert compare_logprobs("s", [float("nan")], [-1.0], 1.0).status == "FAIL"
 
 
+def test_a_sampled_forbidden_token_is_named() -> None:
+    """The trainer masks the backend's forbidden ids (log-prob -inf): an engine that samples one fails
+    with the token's id and what the engine must do, not as a generic gap."""
+    bad = compare_logprobs("s", [-1.0, -6.0], [-1.0, float("-inf")], 1e-4, tokens=[5, 151656])
+    assert (bad.status, bad.position) == ("FAIL", 1)
+    assert "sampled token 151656" in bad.cause and "forbidden_token_ids" in bad.cause
+    assert "sampled token" not in compare_logprobs("s", [-6.0], [-5.0], 1e-4, tokens=[3]).cause
+
+
 def test_tolerances_per_dtype() -> None:
     assert tolerance_for("float32") == TOLERANCES["float32"]
     assert tolerance_for("bfloat16").token > tolerance_for("float32").token

@@ -251,12 +251,29 @@ def compare_greedy(
 
 
 def compare_logprobs(
-    sample: str, engine: Sequence[float], trainer: Sequence[float], tolerance: float, cause: str = ""
+    sample: str,
+    engine: Sequence[float],
+    trainer: Sequence[float],
+    tolerance: float,
+    cause: str = "",
+    tokens: Sequence[int] = (),
 ) -> CheckResult:
-    """``logprobs``: per-token log-probs of the same response; FAIL at the first beyond ``tolerance``."""
+    """``logprobs``: per-token log-probs of the same response (``tokens``, when given, name a sampled
+    token the trainer forbids); FAIL at the first beyond ``tolerance``."""
     diffs = [abs(a - b) for a, b in zip(engine, trainer)]
     worst = max(diffs, default=0.0)
     for i, d in enumerate(diffs):
+        if trainer[i] == -math.inf and math.isfinite(engine[i]) and i < len(tokens):
+            return CheckResult(
+                sample,
+                "logprobs",
+                FAIL,
+                i,
+                float(trainer[i]),
+                float(engine[i]),
+                f"the engine sampled token {tokens[i]}, one of the backend's forbidden_token_ids (a visual "
+                "placeholder or another id training masks): the engine must suppress them",
+            )
         if not d <= tolerance:  # NaN fails
             return CheckResult(
                 sample,

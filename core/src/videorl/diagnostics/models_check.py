@@ -384,7 +384,9 @@ def run_check(
         )
         results.append(compare_greedy(sample, g.token_ids, tg.argmax, tg.margins, tolerance.token))
         results.append(
-            compare_logprobs(sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results))
+            compare_logprobs(
+                sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results), s.token_ids
+            )
         )
         report.results += results
         kept.append((encoded, ts.logprobs, s.token_ids))
