@@ -355,44 +355,61 @@ def run_check(
             report.results += results
             continue
         except Exception as exc:  # the engine rejected the request: that is the finding
-            results.insert(
-                0,
-                CheckResult(
-                    sample,
-                    "engine",
-                    FAIL,
-                    cause=f"the engine failed on this request: {type(exc).__name__}: {exc}",
-                ),
-            )
+            cause = f"the engine failed on this request: {type(exc).__name__}: {exc}"
+            results.insert(0, CheckResult(sample, "engine", FAIL, cause=cause))
             report.results += results
             continue
-        (tg, ts), inputs = teacher_forced(
-            model, backend, [encoded, encoded], [g.token_ids, s.token_ids], compute_dtype
-        )
-        spans = visual_spans(encoded.mm_token_type_ids or [])
-        reference = engine_rope(backend, inputs)
-        results.append(
-            compare_positions(
-                sample,
-                tg.positions,
-                None if reference is None else reference[:, 0][:, inputs.attention_mask[0].bool()],
-                spans,
-                "the language model received no 3-D positions"
-                if tg.positions is None
-                else "the backend defines no rope_positions",
-            )
-        )
-        results.append(compare_greedy(sample, g.token_ids, tg.argmax, tg.margins, tolerance.token))
-        results.append(
-            compare_logprobs(
-                sample, s.logprobs, ts.logprobs, tolerance.token, logprob_cause(results), s.token_ids
-            )
+        ts_logprobs = _compare_responses(
+            results, sample, backend, model, encoded, (g, s), compute_dtype, tolerance
         )
         report.results += results
-        kept.append((encoded, ts.logprobs, s.token_ids))
+        kept.append((encoded, ts_logprobs, s.token_ids))
     if len(kept) > 1:
         report.add(_mixed_batch(backend, model, kept, compute_dtype, tolerance))
     return report
+
+
+def _compare_responses(
+    results: list[CheckResult],
+    sample: str,
+    backend: ModelBackend,
+    model: Any,
+    encoded: EncodedPrompt,
+    responses: tuple[Any, Any],
+    compute_dtype: torch.dtype | None,
+    tolerance: Tolerance,
+) -> list[float]:
+    """Teacher-force the engine's greedy and sampled responses through the trainer's path and append
+    the positions, greedy and log-prob checks to ``results``; return the trainer's sampled log-probs."""
+    greedy, sampled = responses
+    (tg, ts), inputs = teacher_forced(
+        model, backend, [encoded, encoded], [greedy.token_ids, sampled.token_ids], compute_dtype
+    )
+    spans = visual_spans(encoded.mm_token_type_ids or [])
+    reference = engine_rope(backend, inputs)
+    results.append(
+        compare_positions(
+            sample,
+            tg.positions,
+            None if reference is None else reference[:, 0][:, inputs.attention_mask[0].bool()],
+            spans,
+            "the language model received no 3-D positions"
+            if tg.positions is None
+            else "the backend defines no rope_positions",
+        )
+    )
+    results.append(compare_greedy(sample, greedy.token_ids, tg.argmax, tg.margins, tolerance.token))
+    results.append(
+        compare_logprobs(
+            sample,
+            sampled.logprobs,
+            ts.logprobs,
+            tolerance.token,
+            logprob_cause(results),
+            sampled.token_ids,
+        )
+    )
+    return ts.logprobs
 
 
 def _structure(
