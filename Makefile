@@ -3,6 +3,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.videorl-installed
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many pytest-xdist workers (each module on one worker: conftest.py)
+PYTEST_WORKERS ?= 2
 
 .PHONY: install demo test test-fast lint typecheck unit clean-venv
 
@@ -23,13 +25,13 @@ typecheck: install
 	$(BIN)/mypy
 
 unit: install
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
 # The developers' fast subset: every test not marked slow (a test over ~10 s is marked; CI runs all).
 test-fast: install
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,55 @@ def fresh_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     for name, value in home_environment(home).items():
         monkeypatch.setenv(name, value)
     return home
+
+
+#: Under pytest-xdist (``make test`` runs two workers) each module is one unit of work, run on one
+#: worker (its module fixtures, such as a trained run or a started engine, are built once), except:
+#: modules that share a unit with others, by name, and modules whose tests are units of their own.
+XDIST_SHARED_UNITS = {
+    # the escape tests count the sandbox user's processes: no other test runs the sandbox meanwhile
+    "plugins/rewards/tests/test_sandbox_escapes.py": "code sandbox",
+    "plugins/rewards/tests/test_code.py": "code sandbox",
+    "plugins/rewards/tests/test_plugin.py": "code sandbox",  # its code row
+    "tests/test_benchmarks_run.py::test_the_benchmark_prints_its_json_line_at_a_tiny_size[rewards.py]": (
+        "code sandbox"
+    ),
+}
+XDIST_SPLIT_MODULES = {"tests/test_benchmarks_run.py"}  # one script per test, no module fixture
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work of the test ``nodeid`` under pytest-xdist (see :data:`XDIST_SHARED_UNITS`)."""
+    module = nodeid.split("::", 1)[0]
+    shared = XDIST_SHARED_UNITS.get(nodeid) or XDIST_SHARED_UNITS.get(module)
+    if shared:
+        return shared
+    return nodeid if module in XDIST_SPLIT_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduling, with :func:`xdist_unit` as the scope (its ``loadgroup``, which
+    reads ``xdist_group`` marks, does not work with pytest 9: it renames nodes through a private
+    attribute that pytest 9 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the units with the most slow tests come first (``make test`` passes
+    ``--no-loadscope-reorder``), so that the long ones start early instead of leaving one worker alone
+    at the end. A plain ``pytest`` keeps the usual order."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(xdist_unit(item.nodeid), []).append(item)
+    order = sorted(units.values(), key=lambda u: -sum(i.get_closest_marker("slow") is not None for i in u))
+    items[:] = [item for unit in order for item in unit]

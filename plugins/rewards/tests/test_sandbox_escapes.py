@@ -284,6 +284,21 @@ def _snapshot(*roots: Path) -> dict[str, tuple[Any, ...]]:
     return seen
 
 
+def _left_in_shm(before: set[str]) -> list[str]:
+    """The new entries of the host's /dev/shm that an attempt could have made: not this process's user's
+    (tests running beside this one, under pytest-xdist, make their own there) or named as the attempts
+    name what they write."""
+    left = []
+    for entry in set(os.listdir("/dev/shm")) - before:
+        try:
+            owner = Path("/dev/shm", entry).lstat().st_uid
+        except FileNotFoundError:  # another test's, already removed
+            continue
+        if entry.startswith("fill") or MARK in entry or owner != os.getuid():
+            left.append(entry)
+    return sorted(left)
+
+
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
@@ -377,7 +392,7 @@ def test_escape_attempt(name: str, host: dict[str, Any], fresh_home: Path) -> No
     values.update(fresh_home=fresh_home)
     program = PRELUDE.format(mark=MARK, secret=SECRET) + ATTACKS[name].format(**values)
     roots = (host["victim"], host["run"], host["home"], fresh_home)
-    before, shm_before = _snapshot(*roots), sorted(os.listdir("/dev/shm"))
+    before, shm_before = _snapshot(*roots), set(os.listdir("/dev/shm"))
     sandboxed_before = _sandbox_user_processes()
     start = time.monotonic()
     out = host["reward"](
@@ -386,7 +401,7 @@ def test_escape_attempt(name: str, host: dict[str, Any], fresh_home: Path) -> No
     elapsed = time.monotonic() - start
     assert out is not None and out.score == 0.0, f"{name}: scored {out}"
     assert _snapshot(*roots) == before, f"{name}: changed something outside the sandbox"
-    assert sorted(os.listdir("/dev/shm")) == shm_before, f"{name}: left something in the host's /dev/shm"
+    assert not _left_in_shm(shm_before), f"{name}: left something in the host's /dev/shm"
     assert _processes_named(MARK) == [], f"{name}: a process of the run outlived the call"
     assert not _sandbox_user_processes() - sandboxed_before, f"{name}: a sandbox process outlived the call"
     assert host["sibling"].poll() is None and _state(host["sibling"].pid) not in "Tt", (
