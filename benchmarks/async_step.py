@@ -21,9 +21,10 @@ the time: two single-threaded matrix-multiply processes at once against one (2.0
 Usage: ``python benchmarks/async_step.py [--steps 8] [--rounds 2] [--prompts 4] [--n 4]
 [--response-length 48] [--modes sync,staleness_1,staleness_2] [--probe-matmuls 1500] [--workdir DIR]``
 (``--modes`` and ``--probe-matmuls``: fewer runs and a shorter ``parallelism`` probe, for a quick
-check). With ``--learning STEPS`` it instead trains the demo with its own settings synchronously and
-at staleness 1 and writes both held-out accuracy curves to ``learning.png`` (the issue's learning
-criterion: staleness 1 reaches 0.9 within the synchronous run's steps).
+check; ``--probe-matmuls 0`` skips the probe, and the line says so). With ``--learning STEPS`` it
+instead trains the demo with its own settings synchronously and at staleness 1 and writes both
+held-out accuracy curves to ``learning.png`` (the issue's learning criterion: staleness 1 reaches 0.9
+within the synchronous run's steps).
 """
 
 from __future__ import annotations
@@ -178,7 +179,9 @@ def main() -> None:
     parser.add_argument(
         "--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES)
     )
-    parser.add_argument("--probe-matmuls", type=int, default=1500, help="the work of parallelism()")
+    parser.add_argument(
+        "--probe-matmuls", type=int, default=1500, help="the work of parallelism(); 0 skips the probe"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument(
         "--learning",
@@ -196,13 +199,15 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="videorl-async-"))
     config, overrides = prepare(workdir, args.prompts, args.n, args.steps, args.response_length)
     results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
-    probes = [parallelism(args.probe_matmuls)]
+    probe = args.probe_matmuls > 0
+    probes = [parallelism(args.probe_matmuls)] if probe else []
     for r in range(args.rounds):
         for mode in modes:
             out = workdir / f"{mode}-{r}"
             shutil.rmtree(out, ignore_errors=True)
             results[mode].append(summarise(run_mode(config, overrides, out, MODES[mode])))
-        probes.append(parallelism(args.probe_matmuls))
+        if probe:
+            probes.append(parallelism(args.probe_matmuls))
     report: dict[str, Any] = {
         "steps": args.steps,
         "rounds": args.rounds,
@@ -210,7 +215,8 @@ def main() -> None:
         "n": args.n,
         "response_length": args.response_length,
         "cpus": os.cpu_count(),
-        "parallelism": probes,  # before the runs and after each round (see parallelism())
+        # before the runs and after each round (see parallelism())
+        "parallelism": probes if probe else "not measured (--probe-matmuls 0)",
     }
     for mode, runs in results.items():
         report[mode] = {key: round(statistics.median(run[key] for run in runs), 4) for key in runs[0]}

@@ -23,9 +23,10 @@ SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.nam
 TINY: dict[str, str] = {
     "agent_step.py": "--prompts 1 --n 2 --frames 4 --tokens 2 --rounds 1 --calls 5",
     "algorithms.py": "--steps 1 --presets grpo --train-clips 4 --val-clips 2",
-    # step 1 is warm-up; one asynchronous mode runs as the others do (and sync as the controller tests do)
+    # step 1 is warm-up; one asynchronous mode runs as the others do (and sync as the controller tests do);
+    # no parallelism probe (its three processes importing torch, twice)
     "async_step.py": "--steps 2 --rounds 1 --prompts 1 --n 2 --response-length 4 --modes staleness_1 "
-    "--probe-matmuls 10",
+    "--probe-matmuls 0",
     "benchmark_workers.py": "--videos 1 --steps 1 --every 1",
     "checkpoint.py": "--mb 1 --repeats 1",
     "data_path.py": "--repeats 1 --hd-seconds 1 --build-clips 2 --build-seconds 1 --build-rounds 1",

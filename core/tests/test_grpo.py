@@ -281,12 +281,13 @@ def test_grpo_is_bit_for_bit_the_loop_before_algorithm_components() -> None:
 
     # Recorded with the code of commit 0361d6a (grpo_advantages + policy_loss called by the loop), bit for
     # bit on the machine that recorded them; another CPU's float32 kernels round the forward differently
-    # (4e-6 relative on the loss, measured on an AMD EPYC), so the comparison allows 1e-5.
-    def close(value: float, pinned: str) -> bool:
-        return value == pytest.approx(float.fromhex(pinned), rel=1e-5, abs=1e-9)
+    # (4e-6 relative on the loss, measured on an AMD EPYC), so the comparison allows 1e-5. The loss is a
+    # small difference of larger terms (4.4e-3): it gets 1e-7 absolute (6e-8 measured on an Intel Xeon).
+    def close(value: float, pinned: str, absolute: float = 1e-9) -> bool:
+        return value == pytest.approx(float.fromhex(pinned), rel=1e-5, abs=absolute)
 
     assert all(close(a, p) for a, p in zip(advantages, PINNED_ADVANTAGES, strict=True)), advantages
-    assert close(metrics["actor/loss"], PINNED_LOSS)
+    assert close(metrics["actor/loss"], PINNED_LOSS, absolute=1e-7), metrics["actor/loss"]
     assert metrics["actor/clip_fraction"].hex() == PINNED_CLIP_FRACTION  # a count: exact everywhere
     assert close(float(weights.double().sum()), PINNED_WEIGHT_SUM)
     assert close(float((weights.double() ** 2).sum()), PINNED_WEIGHT_SQ)
