@@ -3,8 +3,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.videorl-installed
 PYTEST_ARGS ?=
-# `make test` runs the suite on this many pytest-xdist workers (each module on one worker: conftest.py)
+# `make unit` and `make test-fast` run on this many pytest-xdist workers (each module on one worker,
+# the modules with the most slow tests first: conftest.py)
 PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 
 .PHONY: install demo test test-fast lint typecheck unit clean-venv
 
@@ -25,13 +27,13 @@ typecheck: install
 	$(BIN)/mypy
 
 unit: install
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
 # The developers' fast subset: every test not marked slow (a test over ~10 s is marked; CI runs all).
 test-fast: install
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -216,7 +216,7 @@ def main() -> None:
         "response_length": args.response_length,
         "cpus": os.cpu_count(),
         # before the runs and after each round (see parallelism())
-        "parallelism": probes if probe else "not measured (--probe-matmuls 0)",
+        "parallelism": probes or "not measured (--probe-matmuls 0)",
     }
     for mode, runs in results.items():
         report[mode] = {key: round(statistics.median(run[key] for run in runs), 4) for key in runs[0]}
